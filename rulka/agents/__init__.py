@@ -1,0 +1,1 @@
+"""rulka.agents"""

@@ -1,0 +1,124 @@
+"""The pluggable interfaces shared by the three roles.
+
+A run names its plugins in YAML by registry name or ``module:Class`` (see ``rulka.registry``):
+
+- worker side: the env, the ``ActorModule`` (the policy a worker runs) and the
+  ``SampleCompressor`` (segment -> bytes);
+- trainer side: the ``Memory`` (bytes -> segment -> stored transitions -> batches) and the
+  ``TrainingAgent`` (batch -> update -> new actor weights).
+
+Off-policy learners (IQN, SAC) sample random batches from a replay ``Memory``; on-policy,
+trajectory-level learners (PPO, GRPO, DPO) take whole trajectories when ``Memory.ready()``.
+Both go through the same worker, server and segment format.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rulka.segment import Segment
+
+Weights = Mapping[str, Any]  # name -> torch.Tensor or np.ndarray; crosses the wire as safetensors
+
+
+class ActorModule(ABC):
+    """The policy a worker runs next to the env. Inference happens on the worker."""
+
+    @abstractmethod
+    def act(self, obs: Any, test: bool = False) -> Any:
+        """Return the action for ``obs``; ``test=True`` asks for the greedy/evaluation action."""
+
+    def act_with_info(self, obs: Any, test: bool = False) -> tuple[Any, dict[str, Any]]:
+        """Action plus per-step extras recorded in the segment as ``extra/<name>``
+        (e.g. ``q_values``, ``greedy``, ``logprob``). Default: no extras."""
+        return self.act(obs, test), {}
+
+    def reset(self) -> None:  # noqa: B027 - optional hook
+        """Called at the start of each episode."""
+
+    @abstractmethod
+    def load_weights(self, weights: Weights) -> None:
+        """Replace the parameters with ``weights`` (as published by the trainer)."""
+
+    @abstractmethod
+    def get_weights(self) -> dict[str, Any]:
+        """Current parameters, name -> tensor/array."""
+
+
+class SampleCompressor(ABC):
+    """Worker side: turns a Segment into bytes (and back, for the memory and for verify mode).
+
+    Must be lossless for everything a Memory uses; must never pickle.
+    """
+
+    @abstractmethod
+    def compress(self, segment: Segment) -> bytes: ...
+
+    @abstractmethod
+    def decompress(self, data: bytes) -> Segment:
+        """Raise ``rulka.errors.BadInput`` on malformed data."""
+
+
+class Memory(ABC):
+    """Trainer side: stores what workers collected and hands batches to the agent."""
+
+    @abstractmethod
+    def append(self, segment: Segment) -> int:
+        """Store one segment (already decompressed, deduplicated and authenticated).
+        Return the number of transitions added."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of transitions stored (trainable)."""
+
+    def sample(self, batch_size: int) -> Any:
+        """Off-policy: a random batch. On-policy memories may not implement it."""
+        raise NotImplementedError(f"{type(self).__name__} does not sample random batches")
+
+    def ready(self) -> bool:
+        """On-policy: whether a full batch of trajectories is available for ``take()``."""
+        return False
+
+    def take(self) -> Any:
+        """On-policy: remove and return the next batch of trajectories."""
+        raise NotImplementedError(f"{type(self).__name__} is not a trajectory memory")
+
+    def rebuild_transitions(self, segment: Segment) -> list[dict[str, np.ndarray]]:
+        """Verify mode: the transitions this memory would build from ``segment``, in order,
+        each as ``{"obs": ..., "action": ..., "reward": ..., "next_obs": ..., "done": ...}``."""
+        raise NotImplementedError
+
+    def save(self, directory: Path) -> None:  # noqa: B027 - optional
+        """Write the stored contents into ``directory`` (own files, not the checkpoint)."""
+
+    def load(self, directory: Path) -> None:  # noqa: B027 - optional
+        """Read back what ``save`` wrote."""
+
+
+class TrainingAgent(ABC):
+    """Trainer side: one ``train`` call is one update on one batch."""
+
+    @abstractmethod
+    def train(self, batch: Any) -> dict[str, float]:
+        """Update on ``batch``; return metrics with namespaced names (``losses/...``)."""
+
+    @abstractmethod
+    def get_actor(self) -> ActorModule:
+        """An ActorModule with the current weights (what workers will run)."""
+
+    @abstractmethod
+    def actor_spec(self) -> dict[str, Any]:
+        """Plain data a worker needs to build the matching ActorModule
+        (``{"actor": "<registry name or module:Class>", "kwargs": {...}}``); sent with the weights."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: model, optimizer, schedules, counters."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...

@@ -1,0 +1,14 @@
+"""rulka-server command (placeholder until the role lands)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rulka-server", description="rulka server role (not built yet).")
+    parser.parse_args(argv)
+    print("rulka-server is not built yet", file=sys.stderr)
+    return 1

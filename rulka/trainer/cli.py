@@ -1,0 +1,14 @@
+"""rulka-trainer command (placeholder until the role lands)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rulka-trainer", description="rulka trainer role (not built yet).")
+    parser.parse_args(argv)
+    print("rulka-trainer is not built yet", file=sys.stderr)
+    return 1
