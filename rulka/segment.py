@@ -173,11 +173,10 @@ def pack(obj: Any) -> bytes:
 
 def unpack(data: bytes, *, max_bytes: int = 1 << 31) -> Any:
     """msgpack decode with limits and no extension types; raise BadInput on failure."""
+    if len(data) > max_bytes:
+        raise BadInput("msgpack", f"{len(data)} bytes is over the {max_bytes}-byte limit")
     try:
-        return msgpack.unpackb(
-            data, raw=False, strict_map_key=True, max_buffer_size=max_bytes,
-            ext_hook=_reject_ext, use_list=True,
-        )
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_reject_ext, use_list=True)
     except BadInput:
         raise
     except Exception as exc:  # msgpack raises several exception types on garbage
