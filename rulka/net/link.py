@@ -29,6 +29,11 @@ class LinkClosed(Exception):
     """The link was closed by ``close()``; no further sends are possible."""
 
 
+class OutboxFull(Exception):
+    """``send`` could not queue the message: the bounded outbox is full. Nothing was queued;
+    the caller applies its policy (retry later, block collection, or drop and count)."""
+
+
 class WorkerLink(ABC):
     """A worker's side. ``send`` never blocks the env loop for long; it queues."""
 

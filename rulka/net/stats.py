@@ -1,0 +1,92 @@
+"""The ``stats`` message: what roles report for ``rulka status``, and the status report shape.
+
+Each role sends a ``stats`` message every few seconds (B2's worker and trainer loops do it):
+``link.send("stats", encode_stats(d))`` on a worker, ``link.broadcast("stats", encode_stats(d))``
+on the trainer (the server keeps it; it is not forwarded to workers). ``d`` is a flat map of
+plain scalars (str, int, float, bool, None), at most ``MAX_STATS_BYTES`` once packed.
+Keys the status table knows (others are kept and shown as they are):
+
+- worker: ``episodes`` (int, finished so far), ``samples_per_s`` (float, env steps per second
+  over the last interval), ``weights_version`` (int, loaded now), ``segments_sent`` (int),
+  ``unacked`` (int, segments waiting for an ack), ``dropped`` (int), ``map`` (str).
+- trainer: ``weights_version`` (int, latest published), ``updates`` (int, gradient steps),
+  ``samples`` (int, transitions stored), ``memory_size`` (int), ``updates_per_s`` (float).
+
+The server (or ``LocalHub``) keeps the latest stats per authenticated sender and answers
+``rulka.net.status.query_status`` with ``build_status``'s shape.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from rulka.errors import BadInput
+from rulka.segment import pack, unpack
+
+MAX_STATS_BYTES = 8192
+_KIND_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def check_kind(kind: str) -> None:
+    """Raise ValueError unless ``kind`` is a short lowercase name (``segment``, ``stats`` ...)."""
+    if not isinstance(kind, str) or not _KIND_RE.match(kind):
+        raise ValueError(f"message kind {kind!r} must match {_KIND_RE.pattern}")
+
+
+def encode_stats(stats: Mapping[str, Any]) -> bytes:
+    """A flat map of plain scalars -> the ``stats`` payload; ValueError if it is not plain."""
+    for key, value in stats.items():
+        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool, type(None))):
+            raise ValueError(f"stats entry {key!r} is not a plain scalar")
+    data = pack(dict(stats))
+    if len(data) > MAX_STATS_BYTES:
+        raise ValueError(f"stats payload is {len(data)} bytes, over {MAX_STATS_BYTES}")
+    return data
+
+
+def decode_stats_payload(payload: bytes) -> dict[str, Any]:
+    """Inverse of ``encode_stats``; raise BadInput on anything else."""
+    if len(payload) > MAX_STATS_BYTES:
+        raise BadInput("stats", "payload too large")
+    obj = unpack(payload, max_bytes=MAX_STATS_BYTES)
+    if not isinstance(obj, dict):
+        raise BadInput("stats", "not a map")
+    for key, value in obj.items():
+        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool, type(None))):
+            raise BadInput("stats", f"entry {key!r} is not a plain scalar")
+    return obj
+
+
+def build_status(
+    server: Mapping[str, Any],
+    stats_by_sender: Mapping[str, tuple[float, Mapping[str, Any]]],
+    addresses: Mapping[str, str],
+    *,
+    now: float,
+) -> dict[str, Any]:
+    """The ``query_status`` report: ``{"server": {...}, "trainer": {...} | None, "workers": [...]}``.
+
+    ``stats_by_sender`` maps sender -> (time received, stats). Each worker row has ``name``,
+    ``address``, ``episodes``, ``samples_per_s``, ``weights_version``, ``last_seen_s`` plus every
+    other key the worker reported.
+    """
+    trainer = None
+    workers = []
+    for sender, (t, stats) in sorted(stats_by_sender.items()):
+        if sender == "trainer":
+            trainer = dict(stats)
+            trainer["last_seen_s"] = round(max(0.0, now - t), 3)
+            continue
+        row = dict(stats)
+        row.update({
+            "name": sender,
+            "address": addresses.get(sender, ""),
+            "episodes": stats.get("episodes"),
+            "samples_per_s": stats.get("samples_per_s"),
+            "weights_version": stats.get("weights_version"),
+            "last_seen_s": round(max(0.0, now - t), 3),
+        })
+        workers.append(row)
+    return {"server": dict(server), "trainer": trainer, "workers": workers}
