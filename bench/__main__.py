@@ -1,0 +1,269 @@
+"""``python -m bench``: run every benchmark script and rewrite BENCHMARKS.md.
+
+Each script runs in its own subprocess (so one crash or hang cannot take the others down), must
+print one JSON object on stdout (the last line that parses as one is taken), and gets
+``--quick`` when the suite runs with ``--quick``. A missing, failing, hanging or silent script
+is reported as such in BENCHMARKS.md. Results of scripts not run this time (``--only``) are kept
+from the previous BENCHMARKS.md, with their own date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+
+# name -> what it measures (in run order)
+SCRIPTS: dict[str, str] = {
+    "transport": "relay throughput over real TLS on loopback, weights fan-out, raw-TLS ceiling, tlspyo-pickle baseline",
+    "sim": "simulator actions per second on one core, with and without the image",
+    "learner": "IQN training batches/s and samples/s at batch 512",
+    "e2e": "time for the default `rulka run` to first finish the track",
+    "peer_tmrl": "TMRL 0.7.1 side by side: relay path on the same payloads, bytes on the wire per transition",
+}
+RESULTS_MARK = "<!-- bench-results:"
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, cores, RAM, OS, Python and torch versions of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram_gb: float | None = None
+    try:
+        ram_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "ram_gb": None if ram_gb is None else round(ram_gb, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch_version,
+    }
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        if gpu.returncode == 0 and gpu.stdout.strip():
+            info["gpu"] = gpu.stdout.strip().replace("\n", ", ")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def parse_json_output(stdout: str) -> dict[str, Any] | None:
+    """The script's JSON object: the whole output, else its last line that is a JSON object."""
+    try:
+        whole = json.loads(stdout)
+        if isinstance(whole, dict):
+            return whole
+    except ValueError:
+        pass
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    kept = [line.strip() for line in text.strip().splitlines() if line.strip()][-lines:]
+    return " / ".join(kept)[:400]
+
+
+def run_script(name: str, bench_dir: Path, quick: bool, timeout_s: float) -> dict[str, Any]:
+    """Run ``bench_dir/<name>.py``; returns a result dict with ``status`` ok|missing|failed|timeout|bad output."""
+    script = bench_dir / f"{name}.py"
+    shown = f"python bench/{name}.py" if bench_dir == BENCH_DIR else f"python {script}"
+    result: dict[str, Any] = {"name": name, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    if not script.is_file():
+        return {**result, "status": "missing", "command": shown, "detail": f"{script.name} does not exist yet"}
+    args = ["--quick"] if quick else []
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    started = time.monotonic()
+    for attempt in (args, []) if args else (args,):
+        result["command"] = " ".join([shown, *attempt])
+        try:
+            proc = subprocess.run([sys.executable, str(script), *attempt], cwd=REPO_ROOT, env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {**result, "status": "timeout", "seconds": round(time.monotonic() - started, 1),
+                    "detail": f"no result within {timeout_s:g} s"}
+        if attempt and proc.returncode == 2 and "unrecognized arguments: --quick" in proc.stderr:
+            continue  # the script has no quick mode: run it in full
+        break
+    result["seconds"] = round(time.monotonic() - started, 1)
+    if proc.returncode != 0:
+        return {**result, "status": "failed",
+                "detail": f"exit code {proc.returncode}: {_tail(proc.stderr) or _tail(proc.stdout)}"}
+    figures = parse_json_output(proc.stdout)
+    if figures is None:
+        return {**result, "status": "bad output", "detail": f"no JSON object on stdout: {_tail(proc.stdout)!r}"}
+    return {**result, "status": "ok", "figures": figures}
+
+
+def flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts/lists -> ``[("a.b", value), ...]`` in their original order."""
+    if isinstance(obj, dict):
+        rows: list[tuple[str, Any]] = []
+        for key, value in obj.items():
+            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return rows
+    if isinstance(obj, list) and any(isinstance(v, dict | list) for v in obj):
+        rows = []
+        for i, value in enumerate(obj):
+            rows += flatten(value, f"{prefix}[{i}]")
+        return rows
+    return [(prefix, obj)]
+
+
+def format_number(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if isinstance(value, bool) else "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(format_number(v) for v in value)
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str, command: str) -> str:
+    """BENCHMARKS.md: machine, a summary row per script, then each script's figures."""
+    lines = [
+        "# rulka benchmarks",
+        "",
+        f"Generated by `{command}` on {when}. Do not edit by hand: rerun the command "
+        "(`--only NAME` refreshes one script and keeps the others).",
+        "",
+        "The machine is shared and noisy; compare figures taken in the same run.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+    ]
+    lines += [f"| {key} | {format_number(value)} |" for key, value in machine.items()]
+    lines += ["", "## Summary", "", "| script | measures | status | seconds | date | command |",
+              "|---|---|---|---|---|---|"]
+    ordered = [n for n in SCRIPTS if n in results] + sorted(n for n in results if n not in SCRIPTS)
+    for name in ordered:
+        res = results[name]
+        lines.append(
+            f"| {name} | {SCRIPTS.get(name, '')} | {res['status']} | {format_number(res.get('seconds'))} "
+            f"| {res.get('date', '')} | `{res.get('command', '')}` |"
+        )
+    for name in ordered:
+        res = results[name]
+        lines += ["", f"## {name}", "", f"Command: `{res.get('command', '')}` ({res.get('date', '')})", ""]
+        if res["status"] != "ok":
+            lines.append(f"**{res['status']}**: {format_number(res.get('detail', ''))}")
+            continue
+        lines += ["| figure | value |", "|---|---|"]
+        lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"])]
+    lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
+    return "\n".join(lines)
+
+
+def previous_results(path: Path) -> dict[str, dict[str, Any]]:
+    """Results embedded in an earlier BENCHMARKS.md (empty when absent or unreadable)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    start = text.rfind(RESULTS_MARK)
+    if start < 0:
+        return {}
+    body = text[start + len(RESULTS_MARK):]
+    end = body.rfind("-->")
+    try:
+        data = json.loads(body[:end])
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=("Run rulka's benchmark scripts (each prints JSON) and rewrite BENCHMARKS.md with "
+                     "their figures, the machine and the date. Scripts: " + ", ".join(SCRIPTS) + "."),
+    )
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only this script (repeatable or comma-separated); others keep their last results")
+    parser.add_argument("--quick", action="store_true", help="pass --quick to every script (smaller, faster runs)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="per-script time limit in seconds (default 900, 300 with --quick)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", metavar="FILE",
+                        help="the Markdown file to rewrite (default: BENCHMARKS.md at the repo root)")
+    parser.add_argument("--bench-dir", type=Path, default=BENCH_DIR, metavar="DIR",
+                        help="where the scripts are (default: this bench/ folder)")
+    parser.add_argument("--list", action="store_true", help="list the scripts and exit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    bench_dir = args.bench_dir.resolve()
+    known = list(SCRIPTS)
+    if bench_dir != BENCH_DIR:  # a foreign folder (tests, experiments): run whatever it holds
+        known = sorted(p.stem for p in bench_dir.glob("*.py") if not p.stem.startswith("_"))
+    if args.list:
+        for name in known:
+            print(f"{name:10s} {SCRIPTS.get(name, '')}")
+        return 0
+    only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
+    unknown = [n for n in only if n not in known]
+    if unknown:
+        parser.error(f"unknown script {', '.join(unknown)}; choose from {', '.join(known)}")
+    selected = only or known
+    timeout_s = args.timeout if args.timeout is not None else (300.0 if args.quick else 900.0)
+    results = previous_results(args.out) if only else {}
+    for name in selected:
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        res = run_script(name, bench_dir, args.quick, timeout_s)
+        results[name] = res
+        print(f"bench: {name} {res['status']} ({res.get('seconds', 0)} s)"
+              + (f": {res['detail']}" if res.get("detail") else ""), file=sys.stderr, flush=True)
+    command = "python -m bench" + (" --quick" if args.quick else "") + "".join(f" --only {n}" for n in only)
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    args.out.write_text(render_markdown(results, machine_info(), when, command), encoding="utf-8")
+    print(f"bench: wrote {args.out}", file=sys.stderr)
+    return 0 if all(results[n]["status"] == "ok" for n in selected) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
