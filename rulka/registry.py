@@ -14,10 +14,10 @@ from rulka.errors import UserError
 
 _BUILTIN: dict[str, dict[str, str]] = {
     "env": {},
-    "memory": {},
-    "agent": {},
-    "actor": {},
-    "compressor": {},
+    "memory": {"simple": "rulka.agents.simple:SimpleReplayMemory"},
+    "agent": {"simple_dqn": "rulka.agents.simple:SimpleDQNAgent"},
+    "actor": {"simple_dqn": "rulka.agents.simple:SimpleDQNActor"},
+    "compressor": {"zstd": "rulka.compress:ZstdCompressor", "none": "rulka.compress:PlainCompressor"},
 }
 
 

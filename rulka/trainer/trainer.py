@@ -1,0 +1,523 @@
+"""The trainer role: take segments in, keep them in the Memory, train the agent, publish weights.
+
+One loop alternates two jobs so neither starves the other: ingest everything the link has
+queued (each pass is short: decompress, dedupe, journal, ack, append), then train for at most
+``train_slice_s`` seconds within what the replay ratio allows. Ingestion runs at least that
+often, and training never waits for more than one pass of ingestion.
+
+Delivery: a segment is acknowledged only after it is in the write-ahead journal, so a trainer
+killed at any moment loses nothing a worker has let go of. ``--resume`` loads the latest
+checkpoint, replays the journal written since, and continues the weights version counter.
+
+Trainer-side checks: the link authenticates who sent a message (``Message.sender``); the trainer
+refuses a segment whose ``worker_id`` differs from that sender, and drops (but acknowledges)
+duplicates by (worker, seq).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rulka.compress import ZstdCompressor
+from rulka.errors import BadInput, UserError
+from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
+from rulka.net.link import LinkClosed, Message, TrainerLink
+from rulka.segment import Segment, pack
+from rulka.trainer import checkpoint as ckpt
+from rulka.trainer.dedupe import Dedupe
+from rulka.trainer.journal import JournalWriter, journal_path, read_journal
+from rulka.trainer.verify import first_difference
+from rulka.worker.build import build_plugin, opt
+from rulka.worker.worker import WORKER_CONFIG_SECTIONS
+
+log = logging.getLogger(__name__)
+
+ACCEPTED_LOG = "accepted.log"
+
+
+def _default_agent_name(cfg: Any) -> str:
+    return str(opt(cfg, "trainer.agent") or opt(cfg, "training.algorithm", "iqn"))
+
+
+class Trainer:
+    """Ingests segments from ``link``, trains ``agent`` on ``memory`` and publishes weights.
+
+    Args:
+        cfg: the run config (rulka.config); ``trainer.*`` and ``logging.*`` are read here.
+        link: a ``TrainerLink``.
+        agent / memory: plugins; None builds ``trainer.agent`` / ``trainer.memory`` with their
+            ``*_kwargs``.
+        run_dir: the run's folder (checkpoints, journal, metrics, resolved config); None means
+            no files at all (library use and unit tests: nothing survives a restart).
+        signing_key: the trainer's Ed25519 private key (weights are signed); or pass
+            ``weights_encoder`` (blob -> bytes) instead.
+        resume: load the latest checkpoint in ``run_dir`` and replay its journal.
+        verify: compare ``memory.rebuild_transitions`` with each segment (``trainer.verify``).
+        metrics: a ``rulka.telemetry.MetricsLogger``-like object (``log(dict, step)``,
+            ``close()``); None creates one from the config when there is a ``run_dir``.
+        progress: a ``rulka.telemetry.Progress``-like object (``update(**fields)``, ``close()``).
+    """
+
+    def __init__(
+        self,
+        cfg: Any = None,
+        link: TrainerLink | None = None,
+        agent: TrainingAgent | None = None,
+        memory: Memory | None = None,
+        *,
+        run_dir: str | Path | None = None,
+        compressor: SampleCompressor | None = None,
+        signing_key: Any = None,
+        weights_encoder: Callable[[Any], bytes] | None = None,
+        resume: bool = False,
+        verify: bool | None = None,
+        metrics: Any = None,
+        progress: Any = None,
+        train_slice_s: float = 0.05,
+        log_every_s: float | None = None,
+    ) -> None:
+        if link is None:
+            raise ValueError("Trainer needs a link")
+        self.cfg = cfg
+        self.link = link
+        self.agent = agent if agent is not None else build_plugin(
+            "agent", _default_agent_name(cfg), opt(cfg, "trainer.agent_kwargs"), cfg)
+        self.memory = memory if memory is not None else build_plugin(
+            "memory", str(opt(cfg, "trainer.memory") or _default_agent_name(cfg)),
+            opt(cfg, "trainer.memory_kwargs"), cfg)
+        self.compressor = compressor or ZstdCompressor()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.verify = bool(opt(cfg, "trainer.verify", False)) if verify is None else verify
+        self.publish_every = max(1, int(opt(cfg, "trainer.publish_every_updates", 100)))
+        self.checkpoint_every_s = float(opt(cfg, "trainer.checkpoint_every_s", 300))
+        ratio = opt(cfg, "trainer.max_updates_per_env_step", None)
+        self.max_updates_per_env_step = float(ratio) if ratio is not None else None
+        self.batch_size = int(getattr(self.agent, "batch_size", None) or opt(cfg, "training.batch_size", 64))
+        self.train_slice_s = train_slice_s
+        self.log_every_s = float(log_every_s if log_every_s is not None else opt(cfg, "logging.log_every_s", 10))
+        if weights_encoder is None:
+            if signing_key is None:
+                raise ValueError("Trainer needs signing_key (the trainer's Ed25519 key) or weights_encoder")
+            weights_encoder = self._signed_encoder(signing_key)
+        self._encode_weights = weights_encoder
+        self.metrics = metrics
+        self.progress = progress
+        # state that checkpoints carry
+        self.run_id = uuid.uuid4().hex[:12]
+        self.version = 0
+        self.updates = 0
+        self.samples = 0  # transitions stored
+        self.segments = 0
+        self.episodes = 0
+        self.dedupe = Dedupe()
+        self.counters: dict[str, int] = defaultdict(int)
+        self.checkpoint_number = 0
+        self.journal_number = 0
+        self.accepted_log_bytes = 0
+        # runtime only
+        self.verify_failures: list[str] = []
+        self.worker_stats: dict[str, dict[str, Any]] = {}
+        self._journal: JournalWriter | None = None
+        self._accepted_log: Any = None
+        self._last_checkpoint = time.monotonic()
+        self._last_log = time.monotonic()
+        self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": time.monotonic()}
+        self._lags: list[int] = []
+        self._returns: list[float] = []  # recent episode returns (progress line)
+        self._window_returns: list[float] = []  # since the last metrics record
+        self._last_train_metrics: dict[str, float] = {}
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if resume:
+                self._restore()
+            elif (self.run_dir / "checkpoints" / "latest.json").exists():
+                raise UserError(f"{self.run_dir} already holds a run; pass --resume to continue it "
+                                "or choose another --run-dir")
+            self._save_config()
+            self._open_journal()
+            if self.metrics is None and cfg is not None:
+                try:
+                    from rulka.telemetry import from_config
+
+                    self.metrics = from_config(cfg, self.run_dir, resume=resume)
+                except ImportError:
+                    self.metrics = None
+        elif resume:
+            raise UserError("--resume needs a run folder")
+
+    # -- weights ----------------------------------------------------------------------------------
+    @staticmethod
+    def _signed_encoder(signing_key: Any) -> Callable[[Any], bytes]:
+        from rulka.net.weights import encode_weights
+
+        return lambda blob: encode_weights(blob, signing_key)
+
+    def worker_config(self) -> dict[str, Any] | None:
+        """The config sections a worker needs (sent with the weights), as plain data."""
+        if self.cfg is None:
+            return None
+        full = self.cfg.to_dict() if hasattr(self.cfg, "to_dict") else dict(self.cfg)
+        return {k: full[k] for k in WORKER_CONFIG_SECTIONS if k in full}
+
+    def publish(self) -> int:
+        """Sign and broadcast the agent's current actor weights as the next version."""
+        from rulka.net.weights import WeightsBlob
+
+        self.version += 1
+        spec = dict(self.agent.actor_spec())
+        run_config = self.worker_config()
+        if run_config is not None:
+            spec["run_config"] = json.loads(json.dumps(run_config, default=str))
+        blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(), spec)
+        self.link.broadcast("weights", self._encode_weights(blob))
+        return self.version
+
+    # -- files ------------------------------------------------------------------------------------
+    def _save_config(self) -> None:
+        assert self.run_dir is not None
+        if self.cfg is None:
+            return
+        try:
+            from rulka.config import save_resolved
+        except ImportError:
+            save_resolved = None
+        if save_resolved is not None and not isinstance(self.cfg, dict):
+            save_resolved(self.cfg, self.run_dir)
+        else:
+            ckpt.atomic_write_text(self.run_dir / "config.resolved.json", json.dumps(self.cfg, default=str))
+
+    def _open_journal(self) -> None:
+        assert self.run_dir is not None
+        self._journal = JournalWriter(journal_path(self.run_dir / "journal", self.journal_number))
+        self._accepted_log = open(self.run_dir / ACCEPTED_LOG, "ab")  # noqa: SIM115 - lives with the trainer
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "version": self.version, "updates": self.updates, "samples": self.samples,
+            "segments": self.segments, "episodes": self.episodes, "counters": dict(self.counters),
+            "dedupe": self.dedupe.state_dict(), "rng": ckpt.rng_state(),
+            "journal_number": self.journal_number, "accepted_log_bytes": self.accepted_log_bytes,
+            "checkpoint_number": self.checkpoint_number,
+        }
+
+    def checkpoint(self) -> Path | None:
+        """Write a checkpoint now (agent, memory, counters, dedupe, RNG); start a new journal."""
+        if self.run_dir is None:
+            return None
+        assert self._journal is not None
+        # everything accepted so far is in the memory: the next journal starts empty
+        self._journal.close()
+        self._accepted_log.flush()
+        self.journal_number += 1
+        self.checkpoint_number += 1
+        self._journal = JournalWriter(journal_path(self.run_dir / "journal", self.journal_number))
+        folder = ckpt.write_checkpoint(self.run_dir / "checkpoints", self.checkpoint_number,
+                                       self.agent.state_dict(), self._trainer_state(), self.memory)
+        for old in (self.run_dir / "journal").glob("journal-*.bin"):
+            if int(old.stem.split("-")[1]) < self.journal_number:
+                old.unlink(missing_ok=True)
+        self._last_checkpoint = time.monotonic()
+        log.info("checkpoint %s (v%d, %d updates, %d samples)", folder.name, self.version, self.updates, self.samples)
+        return folder
+
+    def _restore(self) -> None:
+        assert self.run_dir is not None
+        folder = ckpt.latest_checkpoint(self.run_dir / "checkpoints")
+        journal_from = 0
+        if folder is not None:
+            try:
+                agent_state, state = ckpt.read_checkpoint(folder)
+            except BadInput as exc:
+                raise UserError(f"cannot resume from {folder}: {exc}") from exc
+            self.agent.load_state_dict(agent_state)
+            self.memory.load(folder / "replay")
+            self.run_id = state["run_id"]
+            self.version = int(state["version"])
+            self.updates = int(state["updates"])
+            self.samples = int(state["samples"])
+            self.segments = int(state["segments"])
+            self.episodes = int(state["episodes"])
+            self.counters.update({k: int(v) for k, v in state["counters"].items()})
+            self.dedupe.load_state_dict(state["dedupe"])
+            ckpt.set_rng_state(state["rng"])
+            self.checkpoint_number = int(state["checkpoint_number"])
+            self.journal_number = journal_from = int(state["journal_number"])
+            self.accepted_log_bytes = int(state["accepted_log_bytes"])
+            log.info("resumed from %s: v%d, %d updates, %d samples", folder.name, self.version, self.updates,
+                     self.samples)
+        else:
+            # no checkpoint yet: a run killed early still has its journal
+            state_file = self.run_dir / "run.json"
+            if state_file.exists():
+                self.run_id = json.loads(state_file.read_text())["run_id"]
+        # the accepted log records what the memory holds: cut it back to the checkpoint, then the
+        # journal replay appends what came after
+        accepted = self.run_dir / ACCEPTED_LOG
+        if accepted.exists():
+            with open(accepted, "r+b") as f:
+                f.truncate(self.accepted_log_bytes)
+        self._accepted_log = open(accepted, "ab")  # noqa: SIM115
+        replayed = 0
+        journals = sorted((self.run_dir / "journal").glob("journal-*.bin")) if (self.run_dir / "journal").is_dir() else []
+        for path in journals:
+            number = int(path.stem.split("-")[1])
+            if number < journal_from:
+                continue
+            for worker, _seq, payload in read_journal(path):
+                self._ingest_segment(worker, payload, journal=False, acks=None)
+                replayed += 1
+            self.journal_number = max(self.journal_number, number)
+        self._accepted_log.close()
+        if replayed:
+            log.info("replayed %d journaled segments", replayed)
+
+    def _write_run_file(self) -> None:
+        if self.run_dir is not None:
+            ckpt.atomic_write_text(self.run_dir / "run.json", json.dumps({"run_id": self.run_id}))
+
+    # -- ingest -----------------------------------------------------------------------------------
+    def _bad(self, reason: str, detail: str) -> None:
+        self.counters[f"bad_{reason}"] += 1
+        n = self.counters[f"bad_{reason}"]
+        if n <= 5 or n % 100 == 0:
+            log.warning("dropped input (%s, %d so far): %s", reason, n, detail[:200])
+
+    def _ingest_segment(self, sender: str, payload: bytes, *, journal: bool,
+                        acks: dict[str, list[int]] | None) -> None:
+        try:
+            seg = self.compressor.decompress(payload)
+        except BadInput as exc:
+            self._bad("segment", str(exc))
+            return
+        if seg.worker_id != sender:
+            self._bad("sender_mismatch", f"segment says worker {seg.worker_id!r}, sent by {sender!r}")
+            return
+        if not self.dedupe.accept(sender, seg.seq):
+            self.counters["duplicates"] += 1
+            if acks is not None:
+                acks[sender].append(seg.seq)
+            return
+        if journal and self._journal is not None:
+            self._journal.append(sender, seg.seq, payload)
+        if self._accepted_log is not None:
+            line = f"{sender} {seg.seq}\n".encode()
+            self._accepted_log.write(line)
+            self._accepted_log.flush()
+            self.accepted_log_bytes += len(line)
+        if seg.run_id not in ("", self.run_id):
+            self.counters["other_run"] += 1
+        if self.verify:
+            self._verify(seg)
+        try:
+            added = self.memory.append(seg)
+        except BadInput as exc:
+            self._bad("memory", f"{sender}/{seg.seq}: {exc}")
+            added = 0
+        self.samples += int(added)
+        self.segments += 1
+        self._window["samples"] += int(added)
+        self._window["bytes"] += len(payload)
+        if self.version:
+            self._lags.append(self.version - seg.policy_version)
+        if seg.episode_done:
+            self.episodes += 1
+            ret = seg.info.get("episode_return")
+            if isinstance(ret, (int, float)):
+                self._returns = (self._returns + [float(ret)])[-100:]
+                self._window_returns.append(float(ret))
+        if acks is not None:
+            acks[sender].append(seg.seq)
+
+    def _verify(self, seg: Segment) -> None:
+        diff = first_difference(seg, self.memory)
+        if diff is None:
+            self.counters["verified"] += 1
+            return
+        self.counters["verify_failures"] += 1
+        msg = f"verify: worker {seg.worker_id} seq {seg.seq}: {diff}"
+        if len(self.verify_failures) < 100:
+            self.verify_failures.append(msg)
+        log.error(msg)
+
+    def ingest(self, messages: list[Message]) -> int:
+        """Process received messages; acknowledge segments. Returns segments accepted."""
+        before = self.segments
+        acks: dict[str, list[int]] = defaultdict(list)
+        for msg in messages:
+            if msg.kind == "segment":
+                self._ingest_segment(msg.sender, msg.payload, journal=True, acks=acks)
+            elif msg.kind == "stats":
+                try:
+                    from rulka.net.stats import decode_stats_payload
+
+                    self.worker_stats[msg.sender] = {**decode_stats_payload(msg.payload), "_t": time.monotonic()}
+                except BadInput as exc:
+                    self._bad("stats", str(exc))
+            else:
+                self._bad("kind", f"unexpected message kind {msg.kind!r} from {msg.sender!r}")
+        for worker, seqs in acks.items():
+            try:
+                self.link.send_to(worker, "ack", pack(seqs))
+            except Exception as exc:  # noqa: BLE001 - an unsent ack only means a resend later
+                self.counters["ack_failures"] += 1
+                log.debug("ack to %s failed: %s", worker, exc)
+        return self.segments - before
+
+    # -- training ---------------------------------------------------------------------------------
+    def allowed_updates(self) -> int | float:
+        """How many updates in total the data collected so far allows (``math.inf``: no cap)."""
+        trainable = getattr(self.memory, "trainable_updates", None)
+        if callable(trainable):
+            return int(trainable(self.samples))
+        threshold = int(getattr(self.memory, "min_samples_to_train", 0) or 0)
+        threshold = max(threshold, self.batch_size)
+        if len(self.memory) < threshold:
+            return 0
+        if self.max_updates_per_env_step is None or self.max_updates_per_env_step <= 0:
+            return math.inf
+        return int(self.max_updates_per_env_step * self.samples)
+
+    def _train_once(self) -> bool:
+        if self.memory.ready():
+            batch = self.memory.take()
+        elif self.updates < self.allowed_updates():
+            try:
+                batch = self.memory.sample(self.batch_size)
+            except NotImplementedError:
+                return False
+        else:
+            return False
+        self._last_train_metrics = self.agent.train(batch)
+        self.updates += 1
+        self._window["updates"] += 1
+        if self.updates % self.publish_every == 0:
+            self.publish()
+        return True
+
+    def train_slice(self, max_updates: int | None = None) -> int:
+        """Train for up to ``train_slice_s`` seconds; returns updates done."""
+        t_end = time.monotonic() + self.train_slice_s
+        n = 0
+        while time.monotonic() < t_end:
+            if max_updates is not None and self.updates >= max_updates:
+                break
+            if not self._train_once():
+                break
+            n += 1
+        return n
+
+    # -- reporting --------------------------------------------------------------------------------
+    def _connected_workers(self) -> int:
+        now = time.monotonic()
+        return sum(1 for s in self.worker_stats.values() if now - s["_t"] < 30)
+
+    def _report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.progress is not None:
+            try:
+                self.progress.update(samples=self.samples, updates=self.updates, version=self.version,
+                                     workers=self._connected_workers(), episodes=self.episodes,
+                                     ret=round(float(np.mean(self._returns[-20:])), 1) if self._returns else None)
+            except Exception:  # noqa: BLE001 - a display problem never stops training
+                self.progress = None
+        if not force and now - self._last_log < self.log_every_s:
+            return
+        dt = max(1e-9, now - self._window["t"])
+        metrics: dict[str, float] = {
+            "charts/samples_received": self.samples, "charts/batches_trained": self.updates,
+            "charts/weights_version": self.version, "charts/episodes": self.episodes,
+            "perf/workers_connected": self._connected_workers(),
+            "perf/ingest_mb_per_s": self._window["bytes"] / dt / 1e6,
+            "perf/batches_per_s": self._window["updates"] / dt,
+            "perf/samples_per_s": self._window["samples"] / dt,
+            "perf/segments_duplicate": self.counters["duplicates"],
+            "perf/segments_dropped": sum(v for k, v in self.counters.items() if k.startswith("bad_")),
+        }
+        if self._lags:
+            metrics.update({"perf/policy_lag_min": min(self._lags), "perf/policy_lag_max": max(self._lags),
+                            "perf/policy_lag_avg": float(np.mean(self._lags))})
+        if self._window_returns:
+            metrics["charts/episodic_return"] = float(np.mean(self._window_returns))
+        metrics.update(self._last_train_metrics)
+        self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": now}
+        self._lags, self._window_returns = [], []
+        self._last_log = now
+        if self.metrics is not None:
+            try:
+                self.metrics.log(metrics, step=self.samples)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("metrics logging failed: %s", exc)
+        try:
+            from rulka.net.stats import encode_stats
+
+            self.link.broadcast("stats", encode_stats({
+                "weights_version": self.version, "updates": self.updates, "samples": self.samples,
+                "memory_size": len(self.memory), "updates_per_s": round(metrics["perf/batches_per_s"], 2),
+                "episodes": self.episodes, "duplicates": self.counters["duplicates"]}))
+        except Exception as exc:  # noqa: BLE001 - stats are best effort
+            log.debug("stats not sent: %s", exc)
+
+    def summary(self) -> dict[str, Any]:
+        """Counters as plain data."""
+        return {"run_id": self.run_id, "version": self.version, "updates": self.updates, "samples": self.samples,
+                "segments": self.segments, "episodes": self.episodes, "memory_size": len(self.memory),
+                "counters": dict(self.counters), "verify_failures": list(self.verify_failures)}
+
+    # -- main loop --------------------------------------------------------------------------------
+    def run(self, max_updates: int | None = None, max_seconds: float | None = None,
+            stop_event: threading.Event | None = None, max_samples: int | None = None) -> dict[str, Any]:
+        """Ingest and train until ``max_updates``/``max_seconds``/``max_samples`` or ``stop_event``;
+        writes a final checkpoint (with a run folder) and returns ``summary()``."""
+        stop_event = stop_event or threading.Event()
+        t0 = time.monotonic()
+        self._write_run_file()
+        self.publish()  # workers start acting with the current policy at once
+        try:
+            while not stop_event.is_set():
+                if max_updates is not None and self.updates >= max_updates:
+                    break
+                if max_seconds is not None and time.monotonic() - t0 >= max_seconds:
+                    break
+                if max_samples is not None and self.samples >= max_samples:
+                    break
+                can_train = self.memory.ready() or self.updates < self.allowed_updates()
+                try:
+                    messages = self.link.receive(timeout=0.0 if can_train else 0.05)
+                except LinkClosed:
+                    break
+                self.ingest(messages)
+                self.train_slice(max_updates)
+                self._report()
+                if self.run_dir is not None and time.monotonic() - self._last_checkpoint >= self.checkpoint_every_s:
+                    self.checkpoint()
+        finally:
+            self._report(force=True)
+            if self.run_dir is not None:
+                self.checkpoint()
+        return self.summary()
+
+    def close(self) -> None:
+        """Close files, metrics and the link."""
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        if self._accepted_log is not None and not self._accepted_log.closed:
+            self._accepted_log.close()
+        for obj in (self.metrics, self.progress):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        self.link.close()

@@ -1,0 +1,93 @@
+"""Building plugins and envs from a run config; shared by the worker, the trainer and ``rulka verify``.
+
+Plugin convention: a plugin named in the config (registry name or ``module:Class``) is called with
+its ``*_kwargs`` from the config, plus ``cfg=<the run config>`` when its signature takes ``cfg``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rulka.errors import UserError
+from rulka.registry import resolve
+
+_MISSING = object()
+
+
+def opt(cfg: Any, path: str, default: Any = None) -> Any:
+    """``cfg.a.b`` (attribute or mapping access) or ``default`` when any part is missing/None."""
+    node = cfg
+    for part in path.split("."):
+        if node is None:
+            return default
+        if isinstance(node, Mapping):
+            node = node.get(part, _MISSING)
+        else:
+            node = getattr(node, part, _MISSING)
+        if node is _MISSING:
+            return default
+    return default if node is None else node
+
+
+def build_plugin(kind: str, name: str, kwargs: Mapping[str, Any] | None = None, cfg: Any = None) -> Any:
+    """Instantiate plugin ``name`` of ``kind`` with ``kwargs`` (+ ``cfg`` if it takes one)."""
+    factory = resolve(kind, name)
+    kw = dict(kwargs or {})
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "cfg" in params and "cfg" not in kw:
+        kw["cfg"] = cfg
+    try:
+        return factory(**kw)
+    except TypeError as exc:
+        raise UserError(f"{kind} plugin '{name}' cannot be built with {sorted(kw)}: {exc}") from exc
+
+
+def make_env(cfg: Any) -> Any:
+    """The env the config describes: ``environment.backend == "gym"`` makes
+    ``gymnasium.make(environment.gym_id, **environment.gym_kwargs)``; any other backend is an
+    ``env`` plugin (``"sim"`` by default) called with ``config=cfg``."""
+    backend = opt(cfg, "environment.backend", "sim")
+    if backend == "gym":
+        import gymnasium
+
+        gym_id = opt(cfg, "environment.gym_id")
+        if not gym_id:
+            raise UserError("environment.backend is 'gym' but environment.gym_id is not set")
+        try:
+            return gymnasium.make(gym_id, **dict(opt(cfg, "environment.gym_kwargs", {}) or {}))
+        except gymnasium.error.Error as exc:
+            raise UserError(f"cannot make gym env '{gym_id}': {exc}") from exc
+    factory = resolve("env", backend)
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    return factory(config=cfg) if "config" in params else factory()
+
+
+def obs_to_arrays(obs: Any) -> dict[str, np.ndarray]:
+    """One observation -> ``{"obs/<name>": array}``: a dict observation gives one array per key,
+    anything else ``obs/x``. float64 is narrowed to float32 (what networks use)."""
+    items = obs.items() if isinstance(obs, Mapping) else [("x", obs)]
+    out = {}
+    for key, value in items:
+        arr = np.asarray(value)
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        out[f"obs/{key}"] = arr
+    return out
+
+
+def arrays_to_obs(arrays: Mapping[str, np.ndarray], index: int) -> Any:
+    """Inverse of ``obs_to_arrays`` for step ``index`` of a segment."""
+    names = [k for k in arrays if k.startswith("obs/")]
+    if names == ["obs/x"]:
+        return arrays["obs/x"][index]
+    return {k[4:]: arrays[k][index] for k in names}

@@ -1,0 +1,321 @@
+"""The worker's delivery guarantees: sequence numbers that survive restarts and a bounded store of
+segments the trainer has not acknowledged yet.
+
+Every segment a worker produces gets the next sequence number of that worker and is kept until
+the trainer acknowledges it; the sender resends what is not acknowledged after a reconnect or a
+timeout, and the trainer drops what it has already seen, so delivery is exactly-once after
+dedupe. With a ``directory`` the store is durable: each segment is written to a plain file
+(its compressed bytes, never pickled) before it counts as produced, so a worker killed with
+``kill -9`` resends everything unacknowledged when it starts again, with fresh sequence numbers
+that never repeat an old one.
+
+Bounds: ``limit_segments`` and ``disk_limit_bytes`` cap what is kept; ``memory_limit_bytes`` caps
+how much of it stays in RAM (the rest is read back from disk when sent). When a cap is reached,
+``on_full`` decides: ``"block"`` makes ``add`` wait for acknowledgements (collection pauses),
+``"drop_oldest"`` discards the oldest unacknowledged segment and counts it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_STATE_FILE = "worker_state.json"
+_SEGMENT_SUFFIX = ".seg"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class WorkerCounters:
+    """Next sequence number and next episode id of one worker, persisted in ``directory``.
+
+    Without a directory the numbers live in memory only (tests, throwaway workers).
+    """
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        self.next_seq = 0
+        self.next_episode = 0
+        self._lock = threading.Lock()
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / _STATE_FILE
+            if path.exists():
+                try:
+                    state = json.loads(path.read_text())
+                    self.next_seq = int(state["next_seq"])
+                    self.next_episode = int(state["next_episode"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    # a damaged state file must not make us reuse numbers: start above any
+                    # segment still on disk (see bump_past) and say so
+                    log.warning("worker state %s unreadable (%s); continuing from spilled segments", path, exc)
+
+    def bump_past(self, seq: int) -> None:
+        """Make sure the next sequence number is above ``seq`` (a segment found on disk)."""
+        with self._lock:
+            if seq >= self.next_seq:
+                self.next_seq = seq + 1
+                self._save()
+
+    def take_seq(self) -> int:
+        """The next sequence number; persisted before it is returned."""
+        with self._lock:
+            seq = self.next_seq
+            self.next_seq += 1
+            self._save()
+            return seq
+
+    def take_episode(self) -> int:
+        """The next episode id; persisted before it is returned."""
+        with self._lock:
+            ep = self.next_episode
+            self.next_episode += 1
+            self._save()
+            return ep
+
+    def _save(self) -> None:
+        if self.directory is not None:
+            data = json.dumps({"next_seq": self.next_seq, "next_episode": self.next_episode})
+            _atomic_write(self.directory / _STATE_FILE, data.encode())
+
+
+@dataclass
+class _Entry:
+    seq: int
+    size: int
+    payload: bytes | None  # None when only on disk
+    on_disk: bool
+    sent_at: float | None = None  # monotonic time of the last send; None = not sent yet
+
+
+class Outbox:
+    """Unacknowledged segments, oldest first. Thread-safe: the env loop adds, the sender thread
+    takes what is due and marks acknowledgements.
+
+    ``directory`` (optional): where segments are written (durable mode); segments found there
+    at start are loaded as unacknowledged, and ``counters.bump_past`` is called for each.
+    """
+
+    def __init__(
+        self,
+        *,
+        directory: Path | None = None,
+        limit_segments: int = 10000,
+        memory_limit_bytes: int = 256 << 20,
+        disk_limit_bytes: int = 4096 << 20,
+        on_full: str = "block",
+        counters: WorkerCounters | None = None,
+    ) -> None:
+        if on_full not in ("block", "drop_oldest"):
+            raise ValueError(f"on_full must be 'block' or 'drop_oldest', not {on_full!r}")
+        self.directory = Path(directory) if directory is not None else None
+        self.limit_segments = int(limit_segments)
+        self.memory_limit_bytes = int(memory_limit_bytes)
+        self.disk_limit_bytes = int(disk_limit_bytes)
+        self.on_full = on_full
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._cond = threading.Condition()
+        self.memory_bytes = 0
+        self.disk_bytes = 0
+        self.closed = False
+        # counters (read by stats and tests)
+        self.added = 0
+        self.acked = 0
+        self.dropped = 0
+        self.blocked_s = 0.0
+        self.sends = 0
+        self.resends = 0
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._load_existing(counters)
+
+    # -- disk -----------------------------------------------------------------------------------
+    def _path(self, seq: int) -> Path:
+        assert self.directory is not None
+        return self.directory / f"{seq:020d}{_SEGMENT_SUFFIX}"
+
+    def _load_existing(self, counters: WorkerCounters | None) -> None:
+        assert self.directory is not None
+        found = []
+        for path in self.directory.iterdir():
+            if path.suffix == ".tmp":
+                path.unlink(missing_ok=True)  # an interrupted write: never counted as produced
+            elif path.suffix == _SEGMENT_SUFFIX and path.stem.isdigit():
+                found.append((int(path.stem), path.stat().st_size))
+        for seq, size in sorted(found):
+            self._entries[seq] = _Entry(seq, size, None, True)
+            self.disk_bytes += size
+            if counters is not None:
+                counters.bump_past(seq)
+        if found:
+            log.info("resuming with %d unacknowledged segments from %s", len(found), self.directory)
+
+    def _read(self, entry: _Entry) -> bytes | None:
+        try:
+            return self._path(entry.seq).read_bytes()
+        except OSError as exc:
+            log.warning("spilled segment %d unreadable (%s); dropping it", entry.seq, exc)
+            return None
+
+    # -- producer side --------------------------------------------------------------------------
+    def _full(self, size: int) -> bool:
+        if len(self._entries) >= self.limit_segments:
+            return True
+        if self.directory is None:
+            return self.memory_bytes + size > self.memory_limit_bytes
+        return self.disk_bytes + size > self.disk_limit_bytes
+
+    def add(self, seq: int, payload: bytes, stop_event: threading.Event | None = None) -> bool:
+        """Keep ``payload`` until ``ack(seq)``. Applies ``on_full`` when a bound is reached.
+
+        Returns False only when ``stop_event`` is set (or the outbox closed) while blocked; the
+        segment is then not kept.
+        """
+        size = len(payload)
+        with self._cond:
+            if self._full(size):
+                if self.on_full == "drop_oldest":
+                    while self._entries and self._full(size):
+                        self._drop_oldest_locked()
+                else:
+                    t0 = time.monotonic()
+                    logged = False
+                    while self._full(size) and self._entries:
+                        if self.closed or (stop_event is not None and stop_event.is_set()):
+                            self.blocked_s += time.monotonic() - t0
+                            return False
+                        if not logged:
+                            log.warning("unacknowledged segments at their bound (%d kept); collection "
+                                        "waits for the trainer (worker.on_full=block)", len(self._entries))
+                            logged = True
+                        self._cond.wait(0.2)
+                    self.blocked_s += time.monotonic() - t0
+            on_disk = False
+            if self.directory is not None:
+                _atomic_write(self._path(seq), payload)
+                self.disk_bytes += size
+                on_disk = True
+            entry = _Entry(seq, size, payload, on_disk)
+            self._entries[seq] = entry
+            self.memory_bytes += size
+            self.added += 1
+            self._evict_memory_locked()
+            self._cond.notify_all()
+            return True
+
+    def _evict_memory_locked(self) -> None:
+        # keep the newest in RAM; older payloads are read back from disk when (re)sent
+        if self.memory_bytes <= self.memory_limit_bytes or self.directory is None:
+            return
+        for entry in self._entries.values():
+            if self.memory_bytes <= self.memory_limit_bytes:
+                break
+            if entry.payload is not None and entry.on_disk:
+                entry.payload = None
+                self.memory_bytes -= entry.size
+
+    def _drop_oldest_locked(self) -> None:
+        seq, entry = self._entries.popitem(last=False)
+        self._forget(entry)
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 100 == 0:
+            log.warning("dropped unacknowledged segment %d (worker.on_full=drop_oldest; %d dropped so far)",
+                        seq, self.dropped)
+
+    def _forget(self, entry: _Entry) -> None:
+        if entry.payload is not None:
+            self.memory_bytes -= entry.size
+        if entry.on_disk:
+            self.disk_bytes -= entry.size
+            self._path(entry.seq).unlink(missing_ok=True)
+
+    # -- sender side ----------------------------------------------------------------------------
+    def ack(self, seqs: list[int]) -> int:
+        """Forget the acknowledged segments; return how many were still kept."""
+        n = 0
+        with self._cond:
+            for seq in seqs:
+                entry = self._entries.pop(seq, None)
+                if entry is not None:
+                    self._forget(entry)
+                    n += 1
+            self.acked += n
+            if n:
+                self._cond.notify_all()
+        return n
+
+    def due(self, now: float, resend_after_s: float, max_in_flight: int, limit: int) -> list[tuple[int, bytes]]:
+        """Segments to send now, oldest first: never sent, or sent more than ``resend_after_s``
+        ago; at most ``limit`` and never more than ``max_in_flight`` awaiting an ack."""
+        out: list[tuple[int, bytes]] = []
+        with self._cond:
+            in_flight = sum(1 for e in self._entries.values()
+                            if e.sent_at is not None and now - e.sent_at < resend_after_s)
+            budget = min(limit, max_in_flight - in_flight)
+            for entry in list(self._entries.values()):
+                if budget <= 0:
+                    break
+                if entry.sent_at is not None and now - entry.sent_at < resend_after_s:
+                    continue
+                payload = entry.payload if entry.payload is not None else self._read(entry)
+                if payload is None:
+                    self._entries.pop(entry.seq, None)
+                    self._forget(entry)
+                    self.dropped += 1
+                    continue
+                out.append((entry.seq, payload))
+                budget -= 1
+        return out
+
+    def mark_sent(self, seq: int, now: float) -> None:
+        with self._cond:
+            entry = self._entries.get(seq)
+            if entry is not None:
+                if entry.sent_at is None:
+                    self.sends += 1
+                else:
+                    self.resends += 1
+                entry.sent_at = now
+
+    def resend_all(self) -> None:
+        """Treat every kept segment as unsent (after a reconnect: what was in flight may be lost)."""
+        with self._cond:
+            for entry in self._entries.values():
+                entry.sent_at = None
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._entries)
+
+    def seqs(self) -> list[int]:
+        with self._cond:
+            return list(self._entries)
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Wait until every segment is acknowledged; True if it happened within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._entries:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+            return True

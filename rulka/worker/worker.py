@@ -1,0 +1,451 @@
+"""The worker role: run episodes with the current policy, send them as segments, load new weights.
+
+The env loop never waits on the network: finished segments go to the ``Outbox`` (bounded,
+durable when a state folder is given) and a background thread sends them, handles
+acknowledgements, resends after a reconnect or a timeout, decodes and verifies weights, and
+reports ``stats``. Verified weights are swapped in between two env steps, and only when their
+version is newer than the one loaded.
+
+A worker needs nothing but a link: when no env or actor is given, it builds them from the run
+config and the ``actor_spec`` that come with the first weights (so a gaming PC needs only the
+server address and its credentials).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rulka.compress import ZstdCompressor
+from rulka.errors import BadInput
+from rulka.interfaces import ActorModule, SampleCompressor
+from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
+from rulka.segment import Segment, pack, unpack
+from rulka.worker.build import build_plugin, make_env, obs_to_arrays, opt
+from rulka.worker.outbox import Outbox, WorkerCounters
+
+log = logging.getLogger(__name__)
+
+# sections of the run config a worker needs; the trainer sends them with the weights
+WORKER_CONFIG_SECTIONS = ("environment", "rewards", "map_cycle", "exploration", "nn", "worker")
+
+
+@dataclass
+class WorkerStats:
+    """What a worker has done so far (also sent as ``stats`` messages)."""
+
+    episodes: int = 0
+    steps: int = 0
+    segments: int = 0
+    weights_version: int = 0
+    weights_loaded: int = 0
+    weights_rejected: int = 0
+    weights_stale: int = 0
+    bad_messages: int = 0
+    last_returns: list[float] = field(default_factory=list)
+
+
+def decode_ack(payload: bytes) -> list[int]:
+    """An ``ack`` payload (msgpack list of sequence numbers) -> list; BadInput if malformed."""
+    obj = unpack(payload, max_bytes=16 << 20)
+    if not isinstance(obj, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in obj):
+        raise BadInput("ack", "not a list of ints")
+    return obj
+
+
+class _EpisodeBuffer:
+    """Collects one segment's worth of steps; the last observation carries over to the next."""
+
+    def __init__(self) -> None:
+        self.obs: list[dict[str, np.ndarray]] = []
+        self.actions: list[Any] = []
+        self.rewards: list[float] = []
+        self.terminated: list[bool] = []
+        self.truncated: list[bool] = []
+        self.extras: dict[str, list[Any]] = {}
+        self.first_step = 0
+
+    def start(self, obs_arrays: dict[str, np.ndarray], first_step: int) -> None:
+        self.__init__()
+        self.obs.append(obs_arrays)
+        self.first_step = first_step
+
+    def add(self, action: Any, extras: dict[str, Any], reward: float, terminated: bool, truncated: bool,
+            next_obs: dict[str, np.ndarray]) -> None:
+        self.actions.append(action)
+        self.rewards.append(reward)
+        self.terminated.append(terminated)
+        self.truncated.append(truncated)
+        for k, v in extras.items():
+            self.extras.setdefault(k, []).append(v)
+        self.obs.append(next_obs)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {k: np.stack([o[k] for o in self.obs]) for k in self.obs[0]}
+        first = np.asarray(self.actions[0])
+        if first.ndim == 0 and np.issubdtype(first.dtype, np.integer):
+            out["action"] = np.asarray(self.actions, np.int64)
+        else:
+            out["action"] = np.asarray(self.actions, np.float32)
+        out["reward"] = np.asarray(self.rewards, np.float32)
+        out["terminated"] = np.asarray(self.terminated, bool)
+        out["truncated"] = np.asarray(self.truncated, bool)
+        for k, vals in self.extras.items():
+            if len(vals) == len(self.actions):  # an extra missing at some step is not recorded
+                arr = np.asarray(vals)
+                out[f"extra/{k}"] = arr.astype(np.float32) if arr.dtype == np.float64 else arr
+        return out
+
+
+class Worker:
+    """Runs episodes and delivers them through ``link``.
+
+    Args:
+        cfg: the run config (rulka.config), or None to take it from the first weights.
+        link: a connected ``WorkerLink`` (``rulka.net.connect_worker`` or ``LocalHub.worker_link``).
+        env: a Gymnasium-API env; None builds it from the config.
+        actor: an ``ActorModule``; None builds it from the ``actor_spec`` of the first weights.
+            A given actor is used at once (version 0) until newer weights arrive.
+        compressor: a ``SampleCompressor``; None builds ``worker.compressor`` ("zstd").
+        weights_decoder: bytes -> verified weights blob (``run_id``, ``version``, ``tensors``,
+            ``actor_spec``); raise to reject. Default: ``rulka.net.weights.decode_weights`` with
+            ``verify_key``.
+        state_dir: where sequence numbers and unacknowledged segments persist
+            (``worker.spill_dir``); None keeps them in memory only.
+        test: greedy actions only (evaluation episodes, ``Segment.evaluation``).
+        act_before_weights: ``"wait"`` for the first weights (default) or ``"random"``
+            (``env.action_space.sample()``) when no actor is available yet.
+        produced_log: optional text file; one ``seq`` line per produced segment (audits, tests).
+    """
+
+    def __init__(
+        self,
+        cfg: Any = None,
+        link: WorkerLink | None = None,
+        env: Any = None,
+        actor: ActorModule | None = None,
+        compressor: SampleCompressor | None = None,
+        *,
+        weights_decoder: Callable[[bytes], Any] | None = None,
+        verify_key: Any = None,
+        state_dir: str | Path | None = None,
+        test: bool = False,
+        act_before_weights: str = "wait",
+        produced_log: str | Path | None = None,
+        stats_every_s: float = 5.0,
+        resend_after_s: float = 15.0,
+        max_in_flight: int = 64,
+    ) -> None:
+        if link is None:
+            raise ValueError("Worker needs a link")
+        if act_before_weights not in ("wait", "random"):
+            raise ValueError("act_before_weights must be 'wait' or 'random'")
+        self.cfg = cfg
+        self.link = link
+        self.name = link.worker_id
+        self.env = env
+        self.actor = actor
+        self.compressor = compressor
+        self.test = test
+        self.act_before_weights = act_before_weights
+        self.stats_every_s = stats_every_s
+        self.resend_after_s = resend_after_s
+        self.max_in_flight = max_in_flight
+        self.run_id = ""
+        self.stats = WorkerStats()
+        self._decoder = weights_decoder or self._default_decoder(verify_key)
+        state_dir = state_dir if state_dir is not None else opt(cfg, "worker.spill_dir")
+        self.state_dir = Path(state_dir).expanduser() if state_dir is not None else None
+        self.counters = WorkerCounters(self.state_dir)
+        self.outbox = Outbox(
+            directory=self.state_dir / "unacked" if self.state_dir is not None else None,
+            limit_segments=int(opt(cfg, "worker.unacked_limit_segments", 10000)),
+            memory_limit_bytes=int(float(opt(cfg, "worker.unacked_memory_limit_mb", 256)) * (1 << 20)),
+            disk_limit_bytes=int(float(opt(cfg, "worker.spill_limit_mb", 4096)) * (1 << 20)),
+            on_full=str(opt(cfg, "worker.on_full", "block")),
+            counters=self.counters,
+        )
+        self.segment_max_steps = int(opt(cfg, "worker.segment_max_steps", 200))
+        self._produced_log = Path(produced_log) if produced_log is not None else None
+        self._pending: Any = None  # newest verified weights blob not loaded yet
+        self._pending_lock = threading.Lock()
+        self._weights_event = threading.Event()
+        self._stop = threading.Event()
+        self._io_thread: threading.Thread | None = None
+        self._was_connected = False
+        self._rate_t0 = time.monotonic()
+        self._rate_steps = 0
+        self._samples_per_s = 0.0
+
+    # -- weights --------------------------------------------------------------------------------
+    @staticmethod
+    def _default_decoder(verify_key: Any) -> Callable[[bytes], Any]:
+        def decode(data: bytes) -> Any:
+            from rulka.net.weights import decode_weights
+
+            return decode_weights(data, verify_key)
+
+        return decode
+
+    def _on_weights(self, payload: bytes) -> None:
+        try:
+            blob = self._decoder(payload)
+        except Exception as exc:  # noqa: BLE001 - unverifiable weights are refused, never loaded
+            self.stats.weights_rejected += 1
+            log.warning("refused weights: %s", str(exc)[:200])
+            return
+        with self._pending_lock:
+            newest = max(self.stats.weights_version, self._pending.version if self._pending is not None else 0)
+            if blob.version <= newest:
+                self.stats.weights_stale += 1
+                return
+            self._pending = blob
+        self._weights_event.set()
+
+    def _swap_weights(self) -> bool:
+        """Load pending weights (between env steps). True if something was loaded."""
+        with self._pending_lock:
+            blob, self._pending = self._pending, None
+        if blob is None:
+            return False
+        spec = dict(blob.actor_spec or {})
+        if self.cfg is None and spec.get("run_config") is not None:
+            self.cfg = self._config_from_dict(spec["run_config"])
+        if self.actor is None:
+            if "actor" not in spec:
+                log.warning("weights v%d carry no actor_spec; cannot build an actor", blob.version)
+                self.stats.weights_rejected += 1
+                return False
+            self.actor = build_plugin("actor", spec["actor"], spec.get("kwargs"), self.cfg)
+        self.actor.load_weights(blob.tensors)
+        self.stats.weights_version = int(blob.version)
+        self.stats.weights_loaded += 1
+        self.run_id = str(blob.run_id)
+        log.debug("loaded weights v%d", blob.version)
+        return True
+
+    @staticmethod
+    def _config_from_dict(d: dict[str, Any]) -> Any:
+        try:
+            from rulka.config import config_from_dict
+        except ImportError:  # config package not available: a plain dict serves opt()
+            return d
+        return config_from_dict(d)
+
+    # -- background I/O ---------------------------------------------------------------------------
+    def _handle(self, msg: Message) -> None:
+        if msg.kind == "weights":
+            self._on_weights(msg.payload)
+        elif msg.kind == "ack":
+            try:
+                self.outbox.ack(decode_ack(msg.payload))
+            except BadInput as exc:
+                self.stats.bad_messages += 1
+                log.warning("bad ack: %s", exc)
+        else:
+            self.stats.bad_messages += 1
+
+    def _io_step(self) -> None:
+        try:
+            for msg in self.link.receive(timeout=0.02):
+                self._handle(msg)
+        except LinkClosed:
+            self._stop.set()
+            return
+        connected = self.link.connected()
+        if connected and not self._was_connected:
+            # anything in flight when the connection dropped may be lost: send it again
+            self.outbox.resend_all()
+        self._was_connected = connected
+        if not connected:
+            return
+        now = time.monotonic()
+        for seq, payload in self.outbox.due(now, self.resend_after_s, self.max_in_flight, limit=32):
+            try:
+                self.link.send("segment", payload)
+            except OutboxFull:
+                break  # the link is saturated; try again on the next round
+            except LinkClosed:
+                self._stop.set()
+                return
+            self.outbox.mark_sent(seq, now)
+
+    def _send_stats(self) -> None:
+        from rulka.net.stats import encode_stats
+
+        now = time.monotonic()
+        dt = now - self._rate_t0
+        if dt > 0:
+            self._samples_per_s = self._rate_steps / dt
+        self._rate_t0, self._rate_steps = now, 0
+        stats = {
+            "episodes": self.stats.episodes, "samples_per_s": round(self._samples_per_s, 2),
+            "weights_version": self.stats.weights_version, "segments_sent": self.outbox.sends,
+            "unacked": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resends,
+            "steps": self.stats.steps, "test": self.test,
+        }
+        try:
+            self.link.send("stats", encode_stats(stats))
+        except (OutboxFull, LinkClosed):
+            pass
+
+    def _io_loop(self) -> None:
+        next_stats = time.monotonic() + min(1.0, self.stats_every_s)
+        while not self._stop.is_set():
+            try:
+                self._io_step()
+                if time.monotonic() >= next_stats:
+                    self._send_stats()
+                    next_stats = time.monotonic() + self.stats_every_s
+            except Exception:  # noqa: BLE001 - the I/O thread must survive anything a peer sends
+                log.exception("worker I/O error")
+                time.sleep(0.1)
+            if not self.link.connected():
+                time.sleep(0.05)
+
+    def start_io(self) -> None:
+        """Start the background sender/receiver (``run`` does it)."""
+        if self._io_thread is None or not self._io_thread.is_alive():
+            self._stop.clear()
+            self._io_thread = threading.Thread(target=self._io_loop, name=f"worker-io-{self.name}", daemon=True)
+            self._io_thread.start()
+
+    def stop_io(self) -> None:
+        self._stop.set()
+        if self._io_thread is not None:
+            self._io_thread.join(timeout=5.0)
+
+    # -- env loop -------------------------------------------------------------------------------
+    def _ensure_ready(self, stop_event: threading.Event) -> bool:
+        """Have an env and a policy (or random acting); wait for weights when needed."""
+        while not stop_event.is_set():
+            self._swap_weights()
+            if self.env is None and self.cfg is not None:
+                self.env = make_env(self.cfg)
+            if self.compressor is None and (self.cfg is not None or self.actor is not None):
+                name = str(opt(self.cfg, "worker.compressor", "zstd"))
+                self.compressor = (ZstdCompressor() if name == "zstd" and not opt(self.cfg, "worker.compressor_kwargs")
+                                   else build_plugin("compressor", name, opt(self.cfg, "worker.compressor_kwargs"),
+                                                     self.cfg))
+                self.segment_max_steps = int(opt(self.cfg, "worker.segment_max_steps", self.segment_max_steps))
+            if self.env is not None and self.compressor is not None and (
+                    self.actor is not None or self.act_before_weights == "random"):
+                return True
+            if self._weights_event.wait(0.2):
+                self._weights_event.clear()
+        return False
+
+    def _act(self, obs: Any) -> tuple[Any, dict[str, Any]]:
+        if self.actor is None:
+            return self.env.action_space.sample(), {}
+        return self.actor.act_with_info(obs, test=self.test)
+
+    def _produce(self, buf: _EpisodeBuffer, episode_id: int, index: int, done: bool,
+                 info: dict[str, Any], stop_event: threading.Event) -> bool:
+        seq = self.counters.take_seq()
+        seg = Segment(
+            run_id=self.run_id, worker_id=self.name, episode_id=episode_id, seq=seq,
+            index_in_episode=index, first_step=buf.first_step, policy_version=self.stats.weights_version,
+            arrays=buf.arrays(), episode_done=done, map_name=str(info.get("map_name", "")),
+            evaluation=self.test, info=info,
+        )
+        payload = self.compressor.compress(seg)
+        if not self.outbox.add(seq, payload, stop_event):
+            return False
+        self.stats.segments += 1
+        if self._produced_log is not None:
+            with open(self._produced_log, "a") as f:
+                f.write(f"{seq}\n")
+        return True
+
+    def run(self, max_episodes: int | None = None, max_steps: int | None = None,
+            stop_event: threading.Event | None = None, drain_timeout_s: float = 10.0) -> WorkerStats:
+        """Run episodes until ``max_episodes``/``max_steps`` or ``stop_event``; then wait up to
+        ``drain_timeout_s`` for the trainer to acknowledge what was produced (what is left stays
+        in the state folder and is resent by the next run). Returns the counters."""
+        stop_event = stop_event or threading.Event()
+        self.start_io()
+        try:
+            if not self._ensure_ready(stop_event):
+                return self.stats
+            episodes = steps = 0
+            while not stop_event.is_set():
+                if max_episodes is not None and episodes >= max_episodes:
+                    break
+                if max_steps is not None and steps >= max_steps:
+                    break
+                n = self._run_episode(stop_event, None if max_steps is None else max_steps - steps)
+                if n < 0:
+                    break
+                steps += n
+                episodes += 1
+            if drain_timeout_s > 0:
+                self.outbox.wait_empty(drain_timeout_s)
+            return self.stats
+        finally:
+            self.stop_io()
+
+    def _run_episode(self, stop_event: threading.Event, step_budget: int | None) -> int:
+        """One episode; returns its steps, or -1 if it was cut short by ``stop_event``."""
+        episode_id = self.counters.take_episode()
+        obs, _ = self.env.reset()
+        if self.actor is not None:
+            self.actor.reset()
+        buf = _EpisodeBuffer()
+        buf.start(obs_to_arrays(obs), 0)
+        index = 0
+        ret = 0.0
+        step = 0
+        info: dict[str, Any] = {}
+        while True:
+            if stop_event.is_set() or (step_budget is not None and step >= step_budget):
+                return -1
+            self._swap_weights()
+            action, extras = self._act(obs)
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            ret += float(reward)
+            step += 1
+            self.stats.steps += 1
+            self._rate_steps += 1
+            done = bool(terminated or truncated)
+            buf.add(action, extras, float(reward), bool(terminated), bool(truncated), obs_to_arrays(obs))
+            if done or len(buf) >= self.segment_max_steps:
+                seg_info: dict[str, Any] = {}
+                if done:
+                    seg_info = {"episode_return": ret, "episode_length": step}
+                    for key in ("race_time_ms", "finished", "map_name", "progress_m"):
+                        value = info.get(key) if isinstance(info, dict) else None
+                        if isinstance(value, (bool, int, float, str, np.generic)):
+                            seg_info[key] = value.item() if isinstance(value, np.generic) else value
+                if not self._produce(buf, episode_id, index, done, seg_info, stop_event):
+                    return -1
+                index += 1
+                if done:
+                    break
+                buf.start(buf.obs[-1], step)
+        self.stats.episodes += 1
+        self.stats.last_returns = (self.stats.last_returns + [ret])[-100:]
+        return step
+
+    def close(self) -> None:
+        """Stop background I/O, close the outbox, the link and the env."""
+        self.stop_io()
+        self.outbox.close()
+        self.link.close()
+        if self.env is not None and hasattr(self.env, "close"):
+            self.env.close()
+
+
+def encode_ack(seqs: list[int]) -> bytes:
+    """The ``ack`` payload for ``seqs``."""
+    return pack(list(seqs))
