@@ -82,3 +82,13 @@ def test_plot_on_a_folder_without_log_is_a_one_line_error(tmp_path: Path, capsys
     assert main(["plot", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no metrics log at") and err.count("\n") == 1
+
+
+def test_reference_time_of_a_bundled_track_comes_from_the_simulator(tmp_path: Path) -> None:
+    tracks = pytest.importorskip("rulka.envs.sim.tracks")
+    from rulka.telemetry.plot import _bundled_reference_ms
+
+    expected = tracks.load_track_spec("default")["reference_time_ms"]
+    assert _bundled_reference_ms("default") == float(expected)
+    assert _bundled_reference_ms("no-such-track") is None
+    assert _bundled_reference_ms("/etc/passwd.json") is None

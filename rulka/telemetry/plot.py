@@ -35,20 +35,17 @@ def load_series(run_dir: str | Path) -> Series:
 
 
 def _bundled_reference_ms(map_name: str) -> float | None:
-    """The bundled track's reference time, when rulka's simulator knows the track."""
+    """The reference time of a track bundled with rulka's simulator, if ``map_name`` is one."""
     try:
-        from rulka.envs.sim import tracks  # type: ignore[attr-defined]
+        from rulka.envs.sim.tracks import bundled_track_names, load_track_spec
+
+        # bundled names only: a map name read from a log never becomes a file path
+        if map_name not in bundled_track_names():
+            return None
+        value = load_track_spec(map_name).get("reference_time_ms")
     except Exception:  # noqa: BLE001 - the simulator is optional for plotting
         return None
-    for getter in ("reference_time_ms", "get_reference_time_ms"):
-        func = getattr(tracks, getter, None)
-        if callable(func):
-            try:
-                value = func(map_name)
-            except Exception:  # noqa: BLE001 - unknown track name
-                return None
-            return float(value) if value is not None else None
-    return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def reference_times(series: Series, maps: list[str],
