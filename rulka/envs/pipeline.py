@@ -1,0 +1,570 @@
+"""The TrackMania observation and reward pipeline, shared by every backend.
+
+The built-in simulator, TMNF (TMInterface) and TM2020 (Openplanet) all report a ``CarState``
+after each action; ``TrackmaniaPipeline`` turns it into the float observation, the reward and the
+episode cut-offs, against the track's ``ReferenceLine``. Nothing here knows which backend runs.
+
+Float observation layout (``float_feature_names`` names every slot; ``D = float_input_dim``):
+
+====================  ======================  =================================================
+slots                 name                    content
+====================  ======================  =================================================
+1                     mini_race_time          0 here. The replay memory overwrites it with the
+                                              mini-race time (in actions) when it samples a
+                                              batch; 0 means "at the start of a mini-race",
+                                              which is what the actor assumes when it acts.
+4 * n_prev_actions    prev_action{k}/{flag}   last actions as (accelerate, brake, left, right),
+                                              oldest first; "accelerate" before the first one
+4                     wheel_sliding/{w}       wheel slides (FL, FR, RL, RR)
+4                     wheel_contact/{w}       wheel touches the ground
+4                     wheel_damper/{w}        suspension compression
+1                     gearbox_state           non-zero while shifting
+1                     gear                    engine gear
+1                     rpm                     engine rpm
+1                     gearbox_counter         steps since the gearbox started shifting (0 idle)
+4 * n_categories      material/{w}/{cat}      per wheel, one-hot surface category; "other" and
+                                              airborne wheels are all zeros
+3                     angular_velocity/{a}    in the car frame (lateral, up, forward)
+3                     velocity/{a}            in the car frame
+3                     world_up/{a}            world up (0, 1, 0) in the car frame
+3 * n_zone_centers    zone{j}/{a}             zone centres current, current + every, ...,
+                                              current + (n - 1) * every, in the car frame
+1                     distance_to_finish      min(margin_to_announce_finish_meters, metres left)
+1                     freewheeling            engine disconnected
+====================  ======================  =================================================
+
+so ``D = 28 + 4 * n_prev_actions_in_inputs + 4 * n_contact_material_physics_behavior_types
++ 3 * n_zone_centers_in_inputs`` (184 with the defaults 5, 4, 40).
+
+The observation is raw (metres, m/s, rpm...) so it can be checked by hand; ``normalize`` applies
+``(x - mean) / std`` with the config's ``float_inputs_mean`` / ``float_inputs_std`` or, when those
+are not given, with ``default_normalization`` for the chosen layout. The network sees normalised
+values; segments carry raw ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from rulka.envs import rewards as R
+from rulka.envs.actions import DEFAULT_PREVIOUS_ACTION, FLAG_NAMES, action_to_flags, discrete_to_flags
+from rulka.envs.car_state import WHEEL_NAMES, CarState
+from rulka.envs.materials import CATEGORY_NAMES, wheel_material_one_hot
+from rulka.envs.reference_line import ReferenceLine
+
+AXES = ("lateral", "up", "forward")
+WORLD_UP = np.array([0.0, 1.0, 0.0])
+
+Knots = tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class PipelineParams:
+    """Everything the pipeline reads from the run config. Field names are the config keys
+    (sections ``environment``, ``rewards``, ``state_normalization``); see the configuration guide.
+    """
+
+    # environment: timing
+    ms_per_action: int = 50
+    """Milliseconds of race time per action (tm_engine_step_per_action * ms_per_tm_engine_step)."""
+    # environment: spatial inputs
+    n_zone_centers_in_inputs: int = 40
+    one_every_n_zone_centers_in_inputs: int = 20
+    n_zone_centers_extrapolate_before_start_of_map: int = 20
+    n_zone_centers_extrapolate_after_end_of_map: int = 1000
+    distance_between_checkpoints: float = 0.5
+    road_width: float = 90.0
+    margin_to_announce_finish_meters: float = 700.0
+    n_contact_material_physics_behavior_types: int = 4
+    n_prev_actions_in_inputs: int = 5
+    temporal_mini_race_duration_ms: int = 7000
+    # environment: cut-offs
+    cutoff_rollout_if_race_not_finished_within_duration_ms: int = 300_000
+    cutoff_rollout_if_no_vcp_passed_within_duration_ms: int = 2_000
+    # rewards
+    constant_reward_per_ms: float = -6 / 5000
+    reward_per_m_advanced_along_centerline: float = 5 / 500
+    final_speed_reward_as_if_duration_s: float = 0.0
+    shaped_reward_dist_to_cur_vcp: float = 0.0
+    shaped_reward_min_dist_to_cur_vcp: float = 2.0
+    shaped_reward_max_dist_to_cur_vcp: float = 25.0
+    shaped_reward_point_to_vcp_ahead: float = 0.0
+    engineered_reward_min_dist_to_cur_vcp: float = 5.0
+    engineered_reward_max_dist_to_cur_vcp: float = 25.0
+    engineered_speedslide_reward_schedule: Knots = ((0, 0.0),)
+    engineered_neoslide_reward_schedule: Knots = ((0, 0.0),)
+    engineered_kamikaze_reward_schedule: Knots = ((0, 0.0),)
+    engineered_close_to_vcp_reward_schedule: Knots = ((0, 0.0),)
+    # state_normalization (None: default_normalization for this layout)
+    float_inputs_mean: tuple[float, ...] | None = None
+    float_inputs_std: tuple[float, ...] | None = None
+    # derived by the config; checked against the layout when given
+    float_input_dim: int | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "n_zone_centers_in_inputs",
+            "one_every_n_zone_centers_in_inputs",
+            "n_zone_centers_extrapolate_before_start_of_map",
+            "n_zone_centers_extrapolate_after_end_of_map",
+            "ms_per_action",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("n_prev_actions_in_inputs", "n_contact_material_physics_behavior_types"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        dim = layout_dim(self)
+        if self.float_input_dim is not None and self.float_input_dim != dim:
+            raise ValueError(
+                f"float_input_dim is {self.float_input_dim} but the pipeline layout has {dim} floats "
+                f"(28 + 4 * n_prev_actions_in_inputs + 4 * n_contact_material_physics_behavior_types "
+                f"+ 3 * n_zone_centers_in_inputs)"
+            )
+        for name in ("float_inputs_mean", "float_inputs_std"):
+            v = getattr(self, name)
+            if v is not None and len(v) != dim:
+                raise ValueError(f"state_normalization.{name} has {len(v)} values, the layout has {dim}")
+        if self.float_inputs_std is not None and min(self.float_inputs_std) <= 0:
+            raise ValueError("state_normalization.float_inputs_std values must be > 0")
+
+    @property
+    def temporal_mini_race_duration_actions(self) -> int:
+        return self.temporal_mini_race_duration_ms // self.ms_per_action
+
+    @property
+    def final_speed_reward_per_m_per_s(self) -> float:
+        return self.reward_per_m_advanced_along_centerline * self.final_speed_reward_as_if_duration_s
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> PipelineParams:
+        """Build from the run config: an object with ``environment`` / ``rewards`` /
+        ``state_normalization`` sections (attributes or mappings), or a flat mapping/object.
+
+        Missing keys keep their defaults; ``ms_per_action`` is derived from
+        ``tm_engine_step_per_action * ms_per_tm_engine_step`` (10 ms when multi-action
+        ``rl_action_offsets_ms`` has more than one offset) unless the config states it.
+        """
+        sections = [_section(cfg, s) for s in ("environment", "rewards", "state_normalization")]
+        sections = [s for s in sections if s is not None] + [cfg]
+
+        def lookup(name: str) -> Any:
+            for s in sections:
+                v = _get(s, name)
+                if v is not None:
+                    return v
+            return None
+
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            v = lookup(f.name)
+            if v is None:
+                continue
+            if f.name.endswith("_schedule"):
+                v = tuple((float(k[0]), float(k[1])) for k in v)
+            elif f.name in ("float_inputs_mean", "float_inputs_std"):
+                v = tuple(float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1))
+            kwargs[f.name] = v
+        if "ms_per_action" not in kwargs:
+            steps = lookup("tm_engine_step_per_action")
+            ms_step = lookup("ms_per_tm_engine_step") or 10
+            offsets = lookup("rl_action_offsets_ms")
+            if offsets is not None and len(offsets) > 1:
+                kwargs["ms_per_action"] = int(ms_step)
+            elif steps is not None:
+                kwargs["ms_per_action"] = int(steps) * int(ms_step)
+        return cls(**kwargs)
+
+
+def _section(cfg: Any, name: str) -> Any:
+    return cfg.get(name) if isinstance(cfg, Mapping) else getattr(cfg, name, None)
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # a config view may raise on unknown names
+        return None
+
+
+def layout_dim(params: PipelineParams) -> int:
+    """Length of the float observation for ``params`` (see the module docstring)."""
+    return (
+        28
+        + 4 * params.n_prev_actions_in_inputs
+        + 4 * params.n_contact_material_physics_behavior_types
+        + 3 * params.n_zone_centers_in_inputs
+    )
+
+
+def float_feature_names(params: PipelineParams) -> list[str]:
+    """Name of every slot of the float observation, in order."""
+    names = ["mini_race_time"]
+    for k in range(params.n_prev_actions_in_inputs):
+        age = params.n_prev_actions_in_inputs - k  # 1 = the latest action
+        names += [f"prev_action{age}/{f}" for f in FLAG_NAMES]
+    names += [f"wheel_sliding/{w}" for w in WHEEL_NAMES]
+    names += [f"wheel_contact/{w}" for w in WHEEL_NAMES]
+    names += [f"wheel_damper/{w}" for w in WHEEL_NAMES]
+    names += ["gearbox_state", "gear", "rpm", "gearbox_counter"]
+    n_cat = params.n_contact_material_physics_behavior_types
+    cat_names = [CATEGORY_NAMES[c] if c < len(CATEGORY_NAMES) else f"cat{c}" for c in range(n_cat)]
+    names += [f"material/{w}/{c}" for w in WHEEL_NAMES for c in cat_names]
+    names += [f"angular_velocity/{a}" for a in AXES]
+    names += [f"velocity/{a}" for a in AXES]
+    names += [f"world_up/{a}" for a in AXES]
+    names += [f"zone{j}/{a}" for j in range(params.n_zone_centers_in_inputs) for a in AXES]
+    names += ["distance_to_finish", "freewheeling"]
+    assert len(names) == layout_dim(params)
+    return names
+
+
+def feature_slices(params: PipelineParams) -> dict[str, slice]:
+    """Slices of the float observation by block (``prev_actions``, ``velocity``, ``zones``...)."""
+    n_prev = 4 * params.n_prev_actions_in_inputs
+    n_mat = 4 * params.n_contact_material_physics_behavior_types
+    n_zone = 3 * params.n_zone_centers_in_inputs
+    sizes = [
+        ("mini_race_time", 1),
+        ("prev_actions", n_prev),
+        ("wheel_sliding", 4),
+        ("wheel_contact", 4),
+        ("wheel_damper", 4),
+        ("gearbox_state", 1),
+        ("gear", 1),
+        ("rpm", 1),
+        ("gearbox_counter", 1),
+        ("material", n_mat),
+        ("angular_velocity", 3),
+        ("velocity", 3),
+        ("world_up", 3),
+        ("zones", n_zone),
+        ("distance_to_finish", 1),
+        ("freewheeling", 1),
+    ]
+    out, start = {}, 0
+    for name, n in sizes:
+        out[name] = slice(start, start + n)
+        start += n
+    return out
+
+
+def default_normalization(params: PipelineParams) -> tuple[np.ndarray, np.ndarray]:
+    """Domain-derived ``(mean, std)`` for the layout of ``params``.
+
+    Binary flags get mean ~ how often they are on and std 0.5; the mini-race time is centred on
+    half a mini-race; the distance to finish on the announce margin; zone centre ``j`` (``a``
+    metres ahead along the line) gets mean ``(0, 0, 0.7 a)`` and a spread growing with ``a``,
+    because far centres swing left and right with the road. Replace them with statistics of your
+    own runs (``normalization_from_samples``) once you have some.
+    """
+    half_race = max(params.temporal_mini_race_duration_actions / 2.0, 1.0)
+    mean: list[float] = [half_race]
+    std: list[float] = [half_race]
+    for _ in range(params.n_prev_actions_in_inputs):
+        mean += [0.8, 0.2, 0.3, 0.3]
+        std += [0.5] * 4
+    mean += [0.1] * 4 + [0.9] * 4 + [0.02] * 4 + [0.3, 2.5, 7000.0, 0.1]
+    std += [0.5] * 4 + [0.5] * 4 + [0.06] * 4 + [1.0, 2.0, 3000.0, 10.0]
+    n_mat = 4 * params.n_contact_material_physics_behavior_types
+    mean += [0.5] * n_mat
+    std += [0.5] * n_mat
+    mean += [0.0, 0.0, 0.0, 0.0, 0.0, 55.0, 0.0, 1.0, 0.0]
+    std += [0.5, 1.0, 0.5, 5.0, 5.0, 20.0, 0.5, 0.5, 0.5]
+    step = params.one_every_n_zone_centers_in_inputs * params.distance_between_checkpoints
+    for j in range(params.n_zone_centers_in_inputs):
+        a = j * step
+        mean += [0.0, 0.0, 0.7 * a]
+        std += [5.0 + 0.4 * a, 2.0 + 0.05 * a, 3.0 + 0.35 * a]
+    margin = float(params.margin_to_announce_finish_meters)
+    mean += [margin, 0.0]
+    std += [max(margin / 2.0, 1.0), 1.0]
+    return np.asarray(mean, dtype=np.float32), np.asarray(std, dtype=np.float32)
+
+
+def normalization_from_samples(samples: np.ndarray, min_std: float = 1e-2) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, std)`` of raw float observations ``(N, D)`` (NaN ignored, std floored at
+    ``min_std``), to put in ``state_normalization.float_inputs_mean`` / ``float_inputs_std``."""
+    x = np.asarray(samples, dtype=np.float64)
+    mean = np.nanmean(x, axis=0)
+    std = np.maximum(np.nanstd(x, axis=0), min_std)
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+class TrackmaniaPipeline:
+    """Observation, reward and cut-offs for one car on one track.
+
+    Usage (any backend)::
+
+        pipe = TrackmaniaPipeline(params, reference_line)
+        obs, info = pipe.reset(car_state)            # car at the start, race time ~0
+        while True:
+            car_state = backend.apply(action)        # ms_per_action of race time later
+            obs, reward, terminated, truncated, info = pipe.step(car_state, action)
+            if terminated or truncated: break
+
+    ``action`` is whatever was applied to reach ``car_state``: a discrete index (0..11), a
+    ``(gas, brake, steer)`` triple or 4 flags. ``reward`` does not include potential-based
+    shaping: ``info["potential"]`` carries phi of the new observation (and ``reset``'s info phi of
+    the first one) for the learner to add ``gamma^n * phi(s') - phi(s)`` (see ``rewards``).
+
+    ``info`` keys: ``zone``, ``furthest_zone``, ``progress_m`` (metres from the start),
+    ``progress_delta_m``, ``distance_to_finish_m``, ``potential``, ``race_time_ms``, ``speed``,
+    ``finished``, ``cutoff`` (``""``, ``"no_progress"``, ``"max_duration"`` or
+    ``"bad_car_state"``) and ``reward/<term>`` for each reward term.
+    """
+
+    def __init__(self, params: PipelineParams, reference_line: ReferenceLine) -> None:
+        self.params = params
+        self.line = reference_line
+        self.float_input_dim = layout_dim(params)
+        self.feature_names = float_feature_names(params)
+        self.slices = feature_slices(params)
+        if params.float_inputs_mean is not None and params.float_inputs_std is not None:
+            self.mean = np.asarray(params.float_inputs_mean, dtype=np.float32)
+            self.std = np.asarray(params.float_inputs_std, dtype=np.float32)
+        else:
+            self.mean, self.std = default_normalization(params)
+        self._inv_std = (1.0 / self.std).astype(np.float32)
+        every = params.one_every_n_zone_centers_in_inputs
+        self._zone_offsets = np.arange(params.n_zone_centers_in_inputs) * every
+        self._frames_played = 0.0
+        self.counters: dict[str, int] = {"bad_car_state": 0, "episodes": 0}
+        self._started = False
+
+    # ------------------------------------------------------------------ schedules
+    def set_frames_played(self, frames: float) -> None:
+        """Frames played so far in the run: the x axis of the engineered reward schedules."""
+        self._frames_played = float(frames)
+
+    def _engineered_coefs(self) -> tuple[float, float, float, float]:
+        p, f = self.params, self._frames_played
+        return (
+            R.schedule_value(p.engineered_speedslide_reward_schedule, f),
+            R.schedule_value(p.engineered_neoslide_reward_schedule, f),
+            R.schedule_value(p.engineered_kamikaze_reward_schedule, f),
+            R.schedule_value(p.engineered_close_to_vcp_reward_schedule, f),
+        )
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, car_state: CarState) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode with the car at ``car_state``; return the first observation and info."""
+        p = self.params
+        self.counters["episodes"] += 1
+        self._prev_flags: deque[np.ndarray] = deque(
+            [discrete_to_flags(DEFAULT_PREVIOUS_ACTION)] * p.n_prev_actions_in_inputs,
+            maxlen=max(p.n_prev_actions_in_inputs, 1),
+        )
+        self._gearbox_counter = 0
+        self._zone = self.line.start_zone
+        self._zone, self._progress = self.line.project(car_state.position, self._zone)
+        self._furthest_zone = self._zone
+        self._last_progress_time_ms = car_state.race_time_ms
+        self._speed = car_state.speed
+        self._race_time_ms = car_state.race_time_ms
+        self._done = False
+        self._started = True
+        obs, phi, dist_finish = self._observe(car_state)
+        info = self._info(car_state, 0.0, phi, dist_finish, "", {})
+        return obs, info
+
+    def step(
+        self, car_state: CarState, action: int | np.ndarray
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Observation, reward, terminated, truncated, info after ``action`` led to ``car_state``."""
+        if not self._started:
+            raise RuntimeError("TrackmaniaPipeline.step called before reset")
+        p = self.params
+        flags = action_to_flags(action)
+        if p.n_prev_actions_in_inputs:
+            self._prev_flags.append(flags)
+
+        if not _finite_state(car_state):
+            # A backend glitch must not put NaN into the replay memory: end the episode here,
+            # repeating the last good observation, and count it.
+            self.counters["bad_car_state"] += 1
+            obs = self._last_obs.copy()
+            info = self._info(car_state, 0.0, self._last_phi, self._last_dist, "bad_car_state", {})
+            info["progress_m"] = self._progress
+            return obs, 0.0, False, True, info
+
+        prev_progress, prev_speed, prev_time = self._progress, self._speed, self._race_time_ms
+        self._gearbox_counter = 0 if car_state.gearbox_state == 0 else self._gearbox_counter + 1
+        self._zone, progress = self.line.project(car_state.position, self._zone)
+        finished = car_state.finished
+        if finished:
+            # Only the part of the last action spent racing counts: time up to the finish, and
+            # no progress reward for coasting past the line.
+            progress = min(progress, self.line.finish_progress)
+            ms_in_race = float(min(max(car_state.race_time_ms - prev_time, 0), p.ms_per_action))
+        else:
+            ms_in_race = float(p.ms_per_action)
+        self._progress = progress
+        if self._zone > self._furthest_zone:
+            self._furthest_zone = self._zone
+            self._last_progress_time_ms = car_state.race_time_ms
+        self._race_time_ms = car_state.race_time_ms
+        speed = car_state.speed
+        self._speed = speed
+
+        obs, phi, dist_finish = self._observe(car_state)
+        sl = self.slices
+        lateral_v, forward_v = float(obs[sl["velocity"]][0]), float(obs[sl["velocity"]][2])
+        n_grounded = int(np.count_nonzero(car_state.wheel_contact))
+        c_slide, c_neo, c_kami, c_close = self._engineered_coefs()
+        zone_dist = float(np.linalg.norm(obs[sl["zones"]][:3])) if p.n_zone_centers_in_inputs else 0.0
+        terms = {
+            "time": R.time_reward(p.constant_reward_per_ms, ms_in_race),
+            "progress": R.progress_reward(p.reward_per_m_advanced_along_centerline, progress - prev_progress),
+            "speed": R.speed_gain_reward(
+                p.reward_per_m_advanced_along_centerline,
+                p.final_speed_reward_as_if_duration_s,
+                prev_speed,
+                speed,
+                forward_v,
+            ),
+            "speedslide": R.speedslide_reward(c_slide, lateral_v, forward_v, n_grounded == 4),
+            "neoslide": R.neoslide_reward(c_neo, lateral_v),
+            "kamikaze": R.kamikaze_reward(c_kami, float(flags[0]), float(flags[1]), n_grounded),
+            "close_to_vcp": R.close_to_vcp_reward(
+                c_close,
+                zone_dist,
+                p.engineered_reward_min_dist_to_cur_vcp,
+                p.engineered_reward_max_dist_to_cur_vcp,
+            ),
+        }
+        reward = float(sum(terms.values()))
+
+        cutoff = ""
+        if not finished:
+            if car_state.race_time_ms >= p.cutoff_rollout_if_race_not_finished_within_duration_ms:
+                cutoff = "max_duration"
+            elif (
+                car_state.race_time_ms - self._last_progress_time_ms
+                > p.cutoff_rollout_if_no_vcp_passed_within_duration_ms
+            ):
+                cutoff = "no_progress"
+        info = self._info(car_state, progress - prev_progress, phi, dist_finish, cutoff, terms)
+        return obs, reward, finished, bool(cutoff), info
+
+    # ------------------------------------------------------------------ features
+    def observe(self, car_state: CarState) -> np.ndarray:
+        """The float observation of ``car_state`` with the current episode context (zone, action
+        history), without advancing the episode."""
+        return self._observe(car_state)[0]
+
+    def _observe(self, car_state: CarState) -> tuple[np.ndarray, float, float]:
+        p = self.params
+        line = self.line
+        rot = car_state.orientation
+        pos = car_state.position
+        out = np.empty(self.float_input_dim, dtype=np.float32)
+        out[0] = 0.0  # mini-race time: written by the replay memory at sampling
+        i = 1
+        if p.n_prev_actions_in_inputs:
+            n = 4 * p.n_prev_actions_in_inputs
+            out[i : i + n] = np.concatenate(self._prev_flags)
+            i += n
+        out[i : i + 4] = car_state.wheel_sliding
+        out[i + 4 : i + 8] = car_state.wheel_contact
+        out[i + 8 : i + 12] = car_state.wheel_damper_absorb
+        out[i + 12] = car_state.gearbox_state
+        out[i + 13] = car_state.gear
+        out[i + 14] = car_state.rpm
+        out[i + 15] = self._gearbox_counter
+        i += 16
+        n_cat = p.n_contact_material_physics_behavior_types
+        if n_cat:
+            out[i : i + 4 * n_cat] = wheel_material_one_hot(
+                car_state.wheel_material, n_cat, car_state.wheel_contact
+            )
+            i += 4 * n_cat
+        # Car frame: components along the orientation's columns (lateral, up, forward).
+        out[i : i + 3] = car_state.angular_velocity @ rot
+        out[i + 3 : i + 6] = car_state.velocity @ rot
+        out[i + 6 : i + 9] = WORLD_UP @ rot
+        i += 9
+        idx = np.minimum(self._zone + self._zone_offsets, line.n_zones - 1)
+        rel = line.zone_centers[idx] - pos
+        zones_car = rel @ rot
+        n_z = 3 * p.n_zone_centers_in_inputs
+        out[i : i + n_z] = zones_car.reshape(-1)
+        i += n_z
+        dist_finish = max(line.finish_progress - self._progress, 0.0)
+        out[i] = min(float(p.margin_to_announce_finish_meters), dist_finish)
+        out[i + 1] = car_state.is_freewheeling
+
+        # The potential uses the current zone centre and the next one in the inputs.
+        c0 = (line.zone_centers[self._zone] - pos) @ rot
+        nxt = min(self._zone + p.one_every_n_zone_centers_in_inputs, line.n_zones - 1)
+        c1 = (line.zone_centers[nxt] - pos) @ rot
+        phi = R.potential(
+            c0,
+            c1,
+            p.shaped_reward_dist_to_cur_vcp,
+            p.shaped_reward_min_dist_to_cur_vcp,
+            p.shaped_reward_max_dist_to_cur_vcp,
+            p.shaped_reward_point_to_vcp_ahead,
+        )
+        self._last_obs, self._last_phi, self._last_dist = out, phi, dist_finish
+        return out, phi, dist_finish
+
+    def _info(
+        self,
+        car_state: CarState,
+        delta: float,
+        phi: float,
+        dist_finish: float,
+        cutoff: str,
+        terms: Mapping[str, float],
+    ) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "zone": self._zone,
+            "furthest_zone": self._furthest_zone,
+            "progress_m": self._progress,
+            "progress_delta_m": delta,
+            "distance_to_finish_m": dist_finish,
+            "potential": phi,
+            "race_time_ms": car_state.race_time_ms,
+            "speed": self._speed,
+            "finished": car_state.finished,
+            "cutoff": cutoff,
+        }
+        for k, v in terms.items():
+            info[f"reward/{k}"] = v
+        return info
+
+    # ------------------------------------------------------------------ normalisation
+    def normalize(self, float_obs: np.ndarray) -> np.ndarray:
+        """``(float_obs - mean) / std`` as float32; works on one observation or a batch ``(..., D)``."""
+        x = np.asarray(float_obs, dtype=np.float32)
+        if x.shape[-1] != self.float_input_dim:
+            raise ValueError(f"float observation has {x.shape[-1]} values, expected {self.float_input_dim}")
+        return (x - self.mean) * self._inv_std
+
+
+def _finite_state(s: CarState) -> bool:
+    return bool(
+        np.isfinite(s.position).all()
+        and np.isfinite(s.velocity).all()
+        and np.isfinite(s.angular_velocity).all()
+        and np.isfinite(s.orientation).all()
+        and math.isfinite(s.rpm)
+        and np.isfinite(s.wheel_damper_absorb).all()
+    )
+
+
+def flags_history(actions: Sequence[int], n_prev: int) -> np.ndarray:
+    """The previous-action block (``4 * n_prev`` floats, oldest first) after ``actions`` were
+    played from the start of an episode; handy to check a recorded observation."""
+    hist = [discrete_to_flags(DEFAULT_PREVIOUS_ACTION)] * n_prev + [action_to_flags(a) for a in actions]
+    tail = hist[len(hist) - n_prev :] if n_prev else []
+    return np.concatenate(tail).astype(np.float32) if tail else np.zeros(0, np.float32)
