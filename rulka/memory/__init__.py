@@ -1,1 +1,2 @@
-"""rulka.memory"""
+"""Replay storage for off-policy agents: frames stored once, n-step transitions, the mini-race
+collate and prioritized sampling."""

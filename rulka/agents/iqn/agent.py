@@ -1,0 +1,235 @@
+"""``IQNAgent``: the IQN learner (online + target network, quantile Huber loss, soft target
+updates, optional Double-DQN and Munchausen targets) trained on ``ReplayBatch`` es from
+``MiniRaceReplayMemory``. Readable top to bottom: ``train`` is the whole update."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from rulka.agents.iqn.actor import EXPLORATION_KEY, IQNActor
+from rulka.agents.iqn.loss import quantile_huber_loss
+from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
+from rulka.config.schedules import exponential_schedule, linear_schedule
+from rulka.interfaces import TrainingAgent
+from rulka.memory.replay import ReplayBatch
+
+
+@dataclasses.dataclass
+class IQNHyper:
+    """Learner hyperparameters (guide names; schedules are ``[[frames, value], ...]``)."""
+
+    iqn_n: int = 8
+    iqn_k: int = 32
+    iqn_kappa: float = 5e-3
+    lr_schedule: list = dataclasses.field(default_factory=lambda: [[0, 1e-3]])
+    adam_epsilon: float = 1e-4
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    optimizer: str = "radam"  # radam | adam
+    use_ddqn: bool = False
+    clip_grad_norm: float = 30.0
+    clip_grad_value: float = 1000.0
+    soft_update_tau: float = 0.02
+    number_memories_trained_on_between_target_network_updates: int = 2048
+    use_munchausen: bool = False
+    munchausen_alpha: float = 0.9
+    munchausen_entropy_tau: float = 0.03
+    munchausen_lo: float = -1.0
+    epsilon_schedule: list = dataclasses.field(default_factory=lambda: [[0, 1.0], [50_000, 1.0], [300_000, 0.1]])
+    epsilon_boltzmann_schedule: list = dataclasses.field(default_factory=lambda: [[0, 0.15]])
+    tau_epsilon_boltzmann: float = 0.01
+    mini_race_actions: int | None = 140  # None: no mini-race slot in the floats
+    use_amp: bool = False  # CUDA only
+    use_jit: bool = False  # torch.compile, CUDA only
+
+    def __post_init__(self) -> None:
+        if self.iqn_n % 2 or self.iqn_k % 2:
+            raise ValueError("iqn_n and iqn_k must be even (taus are mirrored around 0.5)")
+
+
+def _t(a: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
+    return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+
+
+class IQNAgent(TrainingAgent):
+    """One ``train(batch)`` = one gradient step. Call ``set_frames_played`` as frames arrive so the
+    learning-rate and exploration schedules advance."""
+
+    def __init__(self, spec: IQNNetworkSpec, hyper: IQNHyper | None = None, *, device: str = "cpu",
+                 seed: int | None = None) -> None:
+        self.spec = spec
+        self.hp = hyper or IQNHyper()
+        self.device = torch.device(device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.online = IQNNetwork(spec).to(self.device).train()
+        self.target = copy.deepcopy(self.online)
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        opt_cls = torch.optim.RAdam if self.hp.optimizer.lower() == "radam" else torch.optim.Adam
+        self.optimizer = opt_cls(self.online.parameters(), lr=self.lr,
+                                 betas=(self.hp.adam_beta1, self.hp.adam_beta2), eps=self.hp.adam_epsilon)
+        cuda = self.device.type == "cuda"
+        self.amp = bool(self.hp.use_amp and cuda)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
+        # torch.compile only where it pays off and is supported; the CPU path never uses it
+        self._online_fwd = torch.compile(self.online) if (self.hp.use_jit and cuda) else self.online
+        self.frames_played = 0
+        self.batches_trained = 0
+        self.memories_trained = 0
+        self._next_target_update = self.hp.number_memories_trained_on_between_target_network_updates
+
+    # -------------------------------------------------------------- schedules
+    @property
+    def lr(self) -> float:
+        return exponential_schedule(self.hp.lr_schedule, getattr(self, "frames_played", 0))
+
+    def set_frames_played(self, frames_played: int) -> None:
+        self.frames_played = int(frames_played)
+
+    def exploration(self) -> tuple[float, float]:
+        return (linear_schedule(self.hp.epsilon_schedule, self.frames_played),
+                linear_schedule(self.hp.epsilon_boltzmann_schedule, self.frames_played))
+
+    # -------------------------------------------------------------- learning
+    def _targets(self, batch: ReplayBatch, n: int, b: int) -> torch.Tensor:
+        """Target quantile samples, (B, n)."""
+        dev = self.device
+        next_img, next_float = _t(batch.next_img, dev), _t(batch.next_float, dev)
+        reward = _t(batch.reward, dev).float()
+        gamma = _t(batch.gamma, dev).float()
+        taus = stratified_mirrored_taus(b, n, device=dev)
+        q_next = self.target(next_img, next_float, taus).reshape(n, b, -1).float()  # (n, B, A)
+        if self.hp.use_munchausen:
+            ent = self.hp.munchausen_entropy_tau
+            logpi_next = torch.log_softmax(q_next.mean(0) / ent, dim=1)  # (B, A)
+            next_value = (logpi_next.exp()[None] * (q_next - ent * logpi_next[None])).sum(-1)  # (n, B)
+            q_s = self.target(_t(batch.state_img, dev), _t(batch.state_float, dev), taus).reshape(n, b, -1).mean(0)
+            logpi_s = torch.log_softmax(q_s.float() / ent, dim=1)
+            a = _t(batch.action, dev).long()
+            bonus = self.hp.munchausen_alpha * ent * logpi_s.gather(1, a[:, None])[:, 0].clamp(self.hp.munchausen_lo, 0)
+            reward = reward + bonus
+        elif self.hp.use_ddqn:
+            q_online_next = self._online_fwd(next_img, next_float, stratified_mirrored_taus(b, n, device=dev))
+            a_star = q_online_next.reshape(n, b, -1).mean(0).argmax(1)  # (B,)
+            next_value = q_next.gather(2, a_star[None, :, None].expand(n, b, 1))[..., 0]
+        else:
+            next_value = q_next.max(dim=2).values  # max over actions per target quantile
+        return (reward[None] + gamma[None] * next_value).transpose(0, 1)  # (B, n)
+
+    def _loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        n, b, dev = self.hp.iqn_n, len(batch), self.device
+        with torch.autocast(device_type=dev.type, dtype=torch.float16, enabled=self.amp):
+            with torch.no_grad():
+                target = self._targets(batch, n, b)
+            taus = stratified_mirrored_taus(b, n, device=dev)
+            q = self._online_fwd(_t(batch.state_img, dev), _t(batch.state_float, dev), taus)
+            a = _t(batch.action, dev).long()
+            online = q.reshape(n, b, -1).gather(2, a[None, :, None].expand(n, b, 1))[..., 0].transpose(0, 1)
+        online = online.float()
+        per_item = quantile_huber_loss(target.float(), online, taus.reshape(n, b).transpose(0, 1), self.hp.iqn_kappa)
+        return per_item, online, target, q
+
+    def train(self, batch: ReplayBatch) -> dict[str, float]:
+        """One update on ``batch``; returns ``losses/...`` and ``charts/...`` metrics."""
+        if self.spec.use_noisy_linear:  # fresh noise for every update
+            self.online.reset_noise()
+            self.target.reset_noise()
+        lr = self.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        per_item, online, target, q = self._loss(batch)
+        weights = _t(batch.weights, self.device).float()
+        # summed over the batch, as the reference implementation does (Adam is scale-invariant)
+        total = (weights * per_item).sum()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(total).backward()
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.hp.clip_grad_norm)
+        torch.nn.utils.clip_grad_value_(self.online.parameters(), self.hp.clip_grad_value)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+        b = len(batch)
+        self.batches_trained += 1
+        self.memories_trained += b
+        while self.memories_trained >= self._next_target_update:
+            self.soft_update_target()
+            self._next_target_update += self.hp.number_memories_trained_on_between_target_network_updates
+
+        td = (online.detach().mean(1) - target.mean(1)).abs()
+        if batch.report_td_errors is not None:
+            batch.report_td_errors(td.cpu().numpy())
+        metrics = {
+            "losses/td_loss": float(per_item.detach().mean()),
+            "charts/grad_norm": float(grad_norm),
+            "charts/learning_rate": lr,
+            "charts/mean_q": float(q.detach().float().mean()),
+            "charts/mean_target": float(target.mean()),
+            "charts/batches_trained": float(self.batches_trained),
+        }
+        if batch.test_batch is not None:
+            metrics["losses/test_loss"] = self.evaluate(batch.test_batch)
+        return metrics
+
+    def evaluate(self, batch: ReplayBatch) -> float:
+        """Mean loss on ``batch`` without updating (the held-out test loss)."""
+        with torch.no_grad():
+            per_item, *_ = self._loss(batch)
+        return float(per_item.mean())
+
+    @torch.no_grad()
+    def soft_update_target(self) -> None:
+        """target <- tau * online + (1 - tau) * target."""
+        tau = self.hp.soft_update_tau
+        for p_t, p_o in zip(self.target.parameters(), self.online.parameters()):
+            p_t.mul_(1.0 - tau).add_(p_o.detach(), alpha=tau)
+        for b_t, b_o in zip(self.target.buffers(), self.online.buffers()):
+            b_t.copy_(b_o)
+
+    # -------------------------------------------------------------- actors
+    def actor_spec(self) -> dict[str, Any]:
+        eps, eps_b = self.exploration()
+        return {"actor": "iqn", "kwargs": {
+            "network": self.spec.to_dict(), "iqn_k": self.hp.iqn_k, "epsilon": eps,
+            "epsilon_boltzmann": eps_b, "tau_epsilon_boltzmann": self.hp.tau_epsilon_boltzmann,
+            "mini_race_actions": self.hp.mini_race_actions}}
+
+    def actor_weights(self) -> dict[str, torch.Tensor]:
+        """What to publish: the online network's tensors plus the current exploration rates."""
+        out = {k: v.detach().cpu().clone() for k, v in self.online.state_dict().items()}
+        eps, eps_b = self.exploration()
+        out[EXPLORATION_KEY] = torch.tensor([eps, eps_b, self.hp.tau_epsilon_boltzmann], dtype=torch.float32)
+        return out
+
+    def get_actor(self) -> IQNActor:
+        actor = IQNActor(**self.actor_spec()["kwargs"])
+        actor.load_weights(self.actor_weights())
+        return actor
+
+    # -------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "online": self.online.state_dict(), "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+            "counters": {"frames_played": self.frames_played, "batches_trained": self.batches_trained,
+                         "memories_trained": self.memories_trained, "next_target_update": self._next_target_update},
+            "spec": self.spec.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        c = state.get("counters", {})
+        self.frames_played = int(c.get("frames_played", 0))
+        self.batches_trained = int(c.get("batches_trained", 0))
+        self.memories_trained = int(c.get("memories_trained", 0))
+        self._next_target_update = int(c.get("next_target_update", self._next_target_update))

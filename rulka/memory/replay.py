@@ -1,0 +1,552 @@
+"""``MiniRaceReplayMemory``: the trainer-side replay memory of the IQN agent.
+
+Every frame a worker sends is stored once, in a ring of frames addressed by a global serial
+number; a transition is a few integers (state frame, n-step next frame, action, n) plus its
+cumulative n-step rewards. Episodes may arrive as several segments, interleaved with other
+workers' segments: the last ``n_steps`` steps of an unfinished episode wait ("tail") until the
+next segment of that episode brings the frames they need.
+
+Training flow (what a trainer does)::
+
+    memory.append(segment)                       # for each received segment
+    for _ in range(memory.trainable_updates(frames_played)):
+        metrics = agent.train(memory.sample(batch_size))
+
+``trainable_updates`` returns 0 until the memory holds ``start_learning_size`` transitions (from
+``memory_size_schedule``) and then as many batches as the replay ratio allows:
+``transitions_added * number_times_single_memory_is_used_before_discard / batch_size - batches sampled``.
+About 5% of transitions go to a held-out test store; every ``test_every`` calls ``sample`` attaches
+a ``test_batch`` on which the agent reports ``losses/test_loss``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rulka.config.schedules import linear_schedule
+from rulka.config.schedules import staircase_schedule as step_schedule
+from rulka.errors import BadInput
+from rulka.interfaces import Memory
+from rulka.memory.minirace import build_n_step, collate, draw_mini_race_times
+from rulka.memory.sumtree import SumTree
+from rulka.segment import Segment
+
+Schedule = Sequence[Sequence[Any]]
+
+
+@dataclasses.dataclass
+class ReplayBatch:
+    """A sampled batch (numpy arrays). ``state_img``/``next_img`` are None without images."""
+
+    state_img: np.ndarray | None
+    state_float: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    next_img: np.ndarray | None
+    next_float: np.ndarray
+    gamma: np.ndarray  # discount in front of the bootstrap (0 when terminal)
+    weights: np.ndarray  # importance-sampling weights (ones without PER)
+    slots: np.ndarray
+    time: np.ndarray | None = None  # mini-race time of each item (None without mini-races)
+    test_batch: ReplayBatch | None = None
+    report_td_errors: Callable[[np.ndarray], None] | None = None
+
+    def __len__(self) -> int:
+        return int(len(self.action))
+
+
+class _TransitionRing:
+    """Fixed-capacity FIFO of transitions (structure of arrays), growable."""
+
+    FIELDS = ("state", "next_state", "action", "n_steps", "gamma", "terminal_actions", "rewards")
+
+    def __init__(self, capacity: int, n_max: int) -> None:
+        self.n_max = n_max
+        self.capacity = 0
+        self.count = 0  # transitions ever written
+        self.arrays: dict[str, np.ndarray] = {}
+        self._alloc(max(1, capacity))
+
+    def _alloc(self, capacity: int) -> None:
+        old, old_cap = self.arrays, self.capacity
+        self.arrays = {
+            "state": np.zeros(capacity, np.int64), "next_state": np.zeros(capacity, np.int64),
+            "action": np.zeros(capacity, np.int64), "n_steps": np.zeros(capacity, np.int16),
+            "gamma": np.zeros(capacity, np.float32), "terminal_actions": np.zeros(capacity, np.int64),
+            "rewards": np.zeros((capacity, self.n_max), np.float32),
+        }
+        if old:
+            n = min(self.count, old_cap, capacity)
+            logical = np.arange(self.count - n, self.count)
+            for k in self.FIELDS:
+                self.arrays[k][logical % capacity] = old[k][logical % old_cap]
+        self.capacity = capacity
+
+    def __len__(self) -> int:
+        return min(self.count, self.capacity)
+
+    def grow(self, capacity: int) -> bool:
+        if capacity <= self.capacity:
+            return False
+        self._alloc(capacity)
+        return True
+
+    def add(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+        m = len(fields["state"])
+        slots = (self.count + np.arange(m)) % self.capacity
+        for k in self.FIELDS:
+            self.arrays[k][slots] = fields[k]
+        self.count += m
+        return slots
+
+
+@dataclasses.dataclass
+class _Tail:
+    """Steps of an unfinished episode whose transitions still lack future frames."""
+
+    frames: np.ndarray  # (p + 1,) frame serials: states of the pending steps + latest frame
+    action: np.ndarray
+    reward: np.ndarray
+    greedy: np.ndarray
+    next_index: int  # index_in_episode expected next
+
+
+class MiniRaceReplayMemory(Memory):
+    """Replay memory with n-step transitions, mini-race collate and optional PER.
+
+    Segment arrays used: ``obs/float`` (or ``obs/x``), optional ``obs/img`` (uint8, H x W),
+    ``action``, ``reward``, ``terminated``, optional ``extra/greedy`` (all greedy if absent) and
+    optional ``obs/potential`` (T + 1,) for potential-based shaping. A segment whose
+    ``info["fill_buffer"]`` is False is counted and not stored.
+    """
+
+    def __init__(self, *, batch_size: int = 512, n_steps: int = 3,
+                 memory_size_schedule: Schedule = ((0, (50_000, 20_000)),),
+                 gamma_schedule: Schedule = ((0, 1.0),),
+                 discard_non_greedy_actions_in_nsteps: bool = True,
+                 mini_race_duration_actions: int | None = 140,
+                 oversample_long_term_steps: int = 40, oversample_maximum_term_steps: int = 5,
+                 number_times_single_memory_is_used_before_discard: float = 32,
+                 prio_alpha: float = 0.0, prio_epsilon: float = 2e-3, prio_beta: float = 1.0,
+                 min_horizon_to_update_priority_actions: int | None = None,
+                 buffer_test_ratio: float = 0.05, test_every: int = 20,
+                 n_actions: int | None = None, max_pending_episodes: int = 256,
+                 seed: int | None = None) -> None:
+        if n_steps < 1:
+            raise ValueError("n_steps must be >= 1")
+        self.batch_size = int(batch_size)
+        self.n_max = int(n_steps)
+        self.memory_size_schedule = [(int(f), (int(v[0]), int(v[1]))) for f, v in memory_size_schedule]
+        self.gamma_schedule = [tuple(p) for p in gamma_schedule]
+        self.discard_non_greedy = bool(discard_non_greedy_actions_in_nsteps)
+        self.mini_race = int(mini_race_duration_actions) if mini_race_duration_actions else None
+        self.oversample_long = int(oversample_long_term_steps)
+        self.oversample_max_term = int(oversample_maximum_term_steps)
+        self.replay_ratio = float(number_times_single_memory_is_used_before_discard)
+        self.prio_alpha = float(prio_alpha)
+        self.prio_epsilon = float(prio_epsilon)
+        self.prio_beta = float(prio_beta)
+        if min_horizon_to_update_priority_actions is None and self.mini_race:
+            min_horizon_to_update_priority_actions = self.mini_race - 40
+        self.min_horizon_prio = min_horizon_to_update_priority_actions
+        self.test_ratio = float(buffer_test_ratio)
+        self.test_every = int(test_every)
+        self.n_actions = n_actions
+        self.max_pending = int(max_pending_episodes)
+        self.rng = np.random.default_rng(seed)
+
+        size, _ = self._size_now(0)
+        self.train = _TransitionRing(size, self.n_max)
+        self.test = _TransitionRing(max(1, int(size * self.test_ratio) + 1), self.n_max)
+        self.tree: SumTree | None = SumTree(self.train.capacity) if self.prio_alpha > 0 else None
+        self._prio_updated = False
+        # frame store: allocated on the first segment (shapes come from it)
+        self.frame_capacity = 0
+        self.frames_written = 0
+        self.img: np.ndarray | None = None
+        self.flt: np.ndarray | None = None
+        self.potential: np.ndarray | None = None
+        self.obs_key = ""
+        self.tails: OrderedDict[tuple[str, str, int], _Tail] = OrderedDict()
+        # counters
+        self.frames_played = 0
+        self.transitions_added = 0
+        self.batches_sampled = 0
+        self.counters: dict[str, int] = {"segments": 0, "skipped_no_fill": 0, "episode_gaps": 0,
+                                         "dropped_pending": 0, "rejected": 0}
+
+    # ------------------------------------------------------------------ schedules
+    @classmethod
+    def from_config(cls, cfg: Any, *, seed: int | None = None) -> MiniRaceReplayMemory:
+        """Build from a rulka run config (see ``rulka.agents.iqn.settings``)."""
+        from rulka.agents.iqn.settings import memory_kwargs_from_config
+
+        return cls(**memory_kwargs_from_config(cfg), seed=seed)
+
+    def _size_now(self, frames: int) -> tuple[int, int]:
+        size, start = step_schedule(self.memory_size_schedule, frames)
+        return int(size), int(start)
+
+    def _schedule_frames(self) -> int:
+        return self.frames_played
+
+    @property
+    def start_learning_size(self) -> int:
+        return self._size_now(self._schedule_frames())[1]
+
+    def set_frames_played(self, frames_played: int) -> None:
+        """Tell the memory the run's frame count (drives the size and gamma schedules)."""
+        self.frames_played = max(self.frames_played, int(frames_played))
+        size, _ = self._size_now(self.frames_played)
+        if self.train.grow(size):
+            self.test.grow(max(1, int(size * self.test_ratio) + 1))
+            if self.tree is not None:
+                old = self.tree
+                self.tree = SumTree(self.train.capacity)
+                n = len(self.train)
+                logical = np.arange(self.train.count - n, self.train.count)
+                # priorities moved with their transitions (the ring re-laid them by logical index)
+                self.tree.set(logical % self.train.capacity, old.get(logical % old.capacity))
+            self._ensure_frames(self._frames_needed())
+
+    def trainable_updates(self, frames_played: int | None = None) -> int:
+        """How many ``sample`` + ``train`` steps the replay ratio allows right now (0 before
+        ``start_learning_size`` transitions are stored)."""
+        if frames_played is not None:
+            self.set_frames_played(frames_played)
+        if len(self.train) < max(1, self.start_learning_size):
+            return 0
+        allowed = self.transitions_added * self.replay_ratio / self.batch_size - self.batches_sampled
+        return max(0, int(allowed))
+
+    # ------------------------------------------------------------------ frames
+    def _frames_needed(self) -> int:
+        # one frame per transition plus one final frame per episode: keep a 25% margin
+        return int(1.25 * (self.train.capacity + self.test.capacity)) + self.max_pending * (self.n_max + 2) + 64
+
+    def _ensure_frames(self, capacity: int) -> None:
+        if self.flt is None or capacity <= self.frame_capacity:
+            return
+        old_cap = self.frame_capacity
+        n = min(self.frames_written, old_cap)
+        logical = np.arange(self.frames_written - n, self.frames_written)
+
+        def regrow(a: np.ndarray) -> np.ndarray:
+            b = np.zeros((capacity,) + a.shape[1:], a.dtype)
+            b[logical % capacity] = a[logical % old_cap]
+            return b
+
+        self.flt = regrow(self.flt)
+        self.potential = regrow(self.potential)
+        if self.img is not None:
+            self.img = regrow(self.img)
+        self.frame_capacity = capacity
+
+    def _store_frames(self, img: np.ndarray | None, flt: np.ndarray, pot: np.ndarray) -> np.ndarray:
+        m = len(flt)
+        serials = self.frames_written + np.arange(m, dtype=np.int64)
+        slots = serials % self.frame_capacity
+        self.flt[slots] = flt
+        self.potential[slots] = pot
+        if self.img is not None:
+            self.img[slots] = img
+        self.frames_written += m
+        return serials
+
+    def _valid(self, serials: np.ndarray) -> np.ndarray:
+        return serials >= self.frames_written - self.frame_capacity
+
+    # ------------------------------------------------------------------ append
+    def _check(self, segment: Segment) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        a = segment.arrays
+        key = "obs/float" if "obs/float" in a else "obs/x" if "obs/x" in a else ""
+        if not key:
+            raise BadInput("segment", "IQN memory needs 'obs/float' or 'obs/x'")
+        flt = np.asarray(a[key], dtype=np.float32)
+        if flt.ndim == 1:
+            flt = flt[:, None]
+        if flt.ndim != 2:
+            raise BadInput("segment", f"'{key}' must be (T+1, F)")
+        img = a.get("obs/img")
+        if img is not None:
+            img = np.asarray(img)
+            if img.dtype != np.uint8 or img.ndim != 3:
+                raise BadInput("segment", "'obs/img' must be uint8 (T+1, H, W)")
+        if not np.all(np.isfinite(flt)) or not np.all(np.isfinite(a["reward"])):
+            raise BadInput("segment", "non-finite observations or rewards")
+        action = np.asarray(a["action"])
+        if action.ndim != 1 or not np.issubdtype(action.dtype, np.integer):
+            raise BadInput("segment", "IQN memory needs discrete integer actions")
+        if len(action) and (action.min() < 0 or (self.n_actions is not None and action.max() >= self.n_actions)):
+            raise BadInput("segment", "action index out of range")
+        if self.flt is None:
+            self.obs_key = key
+            self.frame_capacity = self._frames_needed()
+            self.flt = np.zeros((self.frame_capacity, flt.shape[1]), np.float32)
+            self.potential = np.zeros(self.frame_capacity, np.float32)
+            if img is not None:
+                self.img = np.zeros((self.frame_capacity,) + img.shape[1:], np.uint8)
+        if flt.shape[1:] != self.flt.shape[1:] or (img is None) != (self.img is None) or (
+                img is not None and img.shape[1:] != self.img.shape[1:]):
+            raise BadInput("segment", "observation shapes differ from the stored ones")
+        return img, flt, action
+
+    def append(self, segment: Segment) -> int:
+        """Store one segment; return the number of transitions added (train + test)."""
+        try:
+            img, flt, action = self._check(segment)
+        except BadInput:
+            self.counters["rejected"] += 1
+            raise
+        self.counters["segments"] += 1
+        t = segment.num_transitions
+        self.frames_played += t
+        self.set_frames_played(self.frames_played)
+        key = (segment.run_id, segment.worker_id, int(segment.episode_id))
+        if segment.info.get("fill_buffer", True) is False:
+            self.counters["skipped_no_fill"] += 1
+            self.tails.pop(key, None)
+            return 0
+        a = segment.arrays
+        reward = np.asarray(a["reward"], np.float64)
+        greedy = np.asarray(a.get("extra/greedy", np.ones(t, bool)), bool).reshape(-1)[:t]
+        pot = np.asarray(a.get("obs/potential", np.zeros(t + 1)), np.float32).reshape(-1)
+        if len(pot) != t + 1:
+            pot = np.zeros(t + 1, np.float32)
+        finished = bool(segment.episode_done and t > 0 and bool(np.asarray(a["terminated"])[-1]))
+
+        tail = self.tails.pop(key, None)
+        added = 0
+        if tail is not None and tail.next_index != segment.index_in_episode:
+            # a segment of this episode went missing: close what we have as a cut-off stretch
+            self.counters["episode_gaps"] += 1
+            added += self._emit(tail.frames, tail.action, tail.reward, tail.greedy, len(tail.action), False)
+            tail = None
+        if tail is not None:
+            # frame 0 of this segment is the tail's latest frame: store only the new ones
+            new_serials = self._store_frames(None if img is None else img[1:], flt[1:], pot[1:])
+            frames = np.concatenate([tail.frames, new_serials])
+            acts = np.concatenate([tail.action, action])
+            rews = np.concatenate([tail.reward, reward])
+            grd = np.concatenate([tail.greedy, greedy])
+        else:
+            frames = self._store_frames(img, flt, pot)
+            acts, rews, grd = action, reward, greedy
+        length = len(acts)
+        ready = length if segment.episode_done else max(0, length - self.n_max)
+        added += self._emit(frames, acts, rews, grd, ready, finished)
+        if not segment.episode_done:
+            self.tails[key] = _Tail(frames[ready:], acts[ready:], rews[ready:], grd[ready:],
+                                    segment.index_in_episode + 1)
+            while len(self.tails) > self.max_pending:
+                self.tails.popitem(last=False)
+                self.counters["dropped_pending"] += 1
+        return added
+
+    def _emit(self, frames: np.ndarray, acts: np.ndarray, rews: np.ndarray, grd: np.ndarray,
+              count: int, finished: bool) -> int:
+        if count <= 0:
+            return 0
+        gamma = linear_schedule(self.gamma_schedule, self.frames_played)
+        built = build_n_step(rews, grd, n_max=self.n_max, gamma=gamma,
+                             discard_non_greedy=self.discard_non_greedy, count=count, finished=finished)
+        fields = {
+            "state": frames[built.state], "next_state": frames[built.next_state],
+            "action": acts[:count].astype(np.int64), "n_steps": built.n_steps.astype(np.int16),
+            "gamma": np.full(count, gamma, np.float32), "terminal_actions": built.terminal_actions,
+            "rewards": built.rewards,
+        }
+        is_test = self.rng.random(count) < self.test_ratio
+        for ring, mask in ((self.train, ~is_test), (self.test, is_test)):
+            if not mask.any():
+                continue
+            slots = ring.add({k: v[mask] for k, v in fields.items()})
+            if ring is self.train and self.tree is not None:
+                self.tree.set(slots, self._default_priority())
+        self.transitions_added += count
+        return count
+
+    def _default_priority(self) -> float:
+        n = len(self.train)
+        if not self._prio_updated or n == 0 or self.tree is None or self.tree.total <= 0:
+            return 1.0
+        # new transitions get twice the average priority so they are seen soon
+        return 2.0 * self.tree.total / n
+
+    def __len__(self) -> int:
+        return len(self.train)
+
+    # ------------------------------------------------------------------ sampling
+    def _pick(self, ring: _TransitionRing, batch_size: int, prioritized: bool) -> tuple[np.ndarray, np.ndarray]:
+        n = len(ring)
+        if n == 0:
+            raise ValueError("cannot sample from an empty memory")
+        if prioritized and self.tree is not None and self.tree.total > 0:
+            total = self.tree.total
+            slots = self.tree.find(self.rng.uniform(0.0, total, size=batch_size))
+            p = self.tree.get(slots) / total
+            weights = np.power(n * np.maximum(p, 1e-12), -self.prio_beta)
+            weights = weights / weights.mean()
+        else:
+            slots = self.rng.integers(0, n, size=batch_size)
+            weights = np.ones(batch_size)
+        # a transition whose frames were overwritten (very old tail) is replaced by a fresh draw
+        for _ in range(8):
+            bad = ~(self._valid(ring.arrays["state"][slots]) & self._valid(ring.arrays["next_state"][slots]))
+            if not bad.any():
+                break
+            back = self.rng.integers(1, max(2, n // 2 + 1), size=int(bad.sum()))
+            slots[bad] = (ring.count - back) % ring.capacity  # among the newest half
+        return slots, weights.astype(np.float32)
+
+    def _make_batch(self, ring: _TransitionRing, slots: np.ndarray, weights: np.ndarray) -> ReplayBatch:
+        ar = ring.arrays
+        s = ar["state"][slots] % self.frame_capacity
+        ns = ar["next_state"][slots] % self.frame_capacity
+        state_float = self.flt[s].copy()
+        next_float = self.flt[ns].copy()
+        time = None
+        if self.mini_race:
+            time = draw_mini_race_times(self.rng, len(slots), self.mini_race, self.oversample_long,
+                                        self.oversample_max_term)
+        c = collate(ar["n_steps"][slots], ar["rewards"][slots], ar["gamma"][slots],
+                    ar["terminal_actions"][slots], self.potential[s], self.potential[ns], time, self.mini_race)
+        if time is not None:
+            state_float[:, 0] = c.time
+            next_float[:, 0] = c.next_time
+        return ReplayBatch(
+            state_img=None if self.img is None else self.img[s],
+            state_float=state_float, action=ar["action"][slots].copy(), reward=c.reward,
+            next_img=None if self.img is None else self.img[ns], next_float=next_float,
+            gamma=c.gamma, weights=weights, slots=slots, time=time)
+
+    def sample(self, batch_size: int | None = None) -> ReplayBatch:
+        """A training batch (counts toward the replay ratio)."""
+        bs = int(batch_size or self.batch_size)
+        slots, weights = self._pick(self.train, bs, prioritized=True)
+        batch = self._make_batch(self.train, slots, weights)
+        self.batches_sampled += 1
+        if self.tree is not None:
+            batch.report_td_errors = lambda td, b=batch: self.update_priorities(b.slots, td, b.time)
+        if self.test_every > 0 and self.batches_sampled % self.test_every == 0 and len(self.test) > 0:
+            batch.test_batch = self.sample_test(bs)
+        return batch
+
+    def sample_test(self, batch_size: int | None = None) -> ReplayBatch:
+        """A batch from the held-out test store (not counted, never trained on)."""
+        bs = int(batch_size or self.batch_size)
+        slots, weights = self._pick(self.test, bs, prioritized=False)
+        return self._make_batch(self.test, slots, weights)
+
+    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray, time: np.ndarray | None) -> None:
+        """PER: priority = (|td| + prio_epsilon) ** prio_alpha, only for items whose mini-race
+        time is below ``min_horizon_to_update_priority_actions``."""
+        if self.tree is None:
+            return
+        td = np.abs(np.asarray(td_errors, np.float64))
+        mask = np.isfinite(td)
+        if time is not None and self.min_horizon_prio is not None:
+            mask &= np.asarray(time) < self.min_horizon_prio
+        if mask.any():
+            self.tree.set(np.asarray(slots)[mask], np.power(td[mask] + self.prio_epsilon, self.prio_alpha))
+            self._prio_updated = True
+
+    # ------------------------------------------------------------------ verify mode
+    def rebuild_transitions(self, segment: Segment) -> list[dict[str, np.ndarray]]:
+        """The n-step transitions this memory builds from ``segment`` taken alone (before the
+        mini-race collate): obs/next_obs are the stored features, reward the n-step sum."""
+        a = segment.arrays
+        key = "obs/float" if "obs/float" in a else "obs/x"
+        t = segment.num_transitions
+        greedy = np.asarray(a.get("extra/greedy", np.ones(t, bool)), bool)
+        finished = bool(segment.episode_done and t > 0 and bool(np.asarray(a["terminated"])[-1]))
+        count = t if segment.episode_done else max(0, t - self.n_max)
+        gamma = linear_schedule(self.gamma_schedule, self.frames_played)
+        b = build_n_step(np.asarray(a["reward"], np.float64), greedy, n_max=self.n_max, gamma=gamma,
+                         discard_non_greedy=self.discard_non_greedy, count=count, finished=finished)
+        out = []
+        for k in range(count):
+            n = int(b.n_steps[k])
+            out.append({"obs": a[key][k], "action": np.asarray(a["action"][k]),
+                        "reward": np.asarray(b.rewards[k, n - 1]), "next_obs": a[key][k + n],
+                        "done": np.asarray(int(b.terminal_actions[k]) <= n)})
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, directory: Path) -> None:
+        """Write frames, transitions and counters to ``directory`` (npz + json, no pickle).
+        Tails of unfinished episodes (at most ``n_steps`` steps each) are not saved."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, np.ndarray] = {}
+        if self.flt is not None:
+            arrays["frames_float"] = self.flt
+            arrays["frames_potential"] = self.potential
+            if self.img is not None:
+                arrays["frames_img"] = self.img
+        for name, ring in (("train", self.train), ("test", self.test)):
+            for k, v in ring.arrays.items():
+                arrays[f"{name}_{k}"] = v
+        if self.tree is not None:
+            arrays["priorities"] = self.tree.values()
+        meta = {"version": 1, "frame_capacity": self.frame_capacity, "frames_written": self.frames_written,
+                "obs_key": self.obs_key, "train_count": self.train.count, "train_capacity": self.train.capacity,
+                "test_count": self.test.count, "test_capacity": self.test.capacity,
+                "frames_played": self.frames_played, "transitions_added": self.transitions_added,
+                "batches_sampled": self.batches_sampled, "prio_updated": self._prio_updated,
+                "counters": self.counters}
+        tmp = directory / "replay.npz.tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        tmp.replace(directory / "replay.npz")
+        (directory / "replay.json.tmp").write_text(json.dumps(meta))
+        (directory / "replay.json.tmp").replace(directory / "replay.json")
+
+    def load(self, directory: Path) -> None:
+        """Read back what ``save`` wrote (nothing is unpickled)."""
+        directory = Path(directory)
+        try:
+            meta = json.loads((directory / "replay.json").read_text())
+            data = np.load(directory / "replay.npz", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise BadInput("replay", f"cannot read saved memory in {directory}: {exc}") from None
+        with data:
+            self.frame_capacity = int(meta["frame_capacity"])
+            self.frames_written = int(meta["frames_written"])
+            self.obs_key = str(meta["obs_key"])
+            if "frames_float" in data:
+                self.flt = data["frames_float"].copy()
+                self.potential = data["frames_potential"].copy()
+                self.img = data["frames_img"].copy() if "frames_img" in data else None
+            for name, ring in (("train", self.train), ("test", self.test)):
+                ring.capacity = int(meta[f"{name}_capacity"])
+                ring.count = int(meta[f"{name}_count"])
+                ring.arrays = {k: data[f"{name}_{k}"].copy() for k in _TransitionRing.FIELDS}
+            if self.prio_alpha > 0:
+                self.tree = SumTree(self.train.capacity)
+                if "priorities" in data:
+                    pr = data["priorities"]
+                    self.tree.set(np.arange(len(pr)), pr)
+                else:
+                    self.tree.set(np.arange(len(self.train)), 1.0)
+        self.frames_played = int(meta["frames_played"])
+        self.transitions_added = int(meta["transitions_added"])
+        self.batches_sampled = int(meta["batches_sampled"])
+        self._prio_updated = bool(meta["prio_updated"])
+        self.counters.update({k: int(v) for k, v in meta["counters"].items()})
+        self.tails.clear()
+
+    def stats(self) -> dict[str, float]:
+        """Counters for logging (``memory/...``)."""
+        out = {f"memory/{k}": float(v) for k, v in self.counters.items()}
+        out.update({"memory/size": float(len(self.train)), "memory/test_size": float(len(self.test)),
+                    "memory/transitions_added": float(self.transitions_added),
+                    "memory/batches_sampled": float(self.batches_sampled)})
+        return out
