@@ -112,15 +112,27 @@ def format_status(report: Mapping[str, Any], stale_s: float = 30.0) -> str:
     return "\n".join(lines)
 
 
+def _network_section(config: Path | None) -> dict[str, Any]:
+    if config is None:
+        return {}
+    from rulka.config import load_config
+
+    network = getattr(load_config(config), "network", None)
+    if network is None:
+        return {}
+    if hasattr(network, "model_dump"):
+        return dict(network.model_dump())
+    return dict(network) if isinstance(network, Mapping) else dict(vars(network))
+
+
 def _query_server(host: str, port: int, keys: Path, timeout: float, config: Path | None = None) -> Mapping[str, Any]:
     try:
         from rulka.net.status import query_status
     except ImportError as exc:
-        raise UserError(f"this rulka build cannot query servers yet ({exc})") from exc
-    from rulka.config import load_config
-
-    cfg = load_config(config, overrides=[f"network.server_host={host}", f"network.port={port}"])
-    return query_status(cfg.network, keys, timeout)
+        raise UserError(f"this rulka build cannot query servers ({exc})") from exc
+    # the command line's host and port win over the config file's
+    network = {**_network_section(config), "host": host, "server_host": host, "port": port}
+    return query_status(network, keys, timeout)
 
 
 def run_status(args: argparse.Namespace, query: QueryFn | None = None, out: Any = None) -> int:
