@@ -53,7 +53,7 @@ def build_n_step(rewards: np.ndarray, greedy: np.ndarray, *, n_max: int, gamma: 
     For step i: n = min(n_max, L - i); with ``discard_non_greedy`` the window stops before the
     first non-greedy action among steps i+1 .. i+n-1 (the action at i itself may be exploratory).
     ``rewards[i, j] = sum_{k<=j} gamma^k r[i+k]``. ``finished``: frame L is the race finish, so
-    ``terminal_actions = L - i`` (else NO_FINISH).
+    ``terminal_actions = L - i`` when that is at most ``n_max`` (else NO_FINISH).
     """
     length = len(rewards)
     i = np.arange(count, dtype=np.int64)
@@ -74,7 +74,9 @@ def build_n_step(rewards: np.ndarray, greedy: np.ndarray, *, n_max: int, gamma: 
         take = j < n
         acc = acc + np.where(take, (gamma ** j) * r[np.minimum(idx, length - 1)], 0.0)
         cum[:, j] = acc
-    terminal = (length - i) if finished else np.full(count, NO_FINISH, dtype=np.int64)
+    to_finish = length - i
+    # only a finish within reach of the longest window can matter to the collate
+    terminal = np.where(finished & (to_finish <= n_max), to_finish, NO_FINISH)
     return BuiltTransitions(state=i, next_state=i + n, n_steps=n, rewards=cum.astype(np.float32),
                             terminal_actions=np.asarray(terminal, dtype=np.int64))
 

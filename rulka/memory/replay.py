@@ -71,6 +71,7 @@ class _TransitionRing:
         self.n_max = n_max
         self.capacity = 0
         self.count = 0  # transitions ever written
+        self.size = 0  # valid transitions: logical indices count - size .. count - 1
         self.arrays: dict[str, np.ndarray] = {}
         self._alloc(max(1, capacity))
 
@@ -83,14 +84,21 @@ class _TransitionRing:
             "rewards": np.zeros((capacity, self.n_max), np.float32),
         }
         if old:
-            n = min(self.count, old_cap, capacity)
-            logical = np.arange(self.count - n, self.count)
+            self.size = min(self.size, capacity)
+            logical = np.arange(self.count - self.size, self.count)
             for k in self.FIELDS:
                 self.arrays[k][logical % capacity] = old[k][logical % old_cap]
         self.capacity = capacity
 
     def __len__(self) -> int:
-        return min(self.count, self.capacity)
+        return self.size
+
+    def slots_back(self, k: np.ndarray) -> np.ndarray:
+        """Slots of the k-th newest transitions (k = 0 is the newest)."""
+        return (self.count - 1 - np.asarray(k, dtype=np.int64)) % self.capacity
+
+    def valid_slots(self) -> np.ndarray:
+        return self.slots_back(np.arange(self.size))
 
     def grow(self, capacity: int) -> bool:
         if capacity <= self.capacity:
@@ -104,6 +112,7 @@ class _TransitionRing:
         for k in self.FIELDS:
             self.arrays[k][slots] = fields[k]
         self.count += m
+        self.size = min(self.size + m, self.capacity)
         return slots
 
 
@@ -212,7 +221,7 @@ class MiniRaceReplayMemory(Memory):
                 self.tree = SumTree(self.train.capacity)
                 n = len(self.train)
                 logical = np.arange(self.train.count - n, self.train.count)
-                # priorities moved with their transitions (the ring re-laid them by logical index)
+                # priorities move with their transitions (the ring re-laid them by logical index)
                 self.tree.set(logical % self.train.capacity, old.get(logical % old.capacity))
             self._ensure_frames(self._frames_needed())
 
@@ -364,12 +373,13 @@ class MiniRaceReplayMemory(Memory):
             "rewards": built.rewards,
         }
         is_test = self.rng.random(count) < self.test_ratio
+        default_priority = self._default_priority()
         for ring, mask in ((self.train, ~is_test), (self.test, is_test)):
             if not mask.any():
                 continue
             slots = ring.add({k: v[mask] for k, v in fields.items()})
             if ring is self.train and self.tree is not None:
-                self.tree.set(slots, self._default_priority())
+                self.tree.set(slots, default_priority)
         self.transitions_added += count
         return count
 
@@ -395,15 +405,14 @@ class MiniRaceReplayMemory(Memory):
             weights = np.power(n * np.maximum(p, 1e-12), -self.prio_beta)
             weights = weights / weights.mean()
         else:
-            slots = self.rng.integers(0, n, size=batch_size)
+            slots = ring.slots_back(self.rng.integers(0, n, size=batch_size))
             weights = np.ones(batch_size)
         # a transition whose frames were overwritten (very old tail) is replaced by a fresh draw
         for _ in range(8):
             bad = ~(self._valid(ring.arrays["state"][slots]) & self._valid(ring.arrays["next_state"][slots]))
             if not bad.any():
                 break
-            back = self.rng.integers(1, max(2, n // 2 + 1), size=int(bad.sum()))
-            slots[bad] = (ring.count - back) % ring.capacity  # among the newest half
+            slots[bad] = ring.slots_back(self.rng.integers(0, max(1, n // 2), size=int(bad.sum())))
         return slots, weights.astype(np.float32)
 
     def _make_batch(self, ring: _TransitionRing, slots: np.ndarray, weights: np.ndarray) -> ReplayBatch:
@@ -498,6 +507,7 @@ class MiniRaceReplayMemory(Memory):
             arrays["priorities"] = self.tree.values()
         meta = {"version": 1, "frame_capacity": self.frame_capacity, "frames_written": self.frames_written,
                 "obs_key": self.obs_key, "train_count": self.train.count, "train_capacity": self.train.capacity,
+                "train_size": self.train.size, "test_size": self.test.size,
                 "test_count": self.test.count, "test_capacity": self.test.capacity,
                 "frames_played": self.frames_played, "transitions_added": self.transitions_added,
                 "batches_sampled": self.batches_sampled, "prio_updated": self._prio_updated,
@@ -528,6 +538,7 @@ class MiniRaceReplayMemory(Memory):
             for name, ring in (("train", self.train), ("test", self.test)):
                 ring.capacity = int(meta[f"{name}_capacity"])
                 ring.count = int(meta[f"{name}_count"])
+                ring.size = int(meta[f"{name}_size"])
                 ring.arrays = {k: data[f"{name}_{k}"].copy() for k in _TransitionRing.FIELDS}
             if self.prio_alpha > 0:
                 self.tree = SumTree(self.train.capacity)
@@ -535,7 +546,7 @@ class MiniRaceReplayMemory(Memory):
                     pr = data["priorities"]
                     self.tree.set(np.arange(len(pr)), pr)
                 else:
-                    self.tree.set(np.arange(len(self.train)), 1.0)
+                    self.tree.set(self.train.valid_slots(), 1.0)
         self.frames_played = int(meta["frames_played"])
         self.transitions_added = int(meta["transitions_added"])
         self.batches_sampled = int(meta["batches_sampled"])

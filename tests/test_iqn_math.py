@@ -1,0 +1,95 @@
+"""IQN math against hand-computed values: taus, quantile Huber loss, dueling, embedding."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rulka.agents.iqn.loss import quantile_huber_loss
+from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, float_normalisation, stratified_mirrored_taus
+from rulka.nn import DuelingHead, cosine_embedding
+
+
+def test_taus_are_stratified_and_mirrored_quantile_major():
+    g = torch.Generator().manual_seed(0)
+    b, n = 3, 8
+    taus = stratified_mirrored_taus(b, n, generator=g)
+    assert taus.shape == (n * b,)
+    t = taus.reshape(n, b)  # row j = quantile j of every item
+    for j in range(n // 2):
+        assert torch.all(t[j] >= j / n) and torch.all(t[j] < (j + 1) / n)
+        assert torch.allclose(t[j + n // 2], 1 - t[j])
+    # every item has n/2 taus below 0.5 and their mirrors above
+    assert torch.all((t < 0.5).sum(0) == n // 2)
+
+
+def test_taus_need_even_count():
+    with pytest.raises(ValueError):
+        stratified_mirrored_taus(2, 5)
+
+
+def test_quantile_huber_loss_tiny_case_by_hand():
+    kappa = 1.0
+    target = torch.tensor([[2.0, 0.0]])  # two target samples
+    online = torch.tensor([[0.5, 1.0]])
+    taus = torch.tensor([[0.25, 0.75]])
+    # pairs (target j, online i): delta = t_j - o_i
+    # j=0: d=1.5 (i=0) -> huber 1.5-0.5=1.0, w=tau0=0.25 -> 0.25 ; d=1.0 (i=1) -> 0.5, w=0.75 -> 0.375
+    # j=1: d=-0.5 (i=0) -> 0.125, w=1-0.25=0.75 -> 0.09375 ; d=-1.0 (i=1) -> 0.5, w=0.25 -> 0.125
+    # sum over i, mean over j: ((0.25+0.375) + (0.09375+0.125)) / 2 = 0.421875
+    loss = quantile_huber_loss(target, online, taus, kappa)
+    assert loss.shape == (1,)
+    assert loss.item() == pytest.approx(0.421875)
+
+
+def test_quantile_huber_loss_small_kappa_is_pinball():
+    target = torch.tensor([[3.0]])
+    online = torch.tensor([[1.0]])
+    taus = torch.tensor([[0.9]])
+    # delta = 2 >= kappa: (|d| - kappa/2) * tau = (2 - 0.0025) * 0.9
+    assert quantile_huber_loss(target, online, taus, 5e-3).item() == pytest.approx((2 - 0.0025) * 0.9)
+
+
+def test_dueling_combination():
+    v = torch.tensor([[1.0], [0.0]])
+    a = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
+    q = DuelingHead.combine(v, a)
+    assert torch.allclose(q, torch.tensor([[0.0, 1.0, 2.0], [-1.0, -1.0, 2.0]]))
+
+
+def test_cosine_embedding_values():
+    tau = torch.tensor([0.25])
+    e = cosine_embedding(tau, 4)
+    expected = [math.cos(math.pi * i * 0.25) for i in range(1, 5)]
+    assert torch.allclose(e[0], torch.tensor(expected), atol=1e-6)
+
+
+def test_network_shapes_image_and_float_only():
+    spec = IQNNetworkSpec(float_dim=5, n_actions=3, image_height=48, image_width=64, float_hidden_dim=16,
+                          dense_hidden_dimension=32, embedding_dimension=8)
+    net = IQNNetwork(spec)
+    img = torch.randint(0, 255, (2, 48, 64), dtype=torch.uint8)
+    q = net(img, torch.zeros(2, 5), stratified_mirrored_taus(2, 4))
+    assert q.shape == (8, 3)
+    flat = IQNNetwork(IQNNetworkSpec(float_dim=4, n_actions=2, float_hidden_dim=8, dense_hidden_dimension=8,
+                                     embedding_dimension=4))
+    assert flat(None, torch.zeros(3, 4), stratified_mirrored_taus(3, 2)).shape == (6, 2)
+
+
+@pytest.mark.parametrize("opts", [dict(use_impala_cnn=True, use_adaptive_maxpool=True, adaptive_maxpool_size=3),
+                                  dict(use_spectral_norm=True), dict(use_layer_norm=True, use_noisy_linear=True)])
+def test_network_options_build_and_run(opts):
+    spec = IQNNetworkSpec(float_dim=3, n_actions=4, image_height=48, image_width=48, float_hidden_dim=8,
+                          dense_hidden_dimension=16, embedding_dimension=8, **opts)
+    net = IQNNetwork(spec)
+    q = net(torch.zeros(2, 48, 48, dtype=torch.uint8), torch.zeros(2, 3), stratified_mirrored_taus(2, 2))
+    assert q.shape == (4, 4) and torch.isfinite(q).all()
+
+
+def test_float_normalisation_mini_race_slot():
+    m, s = float_normalisation(3, 140)
+    assert m == [70.0, 0.0, 0.0] and s == [70.0, 1.0, 1.0]
+    assert np.allclose(float_normalisation(2, None)[1], [1.0, 1.0])
