@@ -305,6 +305,14 @@ def test_bad_car_state_truncates_and_is_counted() -> None:
     assert trunc and not term and reward == 0.0 and info["cutoff"] == "bad_car_state"
     assert np.isfinite(obs).all()
     assert pipe.counters["bad_car_state"] == 1
+    np.testing.assert_array_equal(obs, first)  # the last good observation
+    # The episode context was not corrupted: the next good state continues normally.
+    _, _, _, trunc, info = pipe.step(car(1.0, 100), 0)
+    assert not trunc and info["progress_m"] == pytest.approx(1.0)
+    bad = car(0.0, 0)
+    bad.velocity = np.array([0.0, 0.0, np.nan])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        pipe.reset(bad)
 
 
 def test_step_before_reset_is_an_error() -> None:

@@ -107,6 +107,11 @@ for _ids, _cat in (
     MATERIAL_CATEGORY[list(_ids)] = _cat
 MATERIAL_CATEGORY.setflags(write=False)
 
+# Category of every possible low-16-bit id, for fast vectorised lookups.
+MATERIAL_CATEGORY_LUT = np.full(1 << 16, CATEGORY_OTHER, dtype=np.int8)
+MATERIAL_CATEGORY_LUT[: len(MATERIAL_CATEGORY)] = MATERIAL_CATEGORY
+MATERIAL_CATEGORY_LUT.setflags(write=False)
+
 
 def material_category(material_id: int) -> int:
     """Physics-behaviour category of a TrackMania material id (unknown ids -> ``CATEGORY_OTHER``).
@@ -121,11 +126,7 @@ def material_category(material_id: int) -> int:
 
 def material_categories(material_ids: np.ndarray) -> np.ndarray:
     """Vectorised ``material_category`` for an int array of any shape."""
-    mids = np.asarray(material_ids, dtype=np.int64) & 0xFFFF
-    out = np.full(mids.shape, CATEGORY_OTHER, dtype=np.int64)
-    known = mids < len(MATERIAL_CATEGORY)
-    out[known] = MATERIAL_CATEGORY[mids[known]]
-    return out
+    return MATERIAL_CATEGORY_LUT[np.asarray(material_ids, dtype=np.int64) & 0xFFFF].astype(np.int64)
 
 
 def wheel_material_one_hot(

@@ -55,7 +55,7 @@ import numpy as np
 from rulka.envs import rewards as R
 from rulka.envs.actions import DEFAULT_PREVIOUS_ACTION, FLAG_NAMES, action_to_flags, discrete_to_flags
 from rulka.envs.car_state import WHEEL_NAMES, CarState
-from rulka.envs.materials import CATEGORY_NAMES, wheel_material_one_hot
+from rulka.envs.materials import CATEGORY_NAMES, CATEGORY_OTHER, MATERIAL_CATEGORY_LUT
 from rulka.envs.reference_line import ReferenceLine
 
 AXES = ("lateral", "up", "forward")
@@ -336,7 +336,18 @@ class TrackmaniaPipeline:
         self._inv_std = (1.0 / self.std).astype(np.float32)
         every = params.one_every_n_zone_centers_in_inputs
         self._zone_offsets = np.arange(params.n_zone_centers_in_inputs) * every
+        n_cat = params.n_contact_material_physics_behavior_types
+        # Row c: the one-hot of category c; categories >= n_cat ("other") are all zeros.
+        self._one_hot = np.zeros((max(CATEGORY_OTHER, n_cat) + 1, n_cat), dtype=np.float32)
+        self._one_hot[np.arange(n_cat), np.arange(n_cat)] = 1.0
+        self._vec_buf = np.zeros((params.n_zone_centers_in_inputs + 5, 3))
+        self._vec_buf[2] = WORLD_UP
+        self._material_cache: dict[bytes, np.ndarray] = {}
+        self._i_wheels = self.slices["wheel_sliding"].start
+        self._i_vectors = self.slices["angular_velocity"].start
+        self._i_finish = self.slices["distance_to_finish"].start
         self._frames_played = 0.0
+        self._coefs = self._engineered_coefs()
         self.counters: dict[str, int] = {"bad_car_state": 0, "episodes": 0}
         self._started = False
 
@@ -344,6 +355,7 @@ class TrackmaniaPipeline:
     def set_frames_played(self, frames: float) -> None:
         """Frames played so far in the run: the x axis of the engineered reward schedules."""
         self._frames_played = float(frames)
+        self._coefs = self._engineered_coefs()
 
     def _engineered_coefs(self) -> tuple[float, float, float, float]:
         p, f = self.params, self._frames_played
@@ -373,6 +385,12 @@ class TrackmaniaPipeline:
         self._done = False
         self._started = True
         obs, phi, dist_finish = self._observe(car_state)
+        if not (math.isfinite(phi + self._progress) and np.isfinite(obs).all()):
+            self._started = False
+            raise ValueError(
+                "the backend reported a car state with NaN or infinite values at reset "
+                f"(position {car_state.position.tolist()}, velocity {car_state.velocity.tolist()})"
+            )
         info = self._info(car_state, 0.0, phi, dist_finish, "", {})
         return obs, info
 
@@ -387,15 +405,7 @@ class TrackmaniaPipeline:
         if p.n_prev_actions_in_inputs:
             self._prev_flags.append(flags)
 
-        if not _finite_state(car_state):
-            # A backend glitch must not put NaN into the replay memory: end the episode here,
-            # repeating the last good observation, and count it.
-            self.counters["bad_car_state"] += 1
-            obs = self._last_obs.copy()
-            info = self._info(car_state, 0.0, self._last_phi, self._last_dist, "bad_car_state", {})
-            info["progress_m"] = self._progress
-            return obs, 0.0, False, True, info
-
+        saved = self._save()
         prev_progress, prev_speed, prev_time = self._progress, self._speed, self._race_time_ms
         self._gearbox_counter = 0 if car_state.gearbox_state == 0 else self._gearbox_counter + 1
         self._zone, progress = self.line.project(car_state.position, self._zone)
@@ -412,15 +422,23 @@ class TrackmaniaPipeline:
             self._furthest_zone = self._zone
             self._last_progress_time_ms = car_state.race_time_ms
         self._race_time_ms = car_state.race_time_ms
-        speed = car_state.speed
+        vel = car_state.velocity
+        speed = math.sqrt(float(vel[0]) ** 2 + float(vel[1]) ** 2 + float(vel[2]) ** 2)
         self._speed = speed
 
         obs, phi, dist_finish = self._observe(car_state)
+        if not (math.isfinite(progress + speed + phi) and np.isfinite(obs).all()):
+            # A backend glitch must not put NaN into the replay memory: end the episode here,
+            # repeating the last good observation, and count it.
+            self._restore(saved)
+            self.counters["bad_car_state"] += 1
+            info = self._info(car_state, 0.0, self._last_phi, self._last_dist, "bad_car_state", {})
+            return self._last_obs.copy(), 0.0, False, True, info
         sl = self.slices
         lateral_v, forward_v = float(obs[sl["velocity"]][0]), float(obs[sl["velocity"]][2])
         n_grounded = int(np.count_nonzero(car_state.wheel_contact))
-        c_slide, c_neo, c_kami, c_close = self._engineered_coefs()
-        zone_dist = float(np.linalg.norm(obs[sl["zones"]][:3])) if p.n_zone_centers_in_inputs else 0.0
+        c_slide, c_neo, c_kami, c_close = self._coefs
+        zone_dist = float(np.linalg.norm(self._zone_center_car)) if c_close else 0.0
         terms = {
             "time": R.time_reward(p.constant_reward_per_ms, ms_in_race),
             "progress": R.progress_reward(p.reward_per_m_advanced_along_centerline, progress - prev_progress),
@@ -464,15 +482,12 @@ class TrackmaniaPipeline:
     def _observe(self, car_state: CarState) -> tuple[np.ndarray, float, float]:
         p = self.params
         line = self.line
-        rot = car_state.orientation
         pos = car_state.position
         out = np.empty(self.float_input_dim, dtype=np.float32)
         out[0] = 0.0  # mini-race time: written by the replay memory at sampling
-        i = 1
         if p.n_prev_actions_in_inputs:
-            n = 4 * p.n_prev_actions_in_inputs
-            out[i : i + n] = np.concatenate(self._prev_flags)
-            i += n
+            out[1 : self._i_wheels] = np.concatenate(self._prev_flags)
+        i = self._i_wheels
         out[i : i + 4] = car_state.wheel_sliding
         out[i + 4 : i + 8] = car_state.wheel_contact
         out[i + 8 : i + 12] = car_state.wheel_damper_absorb
@@ -480,42 +495,74 @@ class TrackmaniaPipeline:
         out[i + 13] = car_state.gear
         out[i + 14] = car_state.rpm
         out[i + 15] = self._gearbox_counter
-        i += 16
-        n_cat = p.n_contact_material_physics_behavior_types
-        if n_cat:
-            out[i : i + 4 * n_cat] = wheel_material_one_hot(
-                car_state.wheel_material, n_cat, car_state.wheel_contact
+        if p.n_contact_material_physics_behavior_types:
+            out[i + 16 : self._i_vectors] = self._material_block(
+                car_state.wheel_material, car_state.wheel_contact
             )
-            i += 4 * n_cat
-        # Car frame: components along the orientation's columns (lateral, up, forward).
-        out[i : i + 3] = car_state.angular_velocity @ rot
-        out[i + 3 : i + 6] = car_state.velocity @ rot
-        out[i + 6 : i + 9] = WORLD_UP @ rot
-        i += 9
-        idx = np.minimum(self._zone + self._zone_offsets, line.n_zones - 1)
-        rel = line.zone_centers[idx] - pos
-        zones_car = rel @ rot
-        n_z = 3 * p.n_zone_centers_in_inputs
-        out[i : i + n_z] = zones_car.reshape(-1)
-        i += n_z
+        # One product puts every vector in the car frame (components along the orientation's
+        # columns: lateral, up, forward): angular velocity, velocity, world up, the zone centres
+        # in the inputs, then the two centres the shaping potential uses.
+        vecs = self._vec_buf
+        vecs[0] = car_state.angular_velocity
+        vecs[1] = car_state.velocity
+        zone = self._zone
+        last = line.n_zones - 1
+        n_z = p.n_zone_centers_in_inputs
+        every = p.one_every_n_zone_centers_in_inputs
+        if zone + (n_z - 1) * every <= last:
+            centers = line.zone_centers[zone : zone + (n_z - 1) * every + 1 : every]
+        else:
+            centers = line.zone_centers[np.minimum(self._zone_offsets + zone, last)]
+        np.subtract(centers, pos, out=vecs[3 : 3 + n_z])
+        vecs[3 + n_z] = line.zone_centers[zone] - pos
+        vecs[4 + n_z] = line.zone_centers[min(zone + every, last)] - pos
+        car = vecs @ car_state.orientation
+        out[self._i_vectors : self._i_finish] = car[: 3 + n_z].reshape(-1)
         dist_finish = max(line.finish_progress - self._progress, 0.0)
-        out[i] = min(float(p.margin_to_announce_finish_meters), dist_finish)
-        out[i + 1] = car_state.is_freewheeling
+        out[self._i_finish] = min(float(p.margin_to_announce_finish_meters), dist_finish)
+        out[self._i_finish + 1] = car_state.is_freewheeling
 
-        # The potential uses the current zone centre and the next one in the inputs.
-        c0 = (line.zone_centers[self._zone] - pos) @ rot
-        nxt = min(self._zone + p.one_every_n_zone_centers_in_inputs, line.n_zones - 1)
-        c1 = (line.zone_centers[nxt] - pos) @ rot
         phi = R.potential(
-            c0,
-            c1,
+            car[3 + n_z],
+            car[4 + n_z],
             p.shaped_reward_dist_to_cur_vcp,
             p.shaped_reward_min_dist_to_cur_vcp,
             p.shaped_reward_max_dist_to_cur_vcp,
             p.shaped_reward_point_to_vcp_ahead,
         )
-        self._last_obs, self._last_phi, self._last_dist = out, phi, dist_finish
+        self._zone_center_car = car[3 + n_z]
+        if math.isfinite(phi) and np.isfinite(out).all():
+            self._last_obs, self._last_phi, self._last_dist = out, phi, dist_finish
         return out, phi, dist_finish
+
+    def _material_block(self, material: np.ndarray, contact: np.ndarray) -> np.ndarray:
+        # Surfaces change rarely, so the one-hot of each (materials, contacts) pair is cached.
+        key = material.tobytes() + contact.tobytes()
+        block = self._material_cache.get(key)
+        if block is None:
+            cats = np.where(contact, MATERIAL_CATEGORY_LUT[material & 0xFFFF], CATEGORY_OTHER)
+            block = self._one_hot[cats].reshape(-1)
+            if len(self._material_cache) >= 4096:
+                self._material_cache.clear()
+            self._material_cache[key] = block
+        return block
+
+    _STATE = (
+        "_zone",
+        "_progress",
+        "_speed",
+        "_race_time_ms",
+        "_gearbox_counter",
+        "_furthest_zone",
+        "_last_progress_time_ms",
+    )
+
+    def _save(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self._STATE)
+
+    def _restore(self, saved: tuple[Any, ...]) -> None:
+        for k, v in zip(self._STATE, saved):
+            setattr(self, k, v)
 
     def _info(
         self,
@@ -549,17 +596,6 @@ class TrackmaniaPipeline:
         if x.shape[-1] != self.float_input_dim:
             raise ValueError(f"float observation has {x.shape[-1]} values, expected {self.float_input_dim}")
         return (x - self.mean) * self._inv_std
-
-
-def _finite_state(s: CarState) -> bool:
-    return bool(
-        np.isfinite(s.position).all()
-        and np.isfinite(s.velocity).all()
-        and np.isfinite(s.angular_velocity).all()
-        and np.isfinite(s.orientation).all()
-        and math.isfinite(s.rpm)
-        and np.isfinite(s.wheel_damper_absorb).all()
-    )
 
 
 def flags_history(actions: Sequence[int], n_prev: int) -> np.ndarray:
