@@ -13,7 +13,7 @@ from typing import Any
 from rulka.errors import UserError
 
 _BUILTIN: dict[str, dict[str, str]] = {
-    "env": {},
+    "env": {"sim": "rulka.envs.sim.env:SimTrackEnv"},
     "memory": {"simple": "rulka.agents.simple:SimpleReplayMemory"},
     "agent": {"simple_dqn": "rulka.agents.simple:SimpleDQNAgent"},
     "actor": {"simple_dqn": "rulka.agents.simple:SimpleDQNActor"},

@@ -1,0 +1,279 @@
+"""``SimTrackEnv``: the built-in simulator as a Gymnasium env (``rulka/SimTrack-v0``).
+
+It looks to the learner like TrackMania will: the same 12 discrete actions (or gamepad-like
+``(gas, brake, steer)``), the same float observation, rewards and cut-offs (computed by the
+shared ``rulka.envs.pipeline.TrackmaniaPipeline`` from a ``CarState``), and a grayscale camera
+image. Observations are ``{"img": (H, W) uint8, "float": (float_input_dim,) float32}``; the float
+vector is raw (not normalised), as segments carry it.
+
+Example::
+
+    import gymnasium as gym, rulka.envs
+    env = gym.make("rulka/SimTrack-v0", track="hairpins")
+    obs, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(0)   # accelerate
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from rulka.envs.actions import N_ACTIONS, action_to_flags
+from rulka.envs.car_state import CarState
+from rulka.envs.pipeline import PipelineParams, TrackmaniaPipeline
+from rulka.envs.reference_line import ReferenceLine
+from rulka.envs.sim.camera import Camera
+from rulka.envs.sim.physics import MATERIAL_ID, CarPhysics, Controls
+from rulka.envs.sim.tracks import DIRT, GRASS, Track, get_track
+from rulka.errors import UserError
+
+# suspension compression the learner sees: rough surfaces shake the car a little
+_DAMPER = {GRASS: 0.03, DIRT: 0.02}
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+# CarState arrays shared between steps (read-only): building them is a visible cost per action
+_ALL_TRUE = _readonly(np.ones(4, dtype=bool))
+_ALL_FALSE = _readonly(np.zeros(4, dtype=bool))
+_WHEELS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _wheel_arrays(codes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(material ids, damper values) for the raster codes under the four wheels, cached."""
+    arrays = (
+        _readonly(np.array([MATERIAL_ID[k] for k in codes], dtype=np.int64)),
+        _readonly(np.array([_DAMPER.get(k, 0.01) for k in codes], dtype=np.float64)),
+    )
+    _WHEELS[codes] = arrays
+    return arrays
+
+
+def _get(obj: Any, *path: str) -> Any:
+    """``obj.a.b`` or ``obj["a"]["b"]``; None when any part is missing."""
+    for name in path:
+        if obj is None:
+            return None
+        obj = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+    return obj
+
+
+class SimTrackEnv(gym.Env):
+    """The simulator with TrackMania's actions, observations and rewards.
+
+    Args:
+        config: a run config (``rulka.config.RulkaConfig`` or a nested mapping). When given, it
+            supplies the defaults of every other argument: ``environment.track``,
+            ``environment.continuous_actions``, ``environment.tm_engine_step_per_action``,
+            ``nn.vis.no_image``, ``nn.vis.image_size`` and the pipeline's keys.
+        track: a bundled track name, ``gen:<seed>``, a track .json path, or a list of them (one is
+            drawn at each reset, with the env's seeded generator).
+        image: include the camera image under ``"img"``.
+        continuous: ``Box(3)`` actions ``(gas, brake, steer)`` (steer -1 left .. +1 right)
+            instead of ``Discrete(12)``.
+        render_mode: ``"rgb_array"`` for :meth:`render` (camera view beside a map with the car).
+        image_size: ``(width, height)`` of the camera image.
+        tm_engine_step_per_action: 10 ms physics steps per action.
+        pipeline_params: observation/reward parameters (default: from ``config`` or defaults).
+        start_noise: random start offset, metres sideways (and ``start_noise`` degrees of
+            heading), drawn at each reset from the seeded generator; 0 starts like the game.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+
+    def __init__(
+        self,
+        config: Any = None,
+        track: str | Sequence[str] | None = None,
+        image: bool | None = None,
+        continuous: bool | None = None,
+        render_mode: str | None = None,
+        image_size: tuple[int, int] | None = None,
+        tm_engine_step_per_action: int | None = None,
+        pipeline_params: PipelineParams | None = None,
+        start_noise: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if track is None:
+            track = _get(config, "environment", "track") or "default"
+        if continuous is None:
+            continuous = bool(_get(config, "environment", "continuous_actions") or False)
+        if image is None:
+            image = not bool(_get(config, "nn", "vis", "no_image") or False)
+        if image_size is None:
+            w = _get(config, "nn", "vis", "image_size", "width")
+            h = _get(config, "nn", "vis", "image_size", "height")
+            image_size = (int(w), int(h)) if w and h else (64, 64)
+        if tm_engine_step_per_action is None:
+            tm_engine_step_per_action = int(_get(config, "environment", "tm_engine_step_per_action") or 5)
+        if pipeline_params is None:
+            pipeline_params = PipelineParams.from_config(config) if config is not None else PipelineParams(
+                ms_per_action=10 * tm_engine_step_per_action
+            )
+        if pipeline_params.ms_per_action != 10 * tm_engine_step_per_action:
+            raise UserError(
+                f"pipeline ms_per_action ({pipeline_params.ms_per_action}) must equal 10 ms x "
+                f"tm_engine_step_per_action ({tm_engine_step_per_action})"
+            )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise UserError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.track_names = [track] if isinstance(track, str) else list(track)
+        if not self.track_names:
+            raise UserError("SimTrackEnv needs at least one track")
+        self.image = bool(image)
+        self.continuous = bool(continuous)
+        self.render_mode = render_mode
+        self.image_size = (int(image_size[0]), int(image_size[1]))
+        self.steps_per_action = int(tm_engine_step_per_action)
+        self.params = pipeline_params
+        self.start_noise = float(start_noise)
+        self._setups: dict[str, tuple[Track, TrackmaniaPipeline, Camera | None]] = {}
+        self._select(self.track_names[0])
+
+        dim = self.pipeline.float_input_dim
+        obs: dict[str, spaces.Space[Any]] = {}
+        if self.image:
+            w, h = self.image_size
+            obs["img"] = spaces.Box(0, 255, shape=(h, w), dtype=np.uint8)
+        # every float the pipeline reports is far inside +-1e6 (rpm, metres, m/s)
+        obs["float"] = spaces.Box(-1e6, 1e6, shape=(dim,), dtype=np.float32)
+        self.observation_space = spaces.Dict(obs)
+        if self.continuous:
+            self.action_space = spaces.Box(
+                np.array([0.0, 0.0, -1.0], dtype=np.float32), np.array([1.0, 1.0, 1.0], dtype=np.float32)
+            )
+        else:
+            self.action_space = spaces.Discrete(N_ACTIONS)
+        self._done = True
+        self._trace: list[tuple[float, float, float]] = []
+
+    # ------------------------------------------------------------------ setup
+    def _select(self, name: str) -> None:
+        setup = self._setups.get(name)
+        if setup is None:
+            track = get_track(name)
+            p = self.params
+            line = ReferenceLine(
+                track.race_line(),
+                distance_between_checkpoints=p.distance_between_checkpoints,
+                n_extrapolate_before=p.n_zone_centers_extrapolate_before_start_of_map,
+                n_extrapolate_after=p.n_zone_centers_extrapolate_after_end_of_map,
+                road_width=p.road_width,
+            )
+            camera = Camera(track, *self.image_size) if self.image or self.render_mode else None
+            setup = (track, TrackmaniaPipeline(p, line), camera)
+            self._setups[name] = setup
+        self.track, self.pipeline, self.camera = setup
+        self.car = CarPhysics(self.track)
+
+    @classmethod
+    def from_config(cls, cfg: Any, **overrides: Any) -> SimTrackEnv:
+        """The env a run config describes; keyword arguments override it."""
+        return cls(config=cfg, **overrides)
+
+    # ------------------------------------------------------------------ state
+    def car_state(self) -> CarState:
+        """The car as a ``CarState`` (what a TrackMania backend would report)."""
+        car = self.car
+        h = car.heading
+        c, s = math.cos(h), math.sin(h)
+        codes = tuple(car.wheel_codes)
+        wheels = _WHEELS.get(codes)
+        if wheels is None:
+            wheels = _wheel_arrays(codes)
+        return CarState(
+            position=np.array([car.x, 0.0, car.z]),
+            orientation=np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]]),
+            velocity=np.array([car.vx, 0.0, car.vz]),
+            angular_velocity=np.array([0.0, car.yaw_rate, 0.0]),
+            wheel_material=wheels[0],
+            wheel_contact=_ALL_TRUE,
+            wheel_sliding=_ALL_TRUE if car.sliding else _ALL_FALSE,
+            wheel_damper_absorb=wheels[1],
+            gear=car.gear,
+            rpm=car.rpm,
+            gearbox_state=1 if car.shift_timer > 0.0 else 0,
+            race_time_ms=car.finish_time_ms if car.finished else car.race_time_ms,
+            finished=car.finished,
+        )
+
+    def _obs(self, float_obs: np.ndarray) -> dict[str, np.ndarray]:
+        obs: dict[str, np.ndarray] = {"float": float_obs}
+        if self.image:
+            assert self.camera is not None
+            obs["img"] = self.camera.render(self.car.x, self.car.z, self.car.heading)
+        return obs
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Car at standstill on the start line (of a track drawn from ``track`` when several)."""
+        super().reset(seed=seed)
+        name = self.track_names[0]
+        if options and "track" in options:
+            name = str(options["track"])
+        elif len(self.track_names) > 1:
+            name = self.track_names[int(self.np_random.integers(len(self.track_names)))]
+        if name != self.track.name:
+            self._select(name)
+        x, z, h = self.track.start_pose
+        if self.start_noise > 0.0:
+            lateral = float(self.np_random.uniform(-self.start_noise, self.start_noise))
+            x += lateral * math.cos(h)
+            z -= lateral * math.sin(h)
+            h += math.radians(float(self.np_random.uniform(-self.start_noise, self.start_noise)))
+        self.car.reset(x, z, h)
+        float_obs, info = self.pipeline.reset(self.car_state())
+        self._done = False
+        self._trace = [(self.car.x, self.car.z, 0.0)]
+        info = self._extend_info(info)
+        return self._obs(float_obs), info
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        if self._done:
+            raise RuntimeError("SimTrackEnv.step called after the episode ended; call reset() first")
+        if self.continuous:
+            act = np.asarray(action, dtype=np.float32).reshape(3)
+            if not np.all(np.isfinite(act)):
+                raise ValueError(f"continuous action must be finite, got {action!r}")
+            gas, brake, steer = (float(v) for v in np.clip(act, [0, 0, -1], [1, 1, 1]))
+            controls = Controls(gas=gas, brake=brake, steer=-steer)  # physics: positive = left
+            pipe_action: Any = act
+        else:
+            a = int(action)
+            if not 0 <= a < N_ACTIONS:
+                raise ValueError(f"discrete action must be in 0..{N_ACTIONS - 1}, got {action!r}")
+            acc, brk, left, right = action_to_flags(a)
+            controls = Controls(gas=float(acc), brake=float(brk), steer=float(left) - float(right))
+            pipe_action = a
+        self.car.step(controls, self.steps_per_action)
+        float_obs, reward, terminated, truncated, info = self.pipeline.step(self.car_state(), pipe_action)
+        self._done = terminated or truncated
+        self._trace.append((self.car.x, self.car.z, self.car.speed))
+        return self._obs(float_obs), float(reward), bool(terminated), bool(truncated), self._extend_info(info)
+
+    def _extend_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        info["track"] = self.track.name
+        info["wall_hits"] = self.car.wall_hits
+        info["reference_time_ms"] = self.track.reference_time_ms
+        return info
+
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        """``rgb_array``: the camera view (scaled up) beside a map of the track with the car."""
+        if self.render_mode != "rgb_array":
+            return None
+        from rulka.envs.sim.render import compose_frame
+
+        assert self.camera is not None
+        view = self.camera.render(self.car.x, self.car.z, self.car.heading)
+        return compose_frame(self.track, view, self.car, self._trace)
