@@ -1,0 +1,128 @@
+"""Small deterministic plugins for role tests (shared by tests/test_delivery*, test_trainer*, ...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+
+from rulka.interfaces import ActorModule, Memory, TrainingAgent
+from rulka.segment import Segment
+
+
+class CountingEnv(gymnasium.Env):
+    """obs = [episode, step] as float32; every episode lasts ``length`` steps; reward = step."""
+
+    def __init__(self, length: int = 7) -> None:
+        self.length = length
+        self.observation_space = gymnasium.spaces.Box(-1e9, 1e9, (2,), np.float32)
+        self.action_space = gymnasium.spaces.Discrete(2)
+        self.episode = -1
+        self.t = 0
+        self.step_calls = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.episode += 1
+        self.t = 0
+        return np.array([self.episode, 0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.step_calls += 1
+        done = self.t >= self.length
+        return np.array([self.episode, self.t], np.float32), float(self.t), done, False, {"race_time_ms": 50 * self.t}
+
+
+class ConstActor(ActorModule):
+    """Acts 0; remembers the weight it was given (``w``) and which thread loaded it."""
+
+    def __init__(self, **_: Any) -> None:
+        self.w = torch.zeros(1)
+        self.loads: list[float] = []
+
+    def act(self, obs, test=False):
+        return 0
+
+    def act_with_info(self, obs, test=False):
+        return 0, {"w": float(self.w[0])}
+
+    def load_weights(self, weights):
+        self.w = torch.as_tensor(weights["w"]).clone()
+        self.loads.append(float(self.w[0]))
+
+    def get_weights(self):
+        return {"w": self.w.clone()}
+
+
+class ListMemory(Memory):
+    """Keeps every segment it is given; one transition per step."""
+
+    def __init__(self, **_: Any) -> None:
+        self.segments: list[Segment] = []
+        self.loaded_keys: list[str] = []
+        self.min_samples_to_train = 1
+
+    def append(self, segment):
+        self.segments.append(segment)
+        return segment.num_transitions
+
+    def __len__(self):
+        return sum(s.num_transitions for s in self.segments)
+
+    def sample(self, batch_size):
+        return batch_size
+
+    def rebuild_transitions(self, segment):
+        a = segment.arrays
+        return [{"obs": a["obs/x"][i], "action": a["action"][i], "reward": a["reward"][i],
+                 "next_obs": a["obs/x"][i + 1], "done": a["terminated"][i]} for i in range(segment.num_transitions)]
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        keys = sorted({f"{s.worker_id} {s.seq}" for s in self.segments} | set(getattr(self, "loaded_keys", [])))
+        (directory / "keys.txt").write_text("\n".join(keys))
+
+    def load(self, directory: Path) -> None:
+        path = directory / "keys.txt"
+        self.loaded_keys = [k for k in path.read_text().split("\n") if k] if path.exists() else []
+
+
+class CountingAgent(TrainingAgent):
+    """Each update adds 1 to a parameter ``w`` (so weights differ between versions) and steps an
+    Adam optimizer (so the checkpoint carries optimizer state)."""
+
+    batch_size = 4
+
+    def __init__(self, **_: Any) -> None:
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.opt = torch.optim.Adam([self.w], lr=0.1)
+        self.trained = 0
+
+    def train(self, batch):
+        self.opt.zero_grad()
+        (self.w * 0.0 + (self.w - 100) ** 2).sum().backward()
+        self.opt.step()
+        with torch.no_grad():
+            self.w.copy_(torch.tensor([float(self.trained + 1)]))
+        self.trained += 1
+        return {"losses/fake": float(self.trained)}
+
+    def get_actor(self):
+        a = ConstActor()
+        a.load_weights({"w": self.w.detach()})
+        return a
+
+    def actor_spec(self):
+        return {"actor": "roles_helpers:ConstActor", "kwargs": {}}
+
+    def state_dict(self):
+        return {"w": self.w.detach().clone(), "opt": self.opt.state_dict(), "trained": self.trained}
+
+    def load_state_dict(self, state):
+        with torch.no_grad():
+            self.w.copy_(state["w"])
+        self.opt.load_state_dict(state["opt"])
+        self.trained = state["trained"]

@@ -1,0 +1,149 @@
+"""Checkpoints: round trip of agent/optimizer/counters/RNG/dedupe, atomic replacement, journal
+replay after a crash, version counter continuing."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from roles_helpers import CountingAgent, ListMemory
+
+from rulka.compress import ZstdCompressor
+from rulka.errors import UserError
+from rulka.net.link import Message
+from rulka.net.local import LocalHub
+from rulka.segment import Segment
+from rulka.trainer import checkpoint as ckpt
+from rulka.trainer.trainer import ACCEPTED_LOG, Trainer
+
+KEY = Ed25519PrivateKey.generate()
+
+
+def seg_msg(worker: str, seq: int, t: int = 4) -> Message:
+    seg = Segment(run_id="", worker_id=worker, episode_id=0, seq=seq, index_in_episode=seq, first_step=0,
+                  policy_version=0, arrays={"obs/x": np.full((t + 1, 2), seq, np.float32),
+                                            "action": np.zeros(t, np.int64), "reward": np.ones(t, np.float32),
+                                            "terminated": np.zeros(t, bool)})
+    return Message("segment", worker, ZstdCompressor().compress(seg))
+
+
+def new_trainer(run_dir, resume=False):
+    return Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), run_dir=run_dir,
+                   signing_key=KEY, resume=resume)
+
+
+def accepted_lines(run_dir):
+    return (run_dir / ACCEPTED_LOG).read_text().split()
+
+
+def test_flatten_state_round_trip_keeps_types():
+    state = {"t": torch.arange(3.0), "n": np.arange(2, dtype=np.int16), "opt": {0: {"step": torch.tensor(2.0)}},
+             "betas": (0.9, 0.99), "lst": [1, "a", None, 2.5], "__weird": 1}
+    plain, tensors = ckpt.flatten_state(state)
+    back = ckpt.unflatten_state(json.loads(json.dumps(plain)), tensors)
+    assert torch.equal(back["t"], state["t"]) and back["n"].dtype == np.int16
+    assert list(back["opt"]) == [0] and float(back["opt"][0]["step"]) == 2.0
+    assert back["betas"] == (0.9, 0.99) and back["lst"] == [1, "a", None, 2.5] and back["__weird"] == 1
+
+
+def test_rng_state_round_trip():
+    saved = ckpt.rng_state()
+    a = (random.random(), np.random.rand(), torch.rand(1).item())
+    ckpt.set_rng_state(json.loads(json.dumps(saved)))
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
+
+
+def test_resume_restores_everything_and_continues_versions(tmp_path):
+    t1 = new_trainer(tmp_path)
+    t1.publish()
+    t1.ingest([seg_msg("a", 0), seg_msg("a", 1), seg_msg("b", 0)])
+    for _ in range(5):
+        t1._train_once()
+    opt_state = t1.agent.opt.state_dict()["state"][0]["exp_avg"].clone()
+    v = t1.version
+    t1.checkpoint()
+    t1.close()
+
+    t2 = new_trainer(tmp_path, resume=True)
+    assert (t2.version, t2.updates, t2.samples, t2.run_id) == (v, 5, 12, t1.run_id)
+    assert float(t2.agent.w.detach()[0]) == 5.0 and t2.agent.trained == 5
+    assert torch.equal(t2.agent.opt.state_dict()["state"][0]["exp_avg"], opt_state)
+    assert sorted(t2.memory.loaded_keys) == ["a 0", "a 1", "b 0"]
+    assert t2.publish() == v + 1  # the version counter continues
+    t2.ingest([seg_msg("a", 1), seg_msg("a", 2)])  # a resend of a stored one, and a new one
+    assert t2.counters["duplicates"] == 1 and t2.segments == 4
+    t2.close()
+
+
+def test_crash_after_checkpoint_replays_the_journal_once(tmp_path):
+    t1 = new_trainer(tmp_path)
+    t1.ingest([seg_msg("a", 0)])
+    t1.checkpoint()
+    t1.ingest([seg_msg("a", 1), seg_msg("a", 2)])  # acknowledged, journaled, then kill -9:
+    t1._journal._f.flush()
+    del t1  # no final checkpoint, no close
+
+    t2 = new_trainer(tmp_path, resume=True)
+    assert [s.seq for s in t2.memory.segments] == [1, 2]  # replayed on top of the checkpoint
+    assert sorted(t2.memory.loaded_keys) == ["a 0"]
+    assert t2.samples == 12
+    assert accepted_lines(tmp_path) == ["a", "0", "a", "1", "a", "2"]  # each exactly once
+    t2.ingest([seg_msg("a", 2), seg_msg("a", 3)])
+    assert t2.counters["duplicates"] == 1
+    t2.checkpoint()
+    t2.close()
+    t3 = new_trainer(tmp_path, resume=True)
+    assert sorted(t3.memory.loaded_keys) == ["a 0", "a 1", "a 2", "a 3"] and t3.memory.segments == []
+    assert accepted_lines(tmp_path) == ["a", "0", "a", "1", "a", "2", "a", "3"]
+    t3.close()
+
+
+def test_truncated_journal_tail_is_ignored(tmp_path):
+    t1 = new_trainer(tmp_path)
+    t1.ingest([seg_msg("a", 0), seg_msg("a", 1)])
+    path = t1._journal.path
+    t1._journal.close()
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])  # killed in the middle of writing the second record
+    t2 = new_trainer(tmp_path, resume=True)
+    assert [s.seq for s in t2.memory.segments] == [0]
+    t2.ingest([seg_msg("a", 1)])  # the worker never got the ack: it resends, and it is new
+    assert [s.seq for s in t2.memory.segments] == [0, 1]
+    t2.close()
+
+
+def test_failed_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
+    t1 = new_trainer(tmp_path)
+    t1.ingest([seg_msg("a", 0)])
+    t1._train_once()
+    first = t1.checkpoint()
+    t1.ingest([seg_msg("a", 1)])
+    t1._train_once()
+
+    def boom(directory):
+        (directory / "partial").mkdir(parents=True)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(t1.memory, "save", boom)
+    with pytest.raises(OSError):
+        t1.checkpoint()
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == first
+    t2 = new_trainer(tmp_path, resume=True)
+    assert t2.updates == 1 and float(t2.agent.w.detach()[0]) == 1.0
+    assert [s.seq for s in t2.memory.segments] == [1]  # from the journal kept for this case
+    t2.close()
+
+
+def test_new_run_refuses_a_used_folder_and_resume_needs_a_folder(tmp_path):
+    t1 = new_trainer(tmp_path)
+    t1.checkpoint()
+    t1.close()
+    with pytest.raises(UserError, match="--resume"):
+        new_trainer(tmp_path)
+    with pytest.raises(UserError):
+        Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY,
+                resume=True)
