@@ -1,0 +1,536 @@
+"""Loading a run configuration: YAML + .env + ``--set`` overrides -> a validated RulkaConfig.
+
+Precedence, lowest first: built-in defaults < ``.env`` < the YAML file < ``--set`` overrides.
+Every mistake becomes a one-line :class:`rulka.errors.ConfigError` that names the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import os
+import re
+import tempfile
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rulka.config.model import RulkaConfig
+from rulka.errors import ConfigError
+
+RESOLVED_NAME = "config.resolved.yaml"
+
+# .env variable -> config key. Matched case-insensitively; other variables in .env are ignored.
+ENV_KEYS: dict[str, str] = {
+    "RULKA_SERVER_HOST": "network.server_host",
+    "RULKA_PORT": "network.port",
+    "RULKA_CREDENTIALS_DIR": "network.credentials_dir",
+    "RULKA_WORKER_NAME": "worker.name",
+    "RULKA_SPILL_DIR": "worker.spill_dir",
+    "RULKA_DEVICE": "trainer.device",
+    "RULKA_RUN_DIR": "logging.run_dir",
+    "WANDB_ENTITY": "logging.wandb.entity",
+    "WANDB_PROJECT": "logging.wandb.project",
+    "WANDB_MODE": "logging.wandb.mode",
+    "USERNAME": "user.username",
+    "TRACKMANIA_BASE_PATH": "user.trackmania_base_path",
+    "TARGET_PYTHON_LINK_PATH": "user.target_python_link_path",
+    "BASE_TMI_PORT": "user.base_tmi_port",
+    "LINUX_LAUNCH_GAME_PATH": "user.linux_launch_game_path",
+    "WINDOWS_TMLOADER_PATH": "user.windows_tmloader_path",
+    "WINDOWS_TMLOADER_PROFILE_NAME": "user.windows_tmloader_profile_name",
+}
+
+# keys whose values are plain strings even when they look like numbers (a host "10" is a name)
+_STRING_KEYS = {
+    "network.server_host",
+    "worker.name",
+    "logging.wandb.entity",
+    "logging.wandb.project",
+    "user.username",
+    "training.run_name",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML
+# ---------------------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads 1e-3 as a float (YAML 1.1 wants 1.0e-3) and refuses duplicate keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (first at line {seen[key]})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def parse_yaml(text: str, source: str = "<string>") -> Any:
+    """Parse YAML text safely; a syntax error becomes a ConfigError with the line number."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError(f"{source}:{where}: bad YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: bad YAML: {exc}") from None
+
+
+def read_yaml_file(path: str | Path) -> dict[str, Any]:
+    """Read a config file into a dict (an empty file is an empty config)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    data = parse_yaml(text, str(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# overrides and .env
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``key.path=value`` and parse the value as a YAML scalar or flow list/mapping."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {text!r}: expected KEY.PATH=VALUE, e.g. training.batch_size=256")
+    parts = key.split(".")
+    if any(not p for p in parts):
+        raise ConfigError(f"--set {text!r}: empty part in key path {key!r}")
+    value = raw if key in _STRING_KEYS else parse_yaml(raw, f"--set {key}")
+    return parts, value
+
+
+def _set_path(data: dict[str, Any], parts: Sequence[str], value: Any, origin: str) -> None:
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"{origin}: config key `{where}` is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides to ``data`` in place (later ones win); returns ``data``."""
+    for text in overrides:
+        parts, value = parse_override(text)
+        _set_path(data, parts, value, f"--set {text}")
+    return data
+
+
+def read_env_file(path: str | Path) -> dict[str, str]:
+    """The known variables of a .env file (see ENV_KEYS), as config key -> raw string."""
+    from dotenv import dotenv_values
+
+    values = dotenv_values(path)
+    out: dict[str, str] = {}
+    upper = {k.upper(): v for k, v in values.items() if v is not None}
+    for name, key in ENV_KEYS.items():
+        if name in upper:
+            out[key] = upper[name]
+    return out
+
+
+def _env_layer(env_file: str | Path | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Nested data from the .env file, and config key -> variable name for error messages."""
+    if env_file is None:
+        return {}, {}
+    path = Path(env_file)
+    if not path.is_file():
+        if str(env_file) == ".env":
+            return {}, {}  # the default .env is optional
+        raise ConfigError(f".env file {path} does not exist")
+    names = {v: k for k, v in ENV_KEYS.items()}
+    data: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for key, raw in read_env_file(path).items():
+        value: Any = raw if key in _STRING_KEYS else parse_yaml(raw, f"{path} {names[key]}")
+        _set_path(data, key.split("."), value, f"{path} {names[key]}")
+        origins[key] = f"{path} {names[key]}"
+    return data, origins
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def _merge_btr_cnn(data: dict[str, Any]) -> None:
+    """btr CNN keys fill nn.vis.cnn keys that the YAML omits (guide: BTR block)."""
+    btr = data.get("btr")
+    if not isinstance(btr, dict):
+        return
+    cnn_keys = (
+        "use_impala_cnn",
+        "impala_model_size",
+        "use_adaptive_maxpool",
+        "adaptive_maxpool_size",
+        "use_spectral_norm",
+    )
+    given = {k: btr[k] for k in cnn_keys if k in btr}
+    if not given:
+        return
+    nn = data.setdefault("nn", {})
+    if not isinstance(nn, dict):
+        return
+    vis = nn.setdefault("vis", {})
+    if not isinstance(vis, dict) or vis.get("no_image") or vis.get("transformer") is not None:
+        return
+    cnn = vis.get("cnn")
+    if cnn is None:
+        cnn = vis["cnn"] = {}
+    if isinstance(cnn, dict):
+        for k, v in given.items():
+            cnn.setdefault(k, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation errors -> one line
+# ---------------------------------------------------------------------------------------------
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    out: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        out.extend(_models_in(arg))
+    return out
+
+
+def _field_names(model: type[BaseModel]) -> dict[str, str]:
+    """YAML names (field names, validation aliases, serialization aliases) -> field name."""
+    names: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        names[info.serialization_alias or name] = name
+        names[name] = name
+        alias = info.validation_alias
+        choices = getattr(alias, "choices", None) or ([alias] if isinstance(alias, str) else [])
+        for choice in choices:
+            if isinstance(choice, str):
+                names[choice] = name
+    return names
+
+
+def _yaml_names(model: type[BaseModel]) -> list[str]:
+    """The key names a user should write (field names, or their serialization alias)."""
+    return [info.serialization_alias or name for name, info in model.model_fields.items()]
+
+
+@functools.cache
+def all_key_paths() -> tuple[str, ...]:
+    """Every section and key path of the config, e.g. ``training.batch_size``."""
+    paths: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            path = f"{prefix}{info.serialization_alias or name}"
+            paths.append(path)
+            sub = _models_in(info.annotation)
+            is_list = typing.get_origin(info.annotation) is list
+            if sub and not is_list:
+                walk(sub[0], path + ".")
+
+    walk(RulkaConfig, "")
+    return tuple(paths)
+
+
+def _walk_loc(loc: Sequence[Any]) -> tuple[list[Any], type[BaseModel] | None]:
+    """Drop pydantic's union/type tags from an error location; also return the last model passed."""
+    model: type[BaseModel] | None = RulkaConfig
+    parent: type[BaseModel] | None = RulkaConfig
+    out: list[Any] = []
+    for part in loc:
+        if isinstance(part, int):
+            out.append(part)
+            continue
+        if model is not None:
+            names = _field_names(model)
+            if part in names:
+                out.append(part)
+                parent = model
+                subs = _models_in(model.model_fields[names[part]].annotation)
+                model = subs[0] if subs else None
+                continue
+            if part in ("function-after", "function-before") or "[" in part or part[:1].isupper():
+                continue
+            # an unknown key inside a model: keep it, the error is about it
+            out.append(part)
+            parent = model
+            model = None
+            continue
+        # inside a plain value (list, tuple, dict): only type tags remain, which we drop
+    return out, parent
+
+
+def _loc_text(loc: Sequence[Any]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def suggest_keys(loc: Sequence[str], siblings: Iterable[str]) -> list[str]:
+    """Likely intended full key paths for the unknown key at ``loc``."""
+    key = str(loc[-1])
+    parent = ".".join(str(p) for p in loc[:-1])
+    paths = all_key_paths()
+    same_name = [p for p in paths if p.rsplit(".", 1)[-1] == key and p != ".".join(map(str, loc))]
+    if same_name:
+        return same_name[:2]
+    close = difflib.get_close_matches(key, list(siblings), n=1, cutoff=0.75)
+    if close:
+        return [f"{parent}.{close[0]}" if parent else close[0]]
+    last_parts: dict[str, str] = {}
+    for p in paths:
+        last_parts.setdefault(p.rsplit(".", 1)[-1], p)
+    close = difflib.get_close_matches(key, list(last_parts), n=1, cutoff=0.75)
+    if close:
+        return [last_parts[close[0]]]
+    close = difflib.get_close_matches(key, list(siblings), n=1, cutoff=0.6)
+    if close:
+        return [f"{parent}.{close[0]}" if parent else close[0]]
+    return []
+
+
+_EXPECTED = {
+    "int_parsing": "an integer",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping of keys",
+    "model_attributes_type": "a mapping of keys",
+    "path_type": "a path",
+    "finite_number": "a finite number",
+}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _error_text(err: Mapping[str, Any]) -> str:
+    loc, parent = _walk_loc(err["loc"])
+    path = _loc_text(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        siblings = _yaml_names(parent) if parent is not None else []
+        hints = suggest_keys([str(p) for p in loc], siblings)
+        text = f"config key `{path}` is unknown"
+        if hints:
+            text += "; did you mean " + " or ".join(f"`{h}`" for h in hints) + "?"
+        else:
+            where = path.rsplit(".", 1)[0] if "." in path else ""
+            text += f"; known keys{' in `' + where + '`' if where else ''}: " + ", ".join(siblings[:12])
+            text += ", ..." if len(siblings) > 12 else ""
+        return text
+    if kind == "missing":
+        if loc and isinstance(loc[-1], int):  # a short tuple, e.g. a knot without its value
+            return f"config key `{_loc_text(loc[:-1])}` has too few items (item [{loc[-1]}] is missing)"
+        return f"config key `{path}` is required"
+    if kind in _EXPECTED:
+        return f"config key `{path}` must be {_EXPECTED[kind]}, got {_short(err.get('input'))}"
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        return f"config key `{path}` must be one of {expected}, got {_short(err.get('input'))}"
+    message = str(err.get("msg", kind))
+    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if kind in (
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "too_short",
+        "too_long",
+    ):
+        return f"config key `{path}` {message[0].lower() + message[1:]}, got {_short(err.get('input'))}"
+    if path:
+        # validators name keys relative to their section, in backticks: make them full paths
+        message = re.sub(r"`([^`]+)`", lambda m: f"`{path}.{m.group(1)}`", message)
+    return f"config key `{path}` is invalid: {message}"
+
+
+def _validation_message(exc: ValidationError) -> str:
+    texts: list[str] = []
+    seen_paths: set[str] = set()
+    for err in exc.errors(include_url=False):
+        loc, _ = _walk_loc(err["loc"])
+        key = _loc_text(loc)
+        if key in seen_paths:
+            continue  # one message per key (a union reports each alternative)
+        seen_paths.add(key)
+        texts.append(_error_text(err))
+    if len(texts) > 3:
+        return "; ".join(texts[:3]) + f" (and {len(texts) - 3} more)"
+    return "; ".join(texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------------------------
+
+
+def config_from_dict(data: Mapping[str, Any] | None) -> RulkaConfig:
+    """Validate a config mapping (any section or key may be omitted) into a RulkaConfig."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a config must be a mapping of sections, got {type(data).__name__}")
+    plain = _deep_merge({}, data)
+    _merge_btr_cnn(plain)
+    try:
+        return RulkaConfig.model_validate(plain)
+    except ValidationError as exc:
+        raise ConfigError(_validation_message(exc)) from None
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    env_file: str | Path | None = ".env",
+) -> RulkaConfig:
+    """Load a run configuration.
+
+    ``path`` None means the built-in defaults. Values are layered, lowest first: built-in
+    defaults, then the ``.env`` file (the variables in ``ENV_KEYS``; a missing default ``.env`` is
+    fine, ``env_file=None`` skips it), then the YAML file, then ``overrides`` (``key.path=value``,
+    values parsed as YAML, later ones win). Raises ConfigError on any mistake.
+    """
+    env_data, env_origins = _env_layer(env_file)
+    data: dict[str, Any] = _deep_merge({}, env_data)
+    if path is not None:
+        _deep_merge(data, read_yaml_file(path))
+    apply_overrides(data, overrides)
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        message = str(exc)
+        origin = _origin(message, env_origins, overrides)
+        if origin is None and path is not None:
+            origin = str(path)
+        raise ConfigError(f"{origin}: {message}" if origin else message) from None
+
+
+def _origin(message: str, env_origins: Mapping[str, str], overrides: Sequence[str]) -> str | None:
+    """Name the --set or .env entry an error message is about, when it is about one."""
+    match = re.search(r"`([^`]+)`", message)
+    if not match:
+        return None
+    key = re.sub(r"\[\d+\]", "", match.group(1))
+    for text in reversed(overrides):
+        set_key = text.partition("=")[0].strip()
+        if key == set_key or key.startswith(set_key + ".") or set_key.startswith(key + "."):
+            return f"--set {text}"
+    if key in env_origins:
+        return env_origins[key]
+    return None
+
+
+def resolved_yaml(cfg: RulkaConfig, header: str = "") -> str:
+    """The config as YAML that reloads to an equal config, computed values in a comment block."""
+    lines = []
+    if header:
+        lines += [f"# {line}" for line in header.splitlines()]
+    lines.append("# computed at load (not settable; shown for reference):")
+    dumped = yaml.safe_dump(cfg.computed(), sort_keys=False, default_flow_style=None, width=110)
+    lines += [f"#   {line}" for line in dumped.splitlines()]
+    return "\n".join(lines) + "\n" + cfg.to_yaml()
+
+
+def save_resolved(cfg: RulkaConfig, run_dir: str | Path) -> Path:
+    """Write ``run_dir/config.resolved.yaml`` atomically (creating ``run_dir``); returns its path."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    target = run_dir / RESOLVED_NAME
+    text = resolved_yaml(cfg, header=f"rulka run configuration, resolved (run {cfg.training.run_name})")
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".config.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config FILE``, repeatable ``--set KEY.PATH=VALUE`` and ``--env-file FILE`` to a parser."""
+    group = parser.add_argument_group("configuration")
+    group.add_argument(
+        "--config", metavar="FILE", default=None, help="run configuration YAML (default: built-in defaults)"
+    )
+    group.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY.PATH=VALUE",
+        action="append",
+        default=[],
+        help="override one config value, e.g. --set training.batch_size=256 (repeatable; value parsed as YAML)",
+    )
+    group.add_argument(
+        "--env-file",
+        metavar="FILE",
+        default=".env",
+        help="user-specific values (paths, wandb entity); YAML and --set override them (default: ./.env if present)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> RulkaConfig:
+    """Load the config named by arguments added with :func:`add_config_arguments`."""
+    return load_config(
+        getattr(args, "config", None), getattr(args, "overrides", ()) or (), getattr(args, "env_file", ".env")
+    )

@@ -1,0 +1,128 @@
+"""`rulka config validate|show|defaults|keys`: exit codes, one-line errors, reloadable output."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rulka.cli import main
+from rulka.config import RulkaConfig, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rulka() -> str:
+    return shutil.which("rulka") or str(Path(sys.executable).parent / "rulka")
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_rulka(), "config", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_validate_good_file_exits_zero_with_a_summary(tmp_path: Path) -> None:
+    proc = _run(
+        "validate", str(REPO / "configs" / "default.yaml"), "--set", "training.batch_size=256", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("ok: ") and "float_input_dim 184" in lines[0] and "1 override(s)" in lines[0]
+
+
+def test_validate_unknown_key_is_one_line_without_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("memory:\n  batch_size: 3\n")
+    proc = _run("validate", str(path), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        f"error: {path}: config key `memory.batch_size` is unknown; did you mean `training.batch_size`?\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("training: [1,\n", "bad.yaml: line 2, column 1: bad YAML"),
+        (None, "bad.yaml does not exist"),
+        ("training:\n  algorithm: dqn\n", "config key `training.algorithm` must be one of"),
+    ],
+)
+def test_validate_errors_via_main(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    content: str | None,
+    needle: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "bad.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert main(["config", "validate", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error: ") and needle in lines[0]
+
+
+def test_validate_reads_env_file_from_cwd(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("RULKA_PORT=not-a-port\n")
+    (tmp_path / "run.yaml").write_text("training: {batch_size: 64}\n")
+    proc = _run("validate", "run.yaml", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "RULKA_PORT" in proc.stderr and "`network.port`" in proc.stderr
+
+
+def test_show_prints_yaml_that_reloads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text("training:\n  batch_size: 64\n")
+    assert main(["config", "show", "run.yaml", "--set", "nn.iqn.n=16", "--computed"]) == 0
+    out = capsys.readouterr().out
+    assert "#   float_input_dim: 184" in out
+    (tmp_path / "shown.yaml").write_text(out)
+    cfg = load_config(tmp_path / "shown.yaml", env_file=None)
+    assert (cfg.training.batch_size, cfg.nn.iqn.n) == (64, 16)
+
+
+def test_show_error_via_main_returns_two(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "show", "--set", "nn.iqn.k=3"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "error: --set nn.iqn.k=3: config key `nn.iqn.k` must be even (quantiles are drawn in symmetric pairs), got 3\n"
+    )
+
+
+def test_defaults_is_the_reference_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["config", "defaults"]) == 0
+    out = capsys.readouterr().out
+    assert out == (REPO / "configs" / "default.yaml").read_text()
+    (tmp_path / "d.yaml").write_text(out)
+    assert load_config(tmp_path / "d.yaml", env_file=None) == RulkaConfig()
+
+
+def test_keys_lists_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "keys", "nn.iqn."]) == 0
+    assert capsys.readouterr().out.split() == [
+        "nn.iqn.embedding_dimension",
+        "nn.iqn.n",
+        "nn.iqn.k",
+        "nn.iqn.kappa",
+        "nn.iqn.freeze",
+    ]
+
+
+def test_config_without_action_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config"]) == 2
+    assert "validate" in capsys.readouterr().out
