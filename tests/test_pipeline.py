@@ -18,9 +18,11 @@ from rulka.envs.pipeline import (
     flags_history,
     float_feature_names,
     layout_dim,
+    make_reference_line,
     normalization_from_samples,
 )
 from rulka.envs.reference_line import ReferenceLine
+from rulka.errors import ConfigError
 
 SMALL = dict(
     n_zone_centers_in_inputs=4,
@@ -34,13 +36,7 @@ SMALL = dict(
 
 
 def straight_line(length: float, p: PipelineParams) -> ReferenceLine:
-    return ReferenceLine(
-        np.array([[0.0, 0.0, 0.0], [0.0, 0.0, length]]),
-        p.distance_between_checkpoints,
-        p.n_zone_centers_extrapolate_before_start_of_map,
-        p.n_zone_centers_extrapolate_after_end_of_map,
-        p.road_width,
-    )
+    return make_reference_line(np.array([[0.0, 0.0, 0.0], [0.0, 0.0, length]]), p)
 
 
 def car(z: float, t_ms: int, x: float = 0.0, speed: float = 0.0, yaw: float = 0.0, **kw) -> CarState:
@@ -344,5 +340,7 @@ def test_from_config_nested_sections_and_flat_objects() -> None:
         tm_engine_step_per_action=5, ms_per_tm_engine_step=10, rl_action_offsets_ms=[0, 10, 20]
     )
     assert PipelineParams.from_config(flat).ms_per_action == 10  # multi-action runs 10 ms steps
-    with pytest.raises(ValueError, match="float_input_dim"):
+    with pytest.raises(ConfigError, match="float_input_dim"):
         PipelineParams.from_config({**cfg, "float_input_dim": 184})
+    with pytest.raises(ConfigError, match="n_zone_centers_extrapolate_before_start_of_map"):
+        PipelineParams.from_config({"environment": {"n_zone_centers_extrapolate_before_start_of_map": 0}})

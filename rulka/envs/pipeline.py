@@ -57,6 +57,7 @@ from rulka.envs.actions import DEFAULT_PREVIOUS_ACTION, FLAG_NAMES, action_to_fl
 from rulka.envs.car_state import WHEEL_NAMES, CarState
 from rulka.envs.materials import CATEGORY_NAMES, CATEGORY_OTHER, MATERIAL_CATEGORY_LUT
 from rulka.envs.reference_line import ReferenceLine
+from rulka.errors import ConfigError
 
 AXES = ("lateral", "up", "forward")
 WORLD_UP = np.array([0.0, 1.0, 0.0])
@@ -84,6 +85,8 @@ class PipelineParams:
     n_contact_material_physics_behavior_types: int = 4
     n_prev_actions_in_inputs: int = 5
     temporal_mini_race_duration_ms: int = 7000
+    temporal_mini_race_duration_actions: int | None = None
+    """Mini-race length in decisions (the unit of slot 0); None: duration_ms // ms_per_action."""
     # environment: cut-offs
     cutoff_rollout_if_race_not_finished_within_duration_ms: int = 300_000
     cutoff_rollout_if_no_vcp_passed_within_duration_ms: int = 2_000
@@ -135,7 +138,10 @@ class PipelineParams:
             raise ValueError("state_normalization.float_inputs_std values must be > 0")
 
     @property
-    def temporal_mini_race_duration_actions(self) -> int:
+    def mini_race_actions(self) -> int:
+        """Mini-race length in decisions (the unit the memory writes into slot 0)."""
+        if self.temporal_mini_race_duration_actions is not None:
+            return self.temporal_mini_race_duration_actions
         return self.temporal_mini_race_duration_ms // self.ms_per_action
 
     @property
@@ -147,7 +153,7 @@ class PipelineParams:
         """Build from the run config: an object with ``environment`` / ``rewards`` /
         ``state_normalization`` sections (attributes or mappings), or a flat mapping/object.
 
-        Missing keys keep their defaults; ``ms_per_action`` is derived from
+        Missing keys keep their defaults; inconsistent values raise ``ConfigError``; ``ms_per_action`` is derived from
         ``tm_engine_step_per_action * ms_per_tm_engine_step`` (10 ms when multi-action
         ``rl_action_offsets_ms`` has more than one offset) unless the config states it.
         """
@@ -179,7 +185,22 @@ class PipelineParams:
                 kwargs["ms_per_action"] = int(ms_step)
             elif steps is not None:
                 kwargs["ms_per_action"] = int(steps) * int(ms_step)
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ValueError as exc:
+            raise ConfigError(f"the TrackMania observation pipeline cannot use this config: {exc}") from None
+
+
+def make_reference_line(points: np.ndarray, params: PipelineParams) -> ReferenceLine:
+    """A ``ReferenceLine`` through ``points`` with the spacing, extrapolation and road width of
+    ``params`` (what a backend should use, so zone indices mean what the config says)."""
+    return ReferenceLine(
+        points,
+        params.distance_between_checkpoints,
+        params.n_zone_centers_extrapolate_before_start_of_map,
+        params.n_zone_centers_extrapolate_after_end_of_map,
+        params.road_width,
+    )
 
 
 def _section(cfg: Any, name: str) -> Any:
@@ -266,7 +287,7 @@ def default_normalization(params: PipelineParams) -> tuple[np.ndarray, np.ndarra
     because far centres swing left and right with the road. Replace them with statistics of your
     own runs (``normalization_from_samples``) once you have some.
     """
-    half_race = max(params.temporal_mini_race_duration_actions / 2.0, 1.0)
+    half_race = max(params.mini_race_actions / 2.0, 1.0)
     mean: list[float] = [half_race]
     std: list[float] = [half_race]
     for _ in range(params.n_prev_actions_in_inputs):
