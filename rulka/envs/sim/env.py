@@ -48,6 +48,13 @@ _ALL_FALSE = _readonly(np.zeros(4, dtype=bool))
 _WHEELS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
 
+# physics controls (steer positive = left) of the 12 discrete actions
+_DISCRETE_CONTROLS = [
+    Controls(gas=float(f[0]), brake=float(f[1]), steer=float(f[2]) - float(f[3]))
+    for f in (action_to_flags(a) for a in range(N_ACTIONS))
+]
+
+
 def _wheel_arrays(codes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(material ids, damper values) for the raster codes under the four wheels, cached."""
     arrays = (
@@ -253,13 +260,13 @@ class SimTrackEnv(gym.Env):
             a = int(action)
             if not 0 <= a < N_ACTIONS:
                 raise ValueError(f"discrete action must be in 0..{N_ACTIONS - 1}, got {action!r}")
-            acc, brk, left, right = action_to_flags(a)
-            controls = Controls(gas=float(acc), brake=float(brk), steer=float(left) - float(right))
+            controls = _DISCRETE_CONTROLS[a]
             pipe_action = a
         self.car.step(controls, self.steps_per_action)
         float_obs, reward, terminated, truncated, info = self.pipeline.step(self.car_state(), pipe_action)
         self._done = terminated or truncated
-        self._trace.append((self.car.x, self.car.z, self.car.speed))
+        if self.render_mode is not None:
+            self._trace.append((self.car.x, self.car.z, self.car.speed))
         return self._obs(float_obs), float(reward), bool(terminated), bool(truncated), self._extend_info(info)
 
     def _extend_info(self, info: dict[str, Any]) -> dict[str, Any]:

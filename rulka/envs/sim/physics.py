@@ -54,6 +54,21 @@ WALL_FRICTION = 0.55  # fraction of the along-wall speed kept at an impact
 WHEELS = ((0.85, 1.35), (-0.85, 1.35), (0.85, -1.25), (-0.85, -1.25))
 
 
+_SURFACES: dict[tuple[int, int, int, int], tuple[float, float, float, bool]] = {}
+
+
+def _surface_mix(codes: tuple[int, int, int, int]) -> tuple[float, float, float, bool]:
+    """(grip, rolling decel, drag coefficient, on turbo) for the surfaces under the four wheels."""
+    mix = (
+        sum(GRIP[c] for c in codes) * 0.25,
+        sum(ROLL[c] for c in codes) * 0.25,
+        AERO_DRAG + sum(DRAG_EXTRA[c] for c in codes) * 0.25,
+        TURBO in codes,
+    )
+    _SURFACES[codes] = mix
+    return mix
+
+
 @dataclass
 class Controls:
     """What the driver holds for the next action: gas and brake in [0, 1], steer in [-1, 1]
@@ -146,16 +161,18 @@ class CarPhysics:
         fx, fz, tx, tz, half = self._finish
         (l0, f0), (l1, f1), (l2, f2), (l3, f3) = WHEELS
         max_ds = STEER_RATE * DT
+        sh, ch = sin(h), cos(h)
+        surfaces = _SURFACES
         for _ in range(n_steps):
-            grip = (GRIP[c0] + GRIP[c1] + GRIP[c2] + GRIP[c3]) * 0.25
-            roll = (ROLL[c0] + ROLL[c1] + ROLL[c2] + ROLL[c3]) * 0.25
-            drag = AERO_DRAG + (DRAG_EXTRA[c0] + DRAG_EXTRA[c1] + DRAG_EXTRA[c2] + DRAG_EXTRA[c3]) * 0.25
-            if c0 == TURBO or c1 == TURBO or c2 == TURBO or c3 == TURBO:
+            surf = surfaces.get((c0, c1, c2, c3))
+            if surf is None:
+                surf = _surface_mix((c0, c1, c2, c3))
+            grip, roll, drag, on_turbo = surf
+            if on_turbo:
                 turbo_timer = TURBO_TIME
             # steering: the wheel follows the input at a finite rate; less lock at speed
             d = target_steer - steer
             steer += max_ds if d > max_ds else (-max_ds if d < -max_ds else d)
-            sh, ch = sin(h), cos(h)
             u = vx * sh + vz * ch
             au = u if u >= 0.0 else -u
             yaw = u * tan(steer * STEER_MAX / (1.0 + au / STEER_SPEED_SCALE)) / WHEELBASE
