@@ -151,6 +151,12 @@ def test_finish_crossing_terminates_and_counts_only_time_in_race() -> None:
     assert info["reward/time"] == pytest.approx(-0.0012 * 25)
     assert info["zone"] > pipe.line.finish_zone  # tracked into the extrapolated zones
     assert block(pipe, obs, "distance_to_finish")[0] == pytest.approx(0.0)
+    # The game may report the finish a little before the line's end: the rest is credited.
+    pipe.reset(car(0.0, 0))
+    for k in range(1, 34):
+        pipe.step(car(3.0 * k, 50 * k), 0)
+    *_, term, _, info = pipe.step(car(99.5, 1660, finished=True), 0)
+    assert term and info["progress_delta_m"] == pytest.approx(1.0)
 
 
 def test_distance_to_finish_capped_at_margin() -> None:

@@ -337,6 +337,13 @@ class TrackmaniaPipeline:
     shaping: ``info["potential"]`` carries phi of the new observation (and ``reset``'s info phi of
     the first one) for the learner to add ``gamma^n * phi(s') - phi(s)`` (see ``rewards``).
 
+    Episode ends: ``terminated`` when the backend reports ``car_state.finished`` (that step is
+    charged only the race time up to the finish and credited the progress left to the finish
+    centre); ``truncated`` when no new zone was reached for
+    ``cutoff_rollout_if_no_vcp_passed_within_duration_ms`` (strictly more), when the race time
+    reaches ``cutoff_rollout_if_race_not_finished_within_duration_ms``, or when the backend hands
+    over NaN/inf (the last good observation is repeated and ``counters["bad_car_state"]`` grows).
+
     ``info`` keys: ``zone``, ``furthest_zone``, ``progress_m`` (metres from the start),
     ``progress_delta_m``, ``distance_to_finish_m``, ``potential``, ``race_time_ms``, ``speed``,
     ``finished``, ``cutoff`` (``""``, ``"no_progress"``, ``"max_duration"`` or
@@ -403,7 +410,6 @@ class TrackmaniaPipeline:
         self._last_progress_time_ms = car_state.race_time_ms
         self._speed = car_state.speed
         self._race_time_ms = car_state.race_time_ms
-        self._done = False
         self._started = True
         obs, phi, dist_finish = self._observe(car_state)
         if not (math.isfinite(phi + self._progress) and np.isfinite(obs).all()):
@@ -432,9 +438,10 @@ class TrackmaniaPipeline:
         self._zone, progress = self.line.project(car_state.position, self._zone)
         finished = car_state.finished
         if finished:
-            # Only the part of the last action spent racing counts: time up to the finish, and
-            # no progress reward for coasting past the line.
-            progress = min(progress, self.line.finish_progress)
+            # Only the part of the last action spent racing counts: time up to the finish. A
+            # finished race has covered the whole line, wherever the game's finish block sits
+            # relative to the reference line's end, and coasting past it earns nothing.
+            progress = self.line.finish_progress
             ms_in_race = float(min(max(car_state.race_time_ms - prev_time, 0), p.ms_per_action))
         else:
             ms_in_race = float(p.ms_per_action)
