@@ -350,3 +350,26 @@ def test_from_config_nested_sections_and_flat_objects() -> None:
         PipelineParams.from_config({**cfg, "float_input_dim": 184})
     with pytest.raises(ConfigError, match="n_zone_centers_extrapolate_before_start_of_map"):
         PipelineParams.from_config({"environment": {"n_zone_centers_extrapolate_before_start_of_map": 0}})
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {},
+        {
+            "n_zone_centers_in_inputs": 12,
+            "n_prev_actions_in_inputs": 3,
+            "n_contact_material_physics_behavior_types": 2,
+        },
+    ],
+)
+def test_observation_length_equals_run_config_float_input_dim(environment: dict) -> None:
+    from rulka.config import config_from_dict
+
+    cfg = config_from_dict({"environment": environment})
+    p = PipelineParams.from_config(cfg)
+    pipe = TrackmaniaPipeline(p, straight_line(300.0, p))
+    obs, _ = pipe.reset(car(0.0, 0))
+    assert obs.shape == (cfg.float_input_dim,) == (p.float_input_dim,)
+    assert p.ms_per_action == cfg.environment.ms_per_action
+    assert p.shaped_reward_dist_to_cur_vcp == cfg.rewards.shaped_reward_dist_to_cur_vcp

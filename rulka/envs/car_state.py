@@ -29,15 +29,24 @@ N_WHEELS = 4
 WHEEL_NAMES: tuple[str, ...] = ("fl", "fr", "rl", "rr")
 
 
-def _vec3(value: object) -> np.ndarray:
-    return np.asarray(value, dtype=np.float64).reshape(3)
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+_BOOL = np.dtype(bool)
+
+
+def _array(value: object, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    # Backends build a CarState every action: skip the conversion when it is already right.
+    if type(value) is np.ndarray and value.dtype == dtype and value.shape == shape:
+        return value
+    return np.asarray(value, dtype=dtype).reshape(shape)
 
 
 @dataclass
 class CarState:
     """The car at one instant, in TrackMania units (see module docstring for frames).
 
-    Arrays are converted to the documented dtype and shape on construction; a wrong shape raises
+    Arrays are converted to the documented dtype and shape on construction (arrays that already
+    have them are kept, not copied: do not modify them afterwards); a wrong shape raises
     ``ValueError``. Defaults describe a car at rest at the origin facing +z on asphalt.
     """
 
@@ -71,14 +80,14 @@ class CarState:
     """Engine disconnected (TrackMania's free-wheeling state, e.g. after a FreeWheeling surface)."""
 
     def __post_init__(self) -> None:
-        self.position = _vec3(self.position)
-        self.velocity = _vec3(self.velocity)
-        self.angular_velocity = _vec3(self.angular_velocity)
-        self.orientation = np.asarray(self.orientation, dtype=np.float64).reshape(3, 3)
-        self.wheel_material = np.asarray(self.wheel_material, dtype=np.int64).reshape(N_WHEELS)
-        self.wheel_contact = np.asarray(self.wheel_contact, dtype=bool).reshape(N_WHEELS)
-        self.wheel_sliding = np.asarray(self.wheel_sliding, dtype=bool).reshape(N_WHEELS)
-        self.wheel_damper_absorb = np.asarray(self.wheel_damper_absorb, dtype=np.float64).reshape(N_WHEELS)
+        self.position = _array(self.position, _F64, (3,))
+        self.velocity = _array(self.velocity, _F64, (3,))
+        self.angular_velocity = _array(self.angular_velocity, _F64, (3,))
+        self.orientation = _array(self.orientation, _F64, (3, 3))
+        self.wheel_material = _array(self.wheel_material, _I64, (N_WHEELS,))
+        self.wheel_contact = _array(self.wheel_contact, _BOOL, (N_WHEELS,))
+        self.wheel_sliding = _array(self.wheel_sliding, _BOOL, (N_WHEELS,))
+        self.wheel_damper_absorb = _array(self.wheel_damper_absorb, _F64, (N_WHEELS,))
         self.gear = int(self.gear)
         self.rpm = float(self.rpm)
         self.gearbox_state = int(self.gearbox_state)
