@@ -1,0 +1,55 @@
+"""``query_status``: ask a running ``rulka-server`` what it sees (for ``rulka status``)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+from rulka.errors import UserError
+from rulka.net.keys import load_credentials
+from rulka.net.settings import NetworkSettings
+
+
+def _load_any_credentials(path: str | os.PathLike[str]) -> Any:
+    root = Path(path)
+    return load_credentials(root, "worker" if (root / "worker.key").exists() else "trainer")
+
+
+def query_status(cfg_network: Any, credentials_dir: str | os.PathLike[str], timeout: float = 5.0) -> dict[str, Any]:
+    """The server's report: ``{"server": {...}, "trainer": {...} | None, "workers": [...]}``.
+
+    ``server`` holds uptime, queue sizes, ``bad_inputs`` (reason -> count) and ``clients``
+    (identity -> address, connected, messages/bytes in/out, bad inputs by reason); ``trainer`` the
+    trainer's latest stats; each ``workers`` row has ``name``, ``address``, ``episodes``,
+    ``samples_per_s``, ``weights_version``, ``last_seen_s`` (see ``rulka.net.stats``).
+    ``credentials_dir``: the trainer's keys folder or a worker bundle. Raises UserError if the
+    server does not answer within ``timeout`` seconds.
+    """
+    from rulka.net.tls import _make_endpoint, _stop_endpoint
+    from rulka.net.wire import join_token
+
+    settings = NetworkSettings.from_config(cfg_network)
+    creds = _load_any_credentials(credentials_dir)
+    # no channel: the relay treats this connection as an observer, not as a second trainer/worker
+    endpoint = _make_endpoint(settings, creds, [join_token(creds.identity, creds.signing_key)])
+    inbox: queue.Queue[Any] = endpoint._Endpoint__obj_buffer
+    try:
+        deadline = time.monotonic() + timeout
+        next_ask = 0.0
+        while time.monotonic() < deadline:
+            if time.monotonic() >= next_ask:
+                endpoint.send_object(None, {"status": -1})
+                next_ask = time.monotonic() + 1.0
+            try:
+                obj = inbox.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("status"), dict):
+                return obj["status"]
+    finally:
+        _stop_endpoint(endpoint)
+    raise UserError(f"no answer from rulka-server at {settings.host}:{settings.port} within {timeout:g} s "
+                    "(is it running, and are the host, port and keys right?)")

@@ -1,0 +1,412 @@
+"""WorkerLink and TrainerLink over TLS, through ``rulka-server`` (tlspyo endpoints).
+
+    link = connect_worker(cfg.network, "path/to/bundle")            # on a gaming PC
+    link = connect_trainer(cfg.network, "keys/")                     # on the GPU box
+
+Each link owns one tlspyo ``Endpoint`` (a Twisted child process on a free local port, which
+reconnects by itself with exponential backoff from ``network.reconnect_backoff_s``) and two
+threads:
+
+- a sender: ``send``/``broadcast``/``send_to`` only queue (bounded by ``network.outbox_messages``;
+  a full outbox raises ``OutboxFull`` at once, nothing queued). The sender signs each message,
+  cuts it into chunks and hands them to tlspyo, waiting while the server is unreachable.
+- a receiver: checks every chunk (shape, sender key, signature, counter, digest) and hands
+  complete messages to ``receive``. Anything that fails is dropped and counted in
+  ``link.bad_inputs`` (reason -> count), with one log line.
+
+``connected()`` is True while the server answers the link's heartbeat (``network.heartbeat_s``).
+A worker accepts messages only from the trainer's key (a worker's credential cannot publish
+weights that workers accept); the trainer accepts messages only from enrolled, non-revoked
+workers (re-read from the keys folder within seconds of ``rulka keys revoke-worker``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from rulka.errors import BadInput
+from rulka.net.keys import Credentials, load_credentials
+from rulka.net.link import LinkClosed, Message, OutboxFull, TrainerLink, WorkerLink
+from rulka.net.settings import NetworkSettings
+from rulka.net.stats import check_kind
+from rulka.net.wire import (
+    MessageCounter,
+    Reassembler,
+    deserialize,
+    join_token,
+    make_envelopes,
+    serialize,
+)
+
+log = logging.getLogger("rulka.net")
+
+TRAINER_CREDIT = 64  # chunks the server may push to the trainer before it asks for more
+_STOP = object()
+
+
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for tlspyo's parent <-> child link)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _make_endpoint(settings: NetworkSettings, creds: Credentials, groups: list[str]) -> Any:
+    from tlspyo import Endpoint
+
+    if settings.allow_plain_tcp:
+        log.warning("network.allow_plain_tcp is true: traffic to %s:%d is NOT encrypted",
+                    settings.host, settings.port)
+    last_exc: Exception | None = None
+    for _ in range(5):  # the free port can be taken between the probe and tlspyo's bind
+        try:
+            return Endpoint(
+                ip_server=settings.host, port=settings.port, password=creds.password, groups=tuple(groups),
+                local_com_port=free_local_port(), security=None if settings.allow_plain_tcp else "TLS",
+                keys_dir=str(creds.client_tls_dir), hostname=settings.host,
+                serializer=serialize, deserializer=deserialize,
+                recon_initial_delay=settings.reconnect_backoff_s, recon_max_delay=settings.reconnect_backoff_max_s,
+                recon_factor=2.0, recon_jitter=0.1, deserializer_mode="asynchronous",
+            )
+        except OSError as exc:
+            last_exc = exc
+    raise OSError(f"could not start the tlspyo endpoint: {last_exc}")
+
+
+class _TlsLink:
+    """Shared machinery of both links."""
+
+    def __init__(self, settings: NetworkSettings, creds: Credentials, groups: list[str]) -> None:
+        self.settings = settings
+        self.creds = creds
+        self.identity = creds.identity
+        self.bad_inputs: dict[str, int] = {}
+        self.counters = {"messages_sent": 0, "bytes_sent": 0, "messages_received": 0, "bytes_received": 0}
+        self._counter = MessageCounter()
+        self._outbox: queue.Queue[Any] = queue.Queue(maxsize=settings.outbox_messages)
+        self._inbox: deque[Message] = deque()
+        self._inbox_cond = threading.Condition()
+        self._closed = threading.Event()
+        self._last_pong = 0.0
+        self._conn_id = 0
+        self._reassembler = Reassembler(self._sender_key, max_message_bytes=settings.max_message_bytes,
+                                        max_partials=settings.max_partial_messages,
+                                        partial_timeout_s=settings.partial_timeout_s)
+        assert creds.signing_key is not None
+        self._endpoint = _make_endpoint(settings, creds, [*groups, join_token(self.identity, creds.signing_key)])
+        self._obj_queue: queue.Queue[Any] = self._endpoint._Endpoint__obj_buffer  # tlspyo 0.3 internals
+        self._last_log: dict[str, float] = {}
+        self._threads = [threading.Thread(target=self._send_loop, name=f"rulka-send-{self.identity}", daemon=True),
+                         threading.Thread(target=self._recv_loop, name=f"rulka-recv-{self.identity}", daemon=True),
+                         threading.Thread(target=self._beat_loop, name=f"rulka-beat-{self.identity}", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    # -- hooks for the subclasses ------------------------------------------------------------------
+    def _sender_key(self, sender: str) -> Ed25519PublicKey | None:
+        raise NotImplementedError
+
+    def _accept(self, msg: Message, target: str) -> bool:
+        return True
+
+    def _on_connected(self) -> None:
+        """Called from the receiver thread when a (new) server connection answers."""
+
+    def _on_delivered(self, chunks: int) -> None:
+        """Called from the receiver thread after ``chunks`` envelopes were processed."""
+
+    # -- public --------------------------------------------------------------------------------
+    def connected(self) -> bool:
+        return not self._closed.is_set() and time.monotonic() - self._last_pong < 3 * self.settings.heartbeat_s
+
+    def wait_connected(self, timeout: float = 30.0) -> bool:
+        """Block until the server answers (True) or ``timeout`` passes (False)."""
+        deadline = time.monotonic() + timeout
+        while not self.connected() and time.monotonic() < deadline and not self._closed.is_set():
+            time.sleep(0.02)
+        return self.connected()
+
+    def _queue(self, kind: str, payload: bytes, channel: str, count: int, target: str = "") -> None:
+        if self._closed.is_set():
+            raise LinkClosed(f"link of {self.identity!r} is closed")
+        check_kind(kind)
+        if len(payload) > self.settings.max_message_bytes:
+            raise ValueError(f"{kind} message of {len(payload)} bytes is over network.max_message_bytes")
+        try:
+            self._outbox.put_nowait((kind, bytes(payload), channel, count, target))
+        except queue.Full:
+            raise OutboxFull(f"outbox of {self.identity!r} is full ({self.settings.outbox_messages} messages)") from None
+
+    def receive(self, timeout: float = 0.0) -> list[Message]:
+        if self._closed.is_set():
+            raise LinkClosed(f"link of {self.identity!r} is closed")
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._inbox_cond:
+            while not self._inbox:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed.is_set():
+                    break
+                self._inbox_cond.wait(left)
+            out = list(self._inbox)
+            self._inbox.clear()
+        if out:
+            self._on_drained()
+        return out
+
+    def _on_drained(self) -> None:
+        """Called after ``receive`` emptied the inbox."""
+
+    def outbox_size(self) -> int:
+        return self._outbox.qsize()
+
+    def close(self) -> None:
+        """Stop the threads and the tlspyo endpoint (waits briefly for queued sends)."""
+        if self._closed.is_set():
+            return
+        deadline = time.monotonic() + 2.0
+        while not self._outbox.empty() and self.connected() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._closed.set()
+        try:
+            self._outbox.put_nowait(_STOP)
+        except queue.Full:
+            pass
+        with self._inbox_cond:
+            self._inbox_cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=2.0)
+        _stop_endpoint(self._endpoint)
+
+    # -- threads -------------------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        while not self._closed.is_set():
+            item = self._outbox.get()
+            if item is _STOP:
+                return
+            kind, payload, channel, count, target = item
+            # hold the message while the server is away: tlspyo would buffer it without bound
+            while not self.connected() and not self._closed.is_set():
+                time.sleep(0.05)
+            if self._closed.is_set():
+                return
+            try:
+                n = self._counter.next()
+                for env in make_envelopes(kind, self.identity, n, payload, signing_key=self.creds.signing_key,  # type: ignore[arg-type]
+                                          target=target, chunk_bytes=self.settings.chunk_bytes):
+                    self._endpoint.send_object(env, {channel: count})
+                self.counters["messages_sent"] += 1
+                self.counters["bytes_sent"] += len(payload)
+            except (OSError, ValueError) as exc:  # endpoint gone (closing) or unsendable item
+                if not self._closed.is_set():
+                    log.warning("%s: could not send a %s message: %s", self.identity, kind, exc)
+
+    def _beat_loop(self) -> None:
+        # beat fast until the first answer so connected() turns True quickly; while the server is
+        # away, tlspyo stores the pings and flushes them on reconnect, so keep them sparse then
+        started = time.monotonic()
+        while not self._closed.wait(0.1 if time.monotonic() - started < 10 and not self._last_pong
+                                    else self.settings.heartbeat_s):
+            try:
+                self._endpoint.send_object(None, {"ping": -1})
+            except OSError:
+                return
+
+    def _recv_loop(self) -> None:
+        last_expire = time.monotonic()
+        while not self._closed.is_set():
+            try:
+                obj = self._obj_queue.get(timeout=0.2)
+            except queue.Empty:
+                obj = None
+            now = time.monotonic()
+            if now - last_expire > 1.0:
+                self._reassembler.expire(now)
+                last_expire = now
+            if obj is None:
+                continue
+            batch = [obj]
+            while True:
+                try:
+                    batch.append(self._obj_queue.get_nowait())
+                except queue.Empty:
+                    break
+            chunks = 0
+            for o in batch:
+                chunks += self._handle(o)
+            if chunks:
+                self._on_delivered(chunks)
+
+    def _handle(self, obj: Any) -> int:
+        """Process one received object; return 1 if it was an envelope (consumed credit)."""
+        if isinstance(obj, dict) and "pong" in obj and len(obj) == 1:
+            new_conn = obj["pong"] != self._conn_id or not self.connected()
+            self._conn_id = obj["pong"]
+            self._last_pong = time.monotonic()
+            if new_conn:
+                self._on_connected()
+            return 0
+        if isinstance(obj, dict) and "status" in obj and len(obj) == 1:
+            return 0
+        try:
+            msg = self._reassembler.feed(obj)
+        except BadInput as exc:
+            self._count_bad(exc.reason, str(exc))
+            return 1
+        if msg is None:
+            return 1
+        target = self._reassembler_last_target(obj)
+        if not self._accept(msg, target):
+            return 1
+        self.counters["messages_received"] += 1
+        self.counters["bytes_received"] += len(msg.payload)
+        with self._inbox_cond:
+            self._inbox.append(msg)
+            self._inbox_cond.notify_all()
+        return 1
+
+    @staticmethod
+    def _reassembler_last_target(obj: Any) -> str:
+        return obj.get("to", "") if isinstance(obj, dict) else ""
+
+    def _count_bad(self, reason: str, detail: str) -> None:
+        self.bad_inputs[reason] = self.bad_inputs.get(reason, 0) + 1
+        now = time.monotonic()
+        if now - self._last_log.get(reason, 0.0) > 5.0:  # one line per reason every few seconds
+            self._last_log[reason] = now
+            log.warning("%s dropped bad input (%s): %s [total %d]", self.identity, reason, detail,
+                        self.bad_inputs[reason])
+
+
+def _stop_endpoint(endpoint: Any) -> None:
+    """Stop a tlspyo endpoint without waiting for its 10-second ack drain when the server is gone."""
+    proc = getattr(endpoint, "_p", None)
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            endpoint.stop()
+        except Exception as exc:  # already broken: the process is killed below anyway
+            log.debug("tlspyo endpoint stop: %s", exc)
+        done.set()
+
+    threading.Thread(target=stop, daemon=True).start()
+    if not done.wait(3.0) and proc is not None and proc.is_alive():
+        proc.kill()
+        proc.join(2.0)
+        done.wait(2.0)
+
+
+class TlsWorkerLink(_TlsLink, WorkerLink):
+    """A worker's link (see the module docstring)."""
+
+    def __init__(self, settings: NetworkSettings, creds: Credentials) -> None:
+        self.worker_id = creds.identity
+        super().__init__(settings, creds, ["workers", f"w:{creds.identity}"])
+
+    def _sender_key(self, sender: str) -> Ed25519PublicKey | None:
+        return self.creds.trainer_public if sender == "trainer" else None
+
+    def _accept(self, msg: Message, target: str) -> bool:
+        if target not in ("", self.worker_id):
+            self._count_bad("misrouted", f"{msg.kind} addressed to {target!r}")
+            return False
+        return True
+
+    def send(self, kind: str, payload: bytes) -> None:
+        """Queue a message for the trainer; ``OutboxFull`` if the outbox is full."""
+        if kind in ("weights", "ack"):
+            raise ValueError(f"a worker cannot send {kind!r} messages")
+        self._queue(kind, payload, "trainer", 1)
+
+
+class TlsTrainerLink(_TlsLink, TrainerLink):
+    """The trainer's link (see the module docstring)."""
+
+    def __init__(self, settings: NetworkSettings, creds: Credentials) -> None:
+        self._keys: dict[str, Ed25519PublicKey] = {}
+        self._keys_mtime = -1.0
+        self._keys_checked = 0.0
+        self._credit_lock = threading.Lock()
+        self._outstanding = 0  # credit granted to the server and not used yet
+        self._owed = 0  # credit to grant once the inbox has room
+        super().__init__(settings, creds, ["trainer"])
+
+    def _sender_key(self, sender: str) -> Ed25519PublicKey | None:
+        now = time.monotonic()
+        if now - self._keys_checked > 2.0:
+            self._keys_checked = now
+            mtime = self.creds.workers_mtime()
+            if mtime != self._keys_mtime:
+                self._keys, self._keys_mtime = self.creds.worker_keys(), mtime
+        return self._keys.get(sender)
+
+    def broadcast(self, kind: str, payload: bytes) -> None:
+        """To every worker (``weights`` is also kept by the server for workers that join later);
+        ``stats`` goes to the server only."""
+        self._queue(kind, payload, "stats" if kind == "stats" else "workers", -1)
+
+    def send_to(self, worker_id: str, kind: str, payload: bytes) -> None:
+        """To one worker; dropped by the server if that worker is not connected now."""
+        self._queue(kind, payload, f"w:{worker_id}", -1, target=worker_id)
+
+    # credit-based pull: the server pushes at most TRAINER_CREDIT chunks ahead of ``receive``
+    def _grant(self, n: int) -> None:
+        if n > 0:
+            try:
+                self._endpoint.notify({"trainer": n})
+            except OSError:
+                pass
+
+    def _on_connected(self) -> None:
+        with self._credit_lock:
+            self._outstanding = TRAINER_CREDIT
+            self._owed = 0
+        self._grant(TRAINER_CREDIT)
+
+    def _on_delivered(self, chunks: int) -> None:
+        with self._credit_lock:
+            self._outstanding = max(0, self._outstanding - chunks)
+            self._owed += chunks
+            room = len(self._inbox) < self.settings.outbox_messages
+            grant = self._owed if room and self._outstanding < TRAINER_CREDIT // 2 else 0
+            self._owed -= grant
+            self._outstanding += grant
+        self._grant(grant)
+
+    def _on_drained(self) -> None:
+        with self._credit_lock:
+            grant = self._owed if self._outstanding < TRAINER_CREDIT // 2 else 0
+            self._owed -= grant
+            self._outstanding += grant
+        self._grant(grant)
+
+
+def connect_worker(cfg_network: Any, credentials_dir_or_bundle: str | os.PathLike[str],
+                   worker_id: str | None = None) -> TlsWorkerLink:
+    """A worker's link. ``credentials_dir_or_bundle``: the bundle from ``rulka keys add-worker``;
+    ``worker_id`` (optional) must match the bundle's name. Returns at once; the link connects
+    (and reconnects) in the background."""
+    settings = NetworkSettings.from_config(cfg_network)
+    creds = load_credentials(credentials_dir_or_bundle, "worker")
+    if worker_id is not None and worker_id != creds.identity:
+        from rulka.errors import UserError
+
+        raise UserError(f"worker id {worker_id!r} does not match the bundle's name {creds.identity!r}")
+    return TlsWorkerLink(settings, creds)
+
+
+def connect_trainer(cfg_network: Any, credentials_dir: str | os.PathLike[str]) -> TlsTrainerLink:
+    """The trainer's link (keys folder from ``rulka keys generate``). Returns at once."""
+    return TlsTrainerLink(NetworkSettings.from_config(cfg_network), load_credentials(credentials_dir, "trainer"))
+
+
+__all__ = ["TlsTrainerLink", "TlsWorkerLink", "connect_trainer", "connect_worker", "free_local_port"]

@@ -1,0 +1,129 @@
+"""Weights blobs: what the trainer publishes and every worker loads.
+
+A blob is safetensors bytes (never pickle, never ``torch.load``), optionally zstd-compressed,
+plus a small plain-data header (run id, version, dtype, the ``actor_spec`` a worker needs to
+build the matching network), signed by the trainer's Ed25519 key::
+
+    encoded = msgpack {"m": packed header, "t": tensors (safetensors, maybe zstd), "sig": signature}
+    signature = Ed25519(b"rulka-weights\\0" + sha256(m) + sha256(t))
+
+``decode_weights`` checks the signature before decoding anything, and refuses a version that
+is not newer than the one the caller already runs (rollback / replay of an old blob).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+from typing import Any
+
+import numpy as np
+import torch
+import zstandard
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from rulka.errors import BadInput
+from rulka.segment import _check_scalar_tree, pack, unpack
+
+FORMAT = "rulka-weights"
+FORMAT_VERSION = 1
+MAX_WEIGHTS_BYTES = 1 << 31  # decoded tensors; far above any network a worker runs
+_DOMAIN = b"rulka-weights\0"
+
+
+@dataclasses.dataclass
+class WeightsBlob:
+    """Published weights. ``tensors`` maps parameter names to tensors (torch or numpy);
+    ``actor_spec`` is plain data (str/int/float/bool/None, lists, string-keyed maps)."""
+
+    run_id: str
+    version: int
+    tensors: dict[str, Any]
+    actor_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dtype: str = "float32"  # "float32" or "float16": how floating tensors travel
+
+
+def _to_torch(name: str, value: Any, dtype: str) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"weights entry {name!r} is a {type(value).__name__}, not a tensor or array")
+    t = t.detach().to("cpu")
+    if t.is_floating_point():
+        t = t.to(torch.float16 if dtype == "float16" else torch.float32)
+    return t.contiguous()
+
+
+def _signed_digest(meta: bytes, tensors: bytes) -> bytes:
+    return _DOMAIN + hashlib.sha256(meta).digest() + hashlib.sha256(tensors).digest()
+
+
+def encode_weights(blob: WeightsBlob, signing_key: Ed25519PrivateKey, *, compress: bool = True,
+                   level: int = 3) -> bytes:
+    """Serialize and sign ``blob`` (the trainer's key). ``compress`` uses zstd at ``level``."""
+    if blob.dtype not in ("float32", "float16"):
+        raise ValueError(f"dtype must be 'float32' or 'float16', not {blob.dtype!r}")
+    if not isinstance(blob.version, int) or blob.version < 0:
+        raise ValueError("version must be a non-negative int")
+    _check_scalar_tree(blob.actor_spec)
+    tensors = {name: _to_torch(name, v, blob.dtype) for name, v in blob.tensors.items()}
+    raw = st_save(tensors)
+    body = zstandard.ZstdCompressor(level=level).compress(raw) if compress else raw
+    meta = pack({"format": FORMAT, "fv": FORMAT_VERSION, "run_id": blob.run_id, "version": blob.version,
+                 "dtype": blob.dtype, "actor_spec": blob.actor_spec,
+                 "compression": "zstd" if compress else "none", "raw_len": len(raw)})
+    sig = signing_key.sign(_signed_digest(meta, body))
+    return pack({"m": meta, "t": body, "sig": sig})
+
+
+def read_weights_header(data: bytes, verify_key: Ed25519PublicKey) -> dict[str, Any]:
+    """Verify the signature and return the header (run_id, version, dtype, actor_spec, ...)
+    without decoding tensors. Raises BadInput (reason ``weights``) on anything wrong."""
+    outer = unpack(data)
+    if not isinstance(outer, dict) or set(outer) != {"m", "t", "sig"} or not all(
+            isinstance(outer[k], bytes) for k in outer):
+        raise BadInput("weights", "not a weights blob")
+    try:
+        verify_key.verify(outer["sig"], _signed_digest(outer["m"], outer["t"]))
+    except InvalidSignature:
+        raise BadInput("weights", "signature does not verify against the trainer key") from None
+    meta = unpack(outer["m"])
+    want = {"format": str, "fv": int, "run_id": str, "version": int, "dtype": str,
+            "actor_spec": dict, "compression": str, "raw_len": int}
+    if not isinstance(meta, dict) or set(meta) != set(want) or not all(
+            isinstance(meta[k], t) for k, t in want.items()):
+        raise BadInput("weights", "bad header")
+    if meta["format"] != FORMAT or meta["fv"] != FORMAT_VERSION:
+        raise BadInput("weights", f"unknown format {meta['format']!r} v{meta['fv']}")
+    if meta["compression"] not in ("zstd", "none") or not 0 <= meta["raw_len"] <= MAX_WEIGHTS_BYTES:
+        raise BadInput("weights", "bad compression or size")
+    meta["_body"] = outer["t"]
+    return meta
+
+
+def decode_weights(data: bytes, verify_key: Ed25519PublicKey, *, newer_than: int | None = None) -> WeightsBlob:
+    """Verify and decode a blob. ``newer_than``: the version the caller runs now; a blob that is
+    not newer raises BadInput (reason ``weights``, "stale") so an old blob is never loaded again.
+    Tensors come back as CPU torch tensors in the blob's dtype."""
+    meta = read_weights_header(data, verify_key)
+    if newer_than is not None and meta["version"] <= newer_than:
+        raise BadInput("weights", f"stale version {meta['version']} (running {newer_than})")
+    body = meta.pop("_body")
+    if meta["compression"] == "zstd":
+        try:
+            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)).read(meta["raw_len"] + 1)
+        except zstandard.ZstdError as exc:
+            raise BadInput("weights", f"zstd: {exc}") from None
+    else:
+        raw = body
+    if len(raw) != meta["raw_len"]:
+        raise BadInput("weights", "tensor bytes have the wrong length")
+    try:
+        tensors = st_load(raw)
+    except Exception as exc:  # safetensors raises its own error types on a bad header
+        raise BadInput("weights", f"safetensors: {type(exc).__name__}") from None
+    return WeightsBlob(meta["run_id"], meta["version"], dict(tensors), meta["actor_spec"], meta["dtype"])
+

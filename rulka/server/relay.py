@@ -1,0 +1,409 @@
+"""The relay: tlspyo's server side, rewritten for rulka's needs (Twisted, in the server process).
+
+Clients are unmodified tlspyo ``Endpoint``s; this module speaks their frame protocol
+(``<10-byte length><password><msgpack (stamp, cmd, dest, obj)>``, answered with
+``<10-byte length><msgpack (stamp, cmd, obj)>``) but replaces tlspyo's ``Relay`` because that
+one cannot be made safe or fast enough from outside: it buffers any length a header announces,
+grows buffers by concatenation (quadratic), keeps an unbounded queue per group and a copy of
+every frame until it is acknowledged (a leak when a client drops), lets any client join any
+group, and retains only the last object of a broadcast (one chunk of a chunked message).
+
+Here:
+- frames over ``max_frame_bytes`` or with a bad header, password or body close the connection
+  and are counted by reason; nothing is ever unpickled (msgpack only);
+- each client proves its identity in its HELLO (``rulka.net.wire.join_token``) and may join only
+  its own channels: the trainer ``trainer`` (segments, pulled with credit), a worker ``workers``
+  (broadcasts) and ``w:<name>`` (messages to it); a client can only send as itself, a worker
+  only to the trainer, and only the trainer to workers;
+- the trainer queue is bounded in bytes; the latest complete ``weights`` message (all its
+  chunks) is retained and sent to every worker as it joins;
+- every client has counters (messages/bytes in/out, bad inputs by reason), and the latest
+  ``stats`` per sender are kept for ``rulka status``.
+
+Channels (tlspyo groups): ``trainer``, ``workers``, ``w:<name>``, and three the relay answers
+itself: ``ping`` (replies ``{"pong": conn_id}``), ``status`` (replies ``{"status": report}``) and
+``stats`` (the trainer's stats; stored, not forwarded).
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from twisted.internet import protocol
+
+from rulka.errors import BadInput
+from rulka.net.keys import Credentials
+from rulka.net.settings import NetworkSettings
+from rulka.net.stats import build_status, decode_stats_payload
+from rulka.net.wire import (
+    BadFrame,
+    check_envelope,
+    deserialize,
+    parse_join_token,
+    serialize,
+    verify_join_token,
+)
+
+log = logging.getLogger("rulka.server")
+
+HEADER = 10  # tlspyo's length header: ASCII digits padded with spaces
+HELLO_TIMEOUT_S = 15.0
+FRAME_OVERHEAD = 4096  # envelope fields + tlspyo tuple around one chunk
+
+
+@dataclass
+class ClientCounters:
+    address: str
+    connected_at: float = field(default_factory=time.time)
+    messages_in: int = 0
+    bytes_in: int = 0
+    messages_out: int = 0
+    bytes_out: int = 0
+    bad: dict[str, int] = field(default_factory=dict)
+    connected: bool = True
+    last_seen: float = field(default_factory=time.time)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "connected": self.connected, "messages_in": self.messages_in,
+                "bytes_in": self.bytes_in, "messages_out": self.messages_out, "bytes_out": self.bytes_out,
+                "bad": dict(self.bad), "last_seen_s": round(time.time() - self.last_seen, 3)}
+
+
+class RelayCore:
+    """Relay state shared by all connections (lives in the reactor thread only)."""
+
+    def __init__(self, settings: NetworkSettings, creds: Credentials) -> None:
+        self.settings = settings
+        self.creds = creds
+        self.password = creds.password.encode()
+        self.max_frame_bytes = settings.chunk_bytes + FRAME_OVERHEAD
+        self.started = time.time()
+        self.conn_serial = 0
+        self.trainer: RelayProtocol | None = None
+        self.workers: dict[str, RelayProtocol] = {}
+        self.trainer_queue: collections.deque[bytes] = collections.deque()
+        self.trainer_queue_bytes = 0
+        self.trainer_credit = 0
+        self.retained: list[bytes] = []  # chunks of the latest complete weights message
+        self.retained_n = -1
+        self.incoming: list[bytes] = []  # chunks of the weights message being received
+        self.incoming_n = -1
+        self.clients: dict[str, ClientCounters] = {}  # identity -> counters (kept after disconnect)
+        self.bad: dict[str, int] = collections.defaultdict(int)
+        self.stats: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._worker_keys: dict[str, Ed25519PublicKey] = {}
+        self._worker_keys_mtime = -1.0
+
+    # -- identities --------------------------------------------------------------------------------
+    def worker_keys(self) -> dict[str, Ed25519PublicKey]:
+        mtime = self.creds.workers_mtime()
+        if mtime != self._worker_keys_mtime:
+            self._worker_keys = self.creds.worker_keys()
+            self._worker_keys_mtime = mtime
+            for name, conn in list(self.workers.items()):
+                if name not in self._worker_keys:
+                    log.warning("worker %s was revoked; closing its connection", name)
+                    conn.transport.loseConnection()
+        return self._worker_keys
+
+    def key_for(self, identity: str) -> Ed25519PublicKey | None:
+        if identity == "trainer":
+            return self.creds.trainer_public
+        return self.worker_keys().get(identity)
+
+    def count_bad(self, reason: str, who: str | None, detail: str = "") -> None:
+        self.bad[reason] += 1
+        if who is not None and who in self.clients and self.clients[who].connected:
+            c = self.clients[who]
+            c.bad[reason] = c.bad.get(reason, 0) + 1
+        # one line per bad input; the counters are what `rulka status` shows
+        log.warning("bad input (%s) from %s%s", reason, who or "unauthenticated client",
+                    f": {detail}" if detail else "")
+
+    # -- routing -------------------------------------------------------------------------------
+    def enqueue_for_trainer(self, obj: bytes, sender: str) -> None:
+        if self.trainer_queue_bytes + len(obj) > self.settings.server_queue_bytes:
+            self.count_bad("queue_full", sender, "trainer queue is full; chunk dropped")
+            return
+        self.trainer_queue.append(obj)
+        self.trainer_queue_bytes += len(obj)
+        self.dispatch_trainer()
+
+    def dispatch_trainer(self) -> None:
+        t = self.trainer
+        while t is not None and self.trainer_credit > 0 and self.trainer_queue:
+            obj = self.trainer_queue.popleft()
+            self.trainer_queue_bytes -= len(obj)
+            self.trainer_credit -= 1
+            t.send_obj(obj)
+
+    def broadcast_weights_chunk(self, obj: bytes, env: dict[str, Any]) -> None:
+        n = env["n"]
+        if n != self.incoming_n:
+            if n <= self.retained_n:
+                return  # an older message than the one retained: drop it
+            self.incoming, self.incoming_n = [], n
+        self.incoming.append(obj)
+        if len(self.incoming) >= env["c"]:
+            self.retained, self.retained_n = self.incoming, n
+            self.incoming, self.incoming_n = [], -1
+
+    def status(self) -> dict[str, Any]:
+        server = {
+            "uptime_s": round(time.time() - self.started, 1),
+            "trainer_connected": self.trainer is not None,
+            "workers_connected": sorted(self.workers),
+            "trainer_queue_chunks": len(self.trainer_queue),
+            "trainer_queue_bytes": self.trainer_queue_bytes,
+            "retained_weights_bytes": sum(len(c) for c in self.retained),
+            "bad_inputs": dict(self.bad),
+            "clients": {who: c.as_dict() for who, c in self.clients.items()},
+        }
+        addresses = {who: c.address for who, c in self.clients.items()}
+        report = build_status(server, self.stats, addresses, now=time.time())
+        reported = {row["name"] for row in report["workers"]}
+        for name in sorted(self.workers):
+            if name not in reported:  # connected but has not sent stats yet
+                report["workers"].append({"name": name, "address": addresses.get(name, ""), "episodes": None,
+                                          "samples_per_s": None, "weights_version": None,
+                                          "last_seen_s": round(time.time() - self.clients[name].last_seen, 3)})
+        return report
+
+
+class RelayProtocol(protocol.Protocol):
+    """One client connection."""
+
+    def __init__(self, core: RelayCore, address: str) -> None:
+        self.core = core
+        self.address = address
+        self.identity: str | None = None
+        self.alive = False
+        self.closing = False
+        self._buf = bytearray()
+        self._stamp = 0
+        self._pw_len = len(core.password)
+        self.conn_id = 0
+        self._hello_timer: Any = None
+        self.observer = False  # authenticated, joined no channel: may only ping and ask for status
+        self.counters = ClientCounters(address)
+
+    # -- Twisted callbacks ---------------------------------------------------------------------
+    def connectionMade(self) -> None:
+        from twisted.internet import reactor
+
+        self.core.conn_serial += 1
+        self.conn_id = self.core.conn_serial
+        self._write([self._next_stamp(), "HELLO", None])
+        self._hello_timer = reactor.callLater(HELLO_TIMEOUT_S, self._hello_timeout)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if self._hello_timer is not None and self._hello_timer.active():
+            self._hello_timer.cancel()
+        who = self.identity
+        if who is None or self.observer:
+            return
+        self.counters.connected = False
+        if who == "trainer" and self.core.trainer is self:
+            self.core.trainer = None
+            self.core.trainer_credit = 0
+        elif self.core.workers.get(who) is self:
+            del self.core.workers[who]
+        log.info("%s disconnected (%s)", who, self.address)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            self._buf += data
+            self._drain()
+        except Exception as exc:  # a bug must cost one connection, never the relay
+            self.core.count_bad("internal_error", self.identity, f"{type(exc).__name__}: {exc}")
+            self._abort()
+
+    # -- framing -------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        head = HEADER + self._pw_len
+        while not self.closing and len(self._buf) >= head:
+            try:
+                length = int(bytes(self._buf[:HEADER]))
+            except ValueError:
+                return self._reject("malformed_header", "length header is not a number")
+            if length < 0 or length > self.core.max_frame_bytes:
+                return self._reject("oversized", f"frame of {length} bytes announced "
+                                                 f"(limit {self.core.max_frame_bytes})")
+            if not hmac.compare_digest(bytes(self._buf[HEADER:head]), self.core.password):
+                return self._reject("wrong_password")
+            if len(self._buf) < head + length:
+                return None
+            body = bytes(self._buf[head:head + length])
+            del self._buf[:head + length]
+            self._frame(body)
+        return None
+
+    def _frame(self, body: bytes) -> None:
+        frame = deserialize(body)
+        if isinstance(frame, BadFrame) or not isinstance(frame, list) or len(frame) != 4:
+            return self._reject("malformed", frame.reason if isinstance(frame, BadFrame) else "not a tlspyo frame")
+        stamp, cmd, dest, obj = frame
+        if not isinstance(stamp, int) or not isinstance(cmd, str):
+            return self._reject("malformed", "bad stamp or command")
+        if cmd == "ACK":
+            return None  # nothing is kept for resending, so acks need no bookkeeping
+        self._write([stamp, "ACK", None])
+        if cmd == "HELLO":
+            return self._hello(obj)
+        if not self.alive:
+            return self._reject("unauthenticated", f"{cmd} before a valid HELLO")
+        counters = self.counters
+        counters.messages_in += 1
+        counters.bytes_in += len(body)
+        counters.last_seen = time.time()
+        if cmd == "OBJ":
+            return self._obj(dest, obj)
+        if cmd == "NTF":
+            return self._notify(dest)
+        return self._reject("malformed", f"unknown command {cmd[:20]!r}")
+
+    def _hello(self, groups: Any) -> None:
+        if self.alive:
+            return self._reject("malformed", "second HELLO")
+        if not isinstance(groups, list) or not 1 <= len(groups) <= 8 or not all(isinstance(g, str) for g in groups):
+            return self._reject("malformed", "HELLO without a list of channels")
+        tokens = [t for t in (parse_join_token(g) for g in groups) if t is not None]
+        if len(tokens) != 1:
+            return self._reject("unauthenticated", "HELLO without exactly one identity token")
+        identity, sig = tokens[0]
+        key = self.core.key_for(identity)
+        if key is None:
+            return self._reject("unknown_identity", f"{identity[:64]!r} is not enrolled (or revoked)")
+        if not verify_join_token(identity, sig, key):
+            return self._reject("unauthenticated", f"bad identity token for {identity[:64]!r}")
+        channels = {g for g in groups if not g.startswith("auth:")}
+        allowed = {"trainer"} if identity == "trainer" else {"workers", f"w:{identity}"}
+        if not channels <= allowed:
+            return self._reject("forbidden_channel", f"{identity} asked for {sorted(channels - allowed)}")
+        if self._hello_timer is not None and self._hello_timer.active():
+            self._hello_timer.cancel()
+        self.identity, self.alive = identity, True
+        if not channels:  # `rulka status` and other observers
+            self.observer = True
+            return None
+        core = self.core
+        old = core.trainer if identity == "trainer" else core.workers.get(identity)
+        if old is not None and old is not self:
+            log.info("%s connected again; closing its previous connection", identity)
+            old.transport.loseConnection()
+        core.clients[identity] = self.counters
+        if identity == "trainer":
+            core.trainer, core.trainer_credit = self, 0
+        else:
+            core.workers[identity] = self
+            for obj in [*core.retained, *core.incoming]:
+                self.send_obj(obj)  # late joiner: the current weights at once
+        log.info("%s connected from %s", identity, self.address)
+        return None
+
+    def _obj(self, dest: Any, obj: Any) -> None:
+        if (not isinstance(dest, dict) or len(dest) != 1 or not isinstance(obj, bytes)):
+            return self.core.count_bad("malformed", self.identity, "OBJ without one channel and bytes")
+        ((channel, count),) = dest.items()
+        if not isinstance(channel, str) or not isinstance(count, int):
+            return self.core.count_bad("malformed", self.identity, "bad channel")
+        if channel == "ping":
+            return self._write([self._next_stamp(), "OBJ", serialize({"pong": self.conn_id})])
+        if channel == "status":
+            return self._write([self._next_stamp(), "OBJ", serialize({"status": self.core.status()})])
+        try:
+            env = check_envelope(deserialize(obj), max_message_bytes=self.core.settings.max_message_bytes)
+        except BadInput as exc:
+            return self.core.count_bad(exc.reason, self.identity, str(exc))
+        if self.observer:
+            return self.core.count_bad("forbidden_route", self.identity, "an observer cannot send messages")
+        if env["s"] != self.identity:
+            return self.core.count_bad("spoofed_sender", self.identity, f"envelope claims {env['s'][:64]!r}")
+        if env["k"] == "stats" and env["c"] == 1:
+            try:
+                self.core.stats[self.identity] = (time.time(), decode_stats_payload(env["d"]))  # type: ignore[index]
+            except BadInput as exc:
+                self.core.count_bad("bad_stats", self.identity, str(exc))
+        if self.identity == "trainer":
+            return self._route_from_trainer(channel, count, obj, env)
+        if channel != "trainer" or count != 1:
+            return self.core.count_bad("forbidden_route", self.identity, f"worker sent to {channel[:64]!r}")
+        return self.core.enqueue_for_trainer(obj, self.identity)  # type: ignore[arg-type]
+
+    def _route_from_trainer(self, channel: str, count: int, obj: bytes, env: dict[str, Any]) -> None:
+        core = self.core
+        if channel == "stats":
+            return None  # stored above; not forwarded
+        if channel == "workers":
+            if env["k"] == "weights":
+                core.broadcast_weights_chunk(obj, env)
+            for conn in list(core.workers.values()):
+                conn.send_obj(obj)
+            return None
+        if channel.startswith("w:"):
+            conn = core.workers.get(channel[2:])
+            if conn is None:
+                core.bad["no_route"] += 1  # the worker is away; it resends what was not acked
+                return None
+            conn.send_obj(obj)
+            return None
+        return core.count_bad("forbidden_route", "trainer", f"trainer sent to {channel[:64]!r}")
+
+    def _notify(self, dest: Any) -> None:
+        if self.identity != "trainer" or not isinstance(dest, dict) or set(dest) != {"trainer"}:
+            return self.core.count_bad("forbidden_route", self.identity, "only the trainer pulls")
+        n = dest["trainer"]
+        if not isinstance(n, int):
+            return self.core.count_bad("malformed", self.identity, "bad credit")
+        self.core.trainer_credit = (1 << 30) if n < 0 else min(self.core.trainer_credit + n, 1 << 30)
+        self.core.dispatch_trainer()
+        return None
+
+    # -- output --------------------------------------------------------------------------------
+    def _next_stamp(self) -> int:
+        self._stamp += 1
+        return self._stamp
+
+    def _write(self, frame: list[Any]) -> None:
+        body = serialize(frame)
+        self.transport.write(f"{len(body):<{HEADER}}".encode() + body)
+
+    def send_obj(self, obj: bytes) -> None:
+        """Forward one envelope (already serialized by its sender) to this client."""
+        if self.closing:
+            return
+        self._write([self._next_stamp(), "OBJ", obj])
+        self.counters.messages_out += 1
+        self.counters.bytes_out += len(obj)
+
+    # -- closing -------------------------------------------------------------------------------
+    def _reject(self, reason: str, detail: str = "") -> None:
+        self.core.count_bad(reason, self.identity, f"{detail} [{self.address}]" if detail else f"[{self.address}]")
+        self._abort()
+
+    def _abort(self) -> None:
+        self.closing = True
+        self._buf.clear()
+        self.transport.abortConnection()
+
+    def _hello_timeout(self) -> None:
+        if not self.alive and not self.closing:
+            self._reject("no_hello", "no valid HELLO in time")
+
+
+class RelayFactory(protocol.Factory):
+    def __init__(self, core: RelayCore) -> None:
+        self.core = core
+
+    def buildProtocol(self, addr: Any) -> RelayProtocol:
+        host = getattr(addr, "host", "?")
+        port = getattr(addr, "port", "?")
+        return RelayProtocol(self.core, f"{host}:{port}")
