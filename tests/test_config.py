@@ -153,8 +153,6 @@ def test_computed_values_with_defaults() -> None:
     assert cfg.environment.max_allowable_distance_to_virtual_checkpoint == pytest.approx(
         (0.25**2 + 45**2) ** 0.5
     )
-    assert cfg.max_updates_per_env_step == pytest.approx(32 / 512)
-    assert cfg.publish_every_updates == 8
     assert cfg.inference_update_interval_ms == 400  # guide: 50 ms x 8
     assert cfg.nn.head_hidden_dim("advantage") == 512  # dense_hidden_dimension // 2
 
@@ -427,6 +425,43 @@ def test_inconsistent_values_name_the_keys(overrides: list[str], keys: list[str]
     message = _error(overrides=overrides)
     for key in keys:
         assert f"`{key}" in message, message
+
+
+def test_state_normalization_must_match_the_float_input() -> None:
+    cfg = config_from_dict(
+        {
+            "environment": {"n_zone_centers_in_inputs": 1},
+            "state_normalization": {"float_inputs_mean": [0.0] * 67},
+        }
+    )
+    assert len(cfg.state_normalization.float_inputs_mean) == cfg.float_input_dim == 67  # 27 + 3 + 20 + 16 + 1
+    message = _error(overrides=["state_normalization.float_inputs_std=[1.0, 2.0]"])
+    assert "`state_normalization.float_inputs_std` has 2 values; the float input has 184" in message
+    assert "`state_normalization.float_inputs_std[0]`" in _error(
+        overrides=["state_normalization.float_inputs_std=[0.0]"]
+    )
+
+
+def test_allow_plain_tcp_alone_does_not_turn_tls_off() -> None:
+    message = _error(overrides=["network.allow_plain_tcp=true"])
+    assert "`network.allow_plain_tcp` is true but `network.tls` is true" in message
+
+
+def test_network_section_maps_to_transport_settings() -> None:
+    from rulka.net.settings import NetworkSettings
+
+    cfg = load_config(
+        overrides=[
+            "network.server_host=203.0.113.7",
+            "network.reconnect_backoff_s=[1, 20]",
+            "network.port=4000",
+        ],
+        env_file=None,
+    )
+    settings = NetworkSettings.from_config(cfg.network.transport_settings())
+    assert (settings.host, settings.port, settings.allow_plain_tcp) == ("203.0.113.7", 4000, False)
+    assert (settings.reconnect_backoff_s, settings.reconnect_backoff_max_s) == (1.0, 20.0)
+    assert settings.max_message_bytes == 64 << 20
 
 
 def test_plain_tcp_needs_confirmation_and_warns(caplog: pytest.LogCaptureFixture) -> None:

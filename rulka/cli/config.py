@@ -37,12 +37,21 @@ def _load(args: argparse.Namespace):  # -> RulkaConfig (imported lazily to keep 
 def cmd_validate(args: argparse.Namespace) -> int:
     cfg = _load(args)
     env = cfg.environment
-    print(
-        f"ok: {args.file} - algorithm {cfg.training.algorithm}, backend {env.backend}, "
-        f"{cfg.ms_per_action} ms per action, mini-race {cfg.temporal_mini_race_duration_actions} actions, "
-        f"float_input_dim {cfg.float_input_dim}, image {cfg.w_downsized}x{cfg.h_downsized}"
-        + (f", {len(args.overrides)} override(s)" if args.overrides else "")
-    )
+    parts = [f"algorithm {cfg.training.algorithm}"]
+    if env.backend == "gym":
+        parts.append(f"gym env {env.gym_id}")
+    else:
+        image = "no image" if cfg.nn.vis.no_image else f"image {cfg.w_downsized}x{cfg.h_downsized}"
+        parts += [
+            f"backend {env.backend}",
+            f"{cfg.ms_per_action} ms per action",
+            f"mini-race {cfg.temporal_mini_race_duration_actions} actions",
+            f"float_input_dim {cfg.float_input_dim}",
+            image,
+        ]
+    if args.overrides:
+        parts.append(f"{len(args.overrides)} override(s)")
+    print(f"ok: {args.file} - " + ", ".join(parts))
     return 0
 
 

@@ -26,6 +26,7 @@ from rulka.config.sections import (
     PpoConfig,
     RewardsConfig,
     Section,
+    StateNormalizationConfig,
     TrainerConfig,
     TrainingConfig,
     UserConfig,
@@ -100,6 +101,8 @@ class RulkaConfig(Section):
     """Map training cycle."""
     performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
     """Throughput and synchronisation."""
+    state_normalization: StateNormalizationConfig = Field(default_factory=StateNormalizationConfig)
+    """Float input normalisation."""
     btr: BtrConfig = Field(default_factory=BtrConfig)
     """Optional IQN extras."""
     ppo: PpoConfig = Field(default_factory=PpoConfig)
@@ -160,7 +163,11 @@ class RulkaConfig(Section):
 
     @property
     def float_input_dim(self) -> int:
-        """nn.float_input_dim when set, else the guide's formula over environment."""
+        """nn.float_input_dim when set, else the guide's formula over environment.
+
+        For ``backend: gym`` the formula does not apply: the size is the env's observation size,
+        which only the env knows (set nn.float_input_dim to record it).
+        """
         if self.nn.float_input_dim is not None:
             return self.nn.float_input_dim
         return self.environment.float_input_dim
@@ -190,20 +197,6 @@ class RulkaConfig(Section):
         return self.rewards.final_speed_reward_per_m_per_s
 
     @property
-    def max_updates_per_env_step(self) -> float:
-        """trainer.max_updates_per_env_step, else reuse / batch size (each transition trained on ~reuse times)."""
-        if self.trainer.max_updates_per_env_step is not None:
-            return self.trainer.max_updates_per_env_step
-        return self.memory.number_times_single_memory_is_used_before_discard / self.training.batch_size
-
-    @property
-    def publish_every_updates(self) -> int:
-        """trainer.publish_every_updates, else performance.send_shared_network_every_n_batches."""
-        if self.trainer.publish_every_updates is not None:
-            return self.trainer.publish_every_updates
-        return self.performance.send_shared_network_every_n_batches
-
-    @property
     def inference_update_interval_ms(self) -> int:
         return self.performance.inference_update_interval_ms(self.ms_per_action)
 
@@ -229,8 +222,6 @@ class RulkaConfig(Section):
             "float_hidden_dim_effective": self.nn.float_hidden_dim_effective,
             "advantage_hidden_dim": self.nn.head_hidden_dim("advantage"),
             "value_hidden_dim": self.nn.head_hidden_dim("value"),
-            "max_updates_per_env_step": self.max_updates_per_env_step,
-            "publish_every_updates": self.publish_every_updates,
             "inference_update_interval_ms": self.inference_update_interval_ms,
             "map_cycle_length": len(self.map_cycle.expanded()),
         }
@@ -437,11 +428,26 @@ def check_consistency(cfg: RulkaConfig) -> None:
             "config key `rewards.engineered_reward_min_dist_to_cur_vcp` is larger than "
             "`rewards.engineered_reward_max_dist_to_cur_vcp`"
         )
+    norm = cfg.state_normalization
+    for key, values in (
+        ("float_inputs_mean", norm.float_inputs_mean),
+        ("float_inputs_std", norm.float_inputs_std),
+    ):
+        if values is not None and len(values) != cfg.float_input_dim:
+            raise ConfigError(
+                f"config key `state_normalization.{key}` has {len(values)} values; "
+                f"the float input has {cfg.float_input_dim} (float_input_dim)"
+            )
     low, high = cfg.network.reconnect_backoff_s
     if low > high:
         raise ConfigError(f"config key `network.reconnect_backoff_s` must be [min, max], got [{low}, {high}]")
     if cfg.network.chunk_bytes > cfg.network.max_message_bytes:
         raise ConfigError("config key `network.chunk_bytes` is larger than `network.max_message_bytes`")
+    if cfg.network.tls and cfg.network.allow_plain_tcp:
+        raise ConfigError(
+            "config key `network.allow_plain_tcp` is true but `network.tls` is true; "
+            "set `network.tls: false` too to run without TLS, or remove allow_plain_tcp"
+        )
     if not cfg.network.tls:
         if not cfg.network.allow_plain_tcp:
             raise ConfigError(

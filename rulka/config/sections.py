@@ -484,6 +484,8 @@ class NnTrainingConfig(Section):
     """Compile networks with TorchScript / torch.compile where supported."""
     use_ddqn: bool = False
     """Double DQN targets: online net picks the action, target net evaluates it."""
+    use_amp: bool = True
+    """Mixed precision on CUDA (ignored on CPU)."""
     clip_grad_value: PositiveFloat = 1000
     """Clip each gradient element to +-value."""
     clip_grad_norm: PositiveFloat = 30
@@ -810,6 +812,15 @@ class PerformanceConfig(Section):
         return ms_per_action * self.update_inference_network_every_n_actions
 
 
+class StateNormalizationConfig(Section):
+    """Float input normalisation ``(x - mean) / std`` (null = rulka's defaults for the layout)."""
+
+    float_inputs_mean: list[float] | None = None
+    """One mean per float input (length float_input_dim)."""
+    float_inputs_std: list[PositiveFloat] | None = None
+    """One standard deviation per float input, each > 0."""
+
+
 class BtrConfig(Section):
     """Optional IQN extras (Munchausen, IMPALA CNN, LayerNorm, NoisyNet)."""
 
@@ -961,11 +972,39 @@ class NetworkConfig(Section):
     """[min, max] delay between reconnection attempts, seconds."""
     local_com_port_base: Annotated[int, Field(ge=1, le=65535)] | None = None
     """First local port for per-process relay links (null = pick automatically)."""
+    max_partial_messages: PositiveInt = 16
+    """Messages being reassembled at once per receiver."""
+    partial_timeout_s: PositiveFloat = 60.0
+    """A partly received message idle this long is dropped, seconds."""
+    outbox_messages: PositiveInt = 256
+    """Messages a link queues before sending blocks the caller."""
+    server_queue_bytes: PositiveInt = 1 << 30
+    """Bytes the relay queues for an absent trainer; beyond that chunks are dropped and counted."""
+    heartbeat_s: PositiveFloat = 1.0
+    """How often links check that the relay answers, seconds."""
 
     @property
     def credentials_path(self) -> Path:
         """credentials_dir with ``~`` expanded."""
         return self.credentials_dir.expanduser()
+
+    def transport_settings(self) -> dict[str, Any]:
+        """This section under the names ``rulka.net.settings.NetworkSettings`` takes
+        (``host``, a scalar ``reconnect_backoff_s`` plus ``reconnect_backoff_max_s``, ...)."""
+        return {
+            "host": self.server_host,
+            "port": self.port,
+            "chunk_bytes": self.chunk_bytes,
+            "max_message_bytes": self.max_message_bytes,
+            "max_partial_messages": self.max_partial_messages,
+            "partial_timeout_s": self.partial_timeout_s,
+            "allow_plain_tcp": not self.tls,
+            "reconnect_backoff_s": self.reconnect_backoff_s[0],
+            "reconnect_backoff_max_s": self.reconnect_backoff_s[1],
+            "outbox_messages": self.outbox_messages,
+            "server_queue_bytes": self.server_queue_bytes,
+            "heartbeat_s": self.heartbeat_s,
+        }
 
 
 class WorkerConfig(Section):
@@ -1009,9 +1048,9 @@ class TrainerConfig(Section):
     memory_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the memory plugin."""
     max_updates_per_env_step: PositiveFloat | None = None
-    """Pause training above this ratio of updates to received env steps (null = memory reuse rule)."""
-    publish_every_updates: PositiveInt | None = None
-    """Publish weights every N updates (null = performance.send_shared_network_every_n_batches)."""
+    """Pause training above this ratio of updates to received env steps (null = no limit but the memory's own)."""
+    publish_every_updates: PositiveInt = 100
+    """Publish weights to workers every N updates (over a network, rarer than the guide's shared-memory 8)."""
     checkpoint_every_s: PositiveFloat = 300
     """Seconds between checkpoints."""
     verify: bool = False
