@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import msgpack
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from rulka.errors import BadInput
+from rulka.net.wire import (
+    BadFrame,
+    MessageCounter,
+    Reassembler,
+    check_envelope,
+    deserialize,
+    join_token,
+    make_envelopes,
+    parse_join_token,
+    serialize,
+    verify_join_token,
+)
+
+ALICE = Ed25519PrivateKey.generate()
+MALLORY = Ed25519PrivateKey.generate()
+
+
+def keys(name):
+    return {"alice": ALICE.public_key()}.get(name)
+
+
+def envs(payload, n=1, chunk=4, key=ALICE, sender="alice", kind="segment"):
+    return list(make_envelopes(kind, sender, n, payload, signing_key=key, chunk_bytes=chunk))
+
+
+# -- serializer pair ---------------------------------------------------------------------------
+def test_tlspyo_frames_round_trip_as_plain_data():
+    frame = (7, "OBJ", {"trainer": 1}, b"\x00\xffraw")
+    assert deserialize(serialize(frame)) == [7, "OBJ", {"trainer": 1}, b"\x00\xffraw"]
+    assert deserialize(serialize(None)) is None
+
+
+def test_serializer_refuses_objects():
+    class Thing:
+        pass
+
+    with pytest.raises(TypeError):
+        serialize(Thing())
+
+
+class Boom:
+    def __reduce__(self):
+        return (exec, ("raise SystemExit('pickle executed')",))
+
+
+@pytest.mark.parametrize("data", [
+    pickle.dumps(Boom()),
+    b"\xc1\xc1\xc1",  # reserved msgpack byte
+    msgpack.packb(msgpack.ExtType(5, b"x")),
+    msgpack.packb({1: "int key"}),
+    b"",
+    "not bytes",
+])
+def test_deserializer_returns_badframe_never_raises(data):
+    assert isinstance(deserialize(data), BadFrame)
+
+
+def test_pickle_payload_is_not_executed():
+    assert isinstance(deserialize(pickle.dumps(Boom())), BadFrame)
+
+
+# -- envelopes and reassembly --------------------------------------------------------------------
+def test_chunking_sizes_and_reassembly_in_order():
+    payload = bytes(range(10))
+    chunks = envs(payload, chunk=4)
+    assert [len(e["d"]) for e in chunks] == [4, 4, 2]
+    assert all(e["c"] == 3 and e["L"] == 10 and e["h"] == hashlib.sha256(payload).digest() for e in chunks)
+    r = Reassembler(keys)
+    assert r.feed(chunks[0]) is None and r.feed(chunks[1]) is None
+    msg = r.feed(chunks[2])
+    assert (msg.kind, msg.sender, msg.payload) == ("segment", "alice", payload)
+
+
+def test_empty_payload_is_one_chunk():
+    [env] = envs(b"")
+    assert Reassembler(keys).feed(env).payload == b""
+
+
+def test_out_of_order_chunks_reassemble():
+    chunks = envs(b"abcdefghij", chunk=3)
+    r = Reassembler(keys)
+    for e in reversed(chunks[1:]):
+        assert r.feed(e) is None
+    assert r.feed(chunks[0]).payload == b"abcdefghij"
+
+
+def test_envelopes_survive_the_wire_serializer():
+    r = Reassembler(keys)
+    out = [r.feed(deserialize(serialize(e))) for e in envs(b"0123456789", chunk=5)]
+    assert out[-1].payload == b"0123456789"
+
+
+def test_duplicate_chunk_is_rejected_and_counted():
+    chunks = envs(b"abcdefgh", chunk=4)
+    r = Reassembler(keys)
+    r.feed(chunks[0])
+    with pytest.raises(BadInput) as exc:
+        r.feed(chunks[0])
+    assert exc.value.reason == "duplicate_chunk" and r.counters["duplicate_chunk"] == 1
+    assert r.feed(chunks[1]).payload == b"abcdefgh"
+
+
+def test_truncated_message_times_out_and_frees_memory():
+    chunks = envs(b"abcdefgh", chunk=4)
+    r = Reassembler(keys, partial_timeout_s=10)
+    r.feed(chunks[0], now=100.0)
+    assert r.pending_bytes() == 4
+    assert r.expire(now=111.0) == 1
+    assert r.pending_bytes() == 0 and r.counters["timeout"] == 1
+
+
+def test_oversized_message_refused_at_first_chunk():
+    r = Reassembler(keys, max_message_bytes=8)
+    with pytest.raises(BadInput) as exc:
+        r.feed(envs(b"x" * 9)[0])
+    assert exc.value.reason == "oversized"
+    assert r.pending_bytes() == 0
+
+
+def test_chunk_count_and_length_must_agree():
+    e = envs(b"abcd")[0]
+    e["c"] = 5  # five chunks for four bytes
+    with pytest.raises(BadInput):
+        check_envelope(e, max_message_bytes=100)
+
+
+def test_too_many_partials_evict_the_oldest():
+    r = Reassembler(keys, max_partials=2)
+    for n, t in ((1, 1.0), (2, 2.0), (3, 3.0)):
+        r.feed(envs(b"abcdefgh", n=n, chunk=4)[0], now=t)
+    assert r.counters["evicted"] == 1
+    assert r.pending_bytes() == 8
+
+
+def test_tampered_chunk_is_detected_by_digest():
+    chunks = envs(b"abcdefgh", chunk=4)
+    chunks[1]["d"] = b"EVIL"
+    r = Reassembler(keys)
+    r.feed(chunks[0])
+    with pytest.raises(BadInput) as exc:
+        r.feed(chunks[1])
+    assert exc.value.reason == "tampered"
+
+
+def test_unknown_sender_and_forged_signature_are_rejected():
+    r = Reassembler(keys)
+    with pytest.raises(BadInput) as exc:
+        r.feed(envs(b"x", sender="bob")[0])
+    assert exc.value.reason == "unknown_sender"
+    with pytest.raises(BadInput) as exc:
+        r.feed(envs(b"x", key=MALLORY)[0])  # claims to be alice, signed by someone else
+    assert exc.value.reason == "bad_signature"
+    forged = envs(b"x")[0]
+    forged["k"] = "weights"  # header changed after signing
+    with pytest.raises(BadInput) as exc:
+        r.feed(forged)
+    assert exc.value.reason == "bad_signature"
+
+
+def test_replayed_message_is_rejected_per_kind():
+    r = Reassembler(keys)
+    first = envs(b"one", n=10)[0]
+    assert r.feed(first).payload == b"one"
+    with pytest.raises(BadInput) as exc:
+        r.feed(dict(first))
+    assert exc.value.reason == "replayed"
+    with pytest.raises(BadInput):
+        r.feed(envs(b"older", n=9)[0])
+    # another kind has its own counter; a newer message of the same kind passes
+    assert r.feed(envs(b"s", n=5, kind="stats")[0]).kind == "stats"
+    assert r.feed(envs(b"two", n=11)[0]).payload == b"two"
+
+
+@pytest.mark.parametrize("bad", [
+    BadFrame("x"), [1, 2], {"v": 1}, "text",
+])
+def test_malformed_envelopes_are_counted(bad):
+    r = Reassembler(keys)
+    with pytest.raises(BadInput) as exc:
+        r.feed(bad)
+    assert exc.value.reason == "malformed" and r.counters["malformed"] == 1
+
+
+def test_wrong_field_type_is_malformed():
+    e = envs(b"abc")[0]
+    e["n"] = True  # bool is not a counter
+    with pytest.raises(BadInput):
+        check_envelope(e, max_message_bytes=100)
+
+
+def test_message_counter_increases_across_instances():
+    a = MessageCounter()
+    x = [a.next() for _ in range(3)]
+    y = MessageCounter().next()  # a restarted sender
+    assert x == sorted(set(x)) and y > x[-1]
+
+
+def test_join_token_proves_identity():
+    tok = join_token("alice", ALICE)
+    name, sig = parse_join_token(tok)
+    assert name == "alice" and verify_join_token(name, sig, ALICE.public_key())
+    assert not verify_join_token("trainer", sig, ALICE.public_key())
+    assert parse_join_token("workers") is None and parse_join_token("auth:x:zz") is None
