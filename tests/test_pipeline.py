@@ -373,3 +373,14 @@ def test_observation_length_equals_run_config_float_input_dim(environment: dict)
     assert obs.shape == (cfg.float_input_dim,) == (p.float_input_dim,)
     assert p.ms_per_action == cfg.environment.ms_per_action
     assert p.shaped_reward_dist_to_cur_vcp == cfg.rewards.shaped_reward_dist_to_cur_vcp
+
+
+def test_make_reference_line_follows_params_and_sync_flag() -> None:
+    pts = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 100.0]])
+    cps = np.array([[0.0, 0.0, 50.0]])
+    on = PipelineParams(**SMALL)
+    line = make_reference_line(pts, on, cps)
+    assert line.start_zone == 20 and line.n_zones == 20 + 201 + 100
+    assert line.checkpoint_zones.tolist() == [20 + 100]
+    off = PipelineParams(**SMALL, sync_virtual_and_real_checkpoints=False)
+    assert make_reference_line(pts, off, cps).checkpoint_zones.tolist() == []

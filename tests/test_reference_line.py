@@ -145,3 +145,48 @@ def test_bad_files_raise_user_errors(tmp_path) -> None:
     np.save(nan, np.array([[0, 0, 0], [0, 0, np.nan]]))
     with pytest.raises(UserError, match="NaN"):
         load_points(nan)
+
+
+def test_real_checkpoints_gate_zone_tracking() -> None:
+    # A U-shaped track: out along +z to 50, across to x = 20, back along -z. A real checkpoint
+    # sits at the corner (0, 0, 50).
+    out = np.stack([np.zeros(51), np.zeros(51), np.linspace(0, 50, 51)], axis=1)
+    across = np.stack([np.linspace(0, 20, 21), np.zeros(21), np.full(21, 50.0)], axis=1)
+    back = np.stack([np.full(51, 20.0), np.zeros(51), np.linspace(50, 0, 51)], axis=1)
+    pts = np.vstack([out, across[1:], back[1:]])
+    gated = ReferenceLine(pts, 0.5, 5, 5, road_width=90.0, checkpoint_positions=np.array([[0.0, 0.0, 50.0]]))
+    free = ReferenceLine(pts, 0.5, 5, 5, road_width=90.0)
+    assert gated.checkpoint_zones.tolist() == [5 + 100]  # the centre at z = 50 on the outbound leg
+    zone_g = zone_f = gated.start_zone
+    for z in np.arange(1.0, 41.0, 1.0):
+        zone_g, _ = gated.project(np.array([0.0, 0.0, z]), zone_g)
+        zone_f, _ = free.project(np.array([0.0, 0.0, z]), zone_f)
+    # The car flies over the corner and lands 12 m outside it, 23 m from the checkpoint: the
+    # centres keep getting closer all the way to (20, 50), 70 m along the line.
+    landing = np.array([20.0, 0.0, 62.0])
+    _, m_f = free.project(landing, zone_f)
+    zone_g, m_g = gated.project(landing, zone_g)
+    # (progress runs along the midpoints of the centres, which round each corner by ~0.2 m)
+    assert m_f == pytest.approx(70.0, abs=0.5)  # ungated: credited with the corner it skipped
+    assert zone_g == gated.checkpoint_zones[0] and m_g == pytest.approx(50.0, abs=0.5)
+    # Passing within 12 m of the checkpoint opens the gate.
+    zone_g, m_g = gated.project(np.array([8.0, 0.0, 52.0]), zone_g)
+    assert m_g == pytest.approx(58.0, abs=0.5)
+    with pytest.raises(ValueError, match="more than 12 m"):
+        ReferenceLine(pts, 0.5, 5, 5, checkpoint_positions=np.array([[100.0, 0.0, 0.0]]))
+
+
+def test_checkpoints_round_trip_through_json(tmp_path) -> None:
+    pts = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 100.0]])
+    line = ReferenceLine(pts, 0.5, 5, 5, checkpoint_positions=np.array([[1.0, 0.0, 40.0], [0.0, 2.0, 80.0]]))
+    assert line.checkpoint_zones.tolist() == [5 + 80, 5 + 160]
+    path = tmp_path / "line.json"
+    line.save(path)
+    again = ReferenceLine.load(path, 0.5, 5, 5)
+    assert again.checkpoint_zones.tolist() == [85, 165]
+    assert ReferenceLine.load(path, 0.5, 5, 5, use_checkpoints=False).checkpoint_zones.tolist() == []
+    doc = json.loads(path.read_text())
+    doc["checkpoints"] = [[50.0, 0.0, 40.0]]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="more than 12 m"):
+        ReferenceLine.load(path, 0.5, 5, 5)

@@ -84,6 +84,7 @@ class PipelineParams:
     margin_to_announce_finish_meters: float = 700.0
     n_contact_material_physics_behavior_types: int = 4
     n_prev_actions_in_inputs: int = 5
+    sync_virtual_and_real_checkpoints: bool = True
     temporal_mini_race_duration_ms: int = 7000
     temporal_mini_race_duration_actions: int | None = None
     """Mini-race length in decisions (the unit of slot 0); None: duration_ms // ms_per_action."""
@@ -191,15 +192,22 @@ class PipelineParams:
             raise ConfigError(f"the TrackMania observation pipeline cannot use this config: {exc}") from None
 
 
-def make_reference_line(points: np.ndarray, params: PipelineParams) -> ReferenceLine:
+def make_reference_line(
+    points: np.ndarray, params: PipelineParams, checkpoint_positions: np.ndarray | None = None
+) -> ReferenceLine:
     """A ``ReferenceLine`` through ``points`` with the spacing, extrapolation and road width of
-    ``params`` (what a backend should use, so zone indices mean what the config says)."""
+    ``params`` (what a backend should use, so zone indices mean what the config says).
+
+    ``checkpoint_positions`` (the game's real checkpoints, in order) gate the zone tracking when
+    ``params.sync_virtual_and_real_checkpoints`` is on; they are ignored otherwise.
+    """
     return ReferenceLine(
         points,
         params.distance_between_checkpoints,
         params.n_zone_centers_extrapolate_before_start_of_map,
         params.n_zone_centers_extrapolate_after_end_of_map,
         params.road_width,
+        checkpoint_positions if params.sync_virtual_and_real_checkpoints else None,
     )
 
 

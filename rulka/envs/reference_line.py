@@ -73,6 +73,13 @@ class ReferenceLine:
             (``environment.n_zone_centers_extrapolate_after_end_of_map``).
         road_width: the car may be up to about half of it from a centre and still enter its zone
             (``environment.road_width``).
+        checkpoint_positions: optional (C,3) positions of the game's real checkpoints, in the
+            order they are passed (``environment.sync_virtual_and_real_checkpoints``). Each is
+            tied to the nearest zone centre within ``checkpoint_radius`` metres (searching on
+            from the previous one, so laps work), and the car cannot move past that zone unless it
+            is within ``checkpoint_radius`` of the real checkpoint: progress cannot run ahead of
+            the game's own checkpoints through a shortcut.
+        checkpoint_radius: see ``checkpoint_positions`` (metres).
     """
 
     def __init__(
@@ -82,6 +89,8 @@ class ReferenceLine:
         n_extrapolate_before: int = 20,
         n_extrapolate_after: int = 1000,
         road_width: float = 90.0,
+        checkpoint_positions: np.ndarray | None = None,
+        checkpoint_radius: float = 12.0,
     ) -> None:
         if n_extrapolate_before < 1 or n_extrapolate_after < 1:
             raise ValueError(
@@ -138,6 +147,34 @@ class ReferenceLine:
             ]
         )
         """(K,) progress of each zone centre (negative before the start)."""
+        self.checkpoint_radius = float(checkpoint_radius)
+        self.checkpoint_zones: np.ndarray = np.zeros(0, dtype=np.int64)
+        """Zone tied to each real checkpoint (empty without checkpoint_positions)."""
+        self._gates: dict[int, tuple[float, float, float]] = {}
+        self.checkpoint_positions: np.ndarray | None = None
+        """(C,3) the real checkpoints the zones are tied to, when given."""
+        if checkpoint_positions is not None:
+            self._tie_checkpoints(np.asarray(checkpoint_positions, dtype=np.float64))
+
+    def _tie_checkpoints(self, cps: np.ndarray) -> None:
+        if cps.ndim != 2 or cps.shape[1] != 3 or not np.all(np.isfinite(cps)):
+            raise ValueError(f"checkpoint positions must be a finite (C, 3) array, got shape {cps.shape}")
+        zones = []
+        first = self.start_zone
+        for k, cp in enumerate(cps):
+            track = self.zone_centers[first : self.finish_zone + 1]
+            d = np.linalg.norm(track - cp, axis=1)
+            if len(d) == 0 or d.min() > self.checkpoint_radius:
+                raise ValueError(
+                    f"real checkpoint {k} at {np.round(cp, 2).tolist()} is more than "
+                    f"{self.checkpoint_radius:g} m from the reference line after the previous checkpoint"
+                )
+            z = first + int(np.argmin(d))
+            zones.append(z)
+            self._gates[z] = (float(cp[0]), float(cp[1]), float(cp[2]))
+            first = z + 1
+        self.checkpoint_zones = np.asarray(zones, dtype=np.int64)
+        self.checkpoint_positions = cps.copy()
 
     # ------------------------------------------------------------------ queries
     @property
@@ -165,7 +202,8 @@ class ReferenceLine:
         """The zone the car at ``position`` is in, searched locally from ``zone`` (its last zone).
 
         Walks forward while the next centre is no farther than the current one and within
-        ``max_distance_to_zone_center``; otherwise walks back under the same rule.
+        ``max_distance_to_zone_center`` (and, at a zone tied to a real checkpoint, while the car
+        is within ``checkpoint_radius`` of it); otherwise walks back under the same rule.
         """
         z = min(max(int(zone), 1), self.max_zone)
         c = self._centers_list
@@ -174,7 +212,10 @@ class ReferenceLine:
         d_cur = math.dist(p, c[z])
         d_next = math.dist(p, c[z + 1])
         moved = False
+        gates = self._gates
         while z < self.max_zone and d_next <= d_cur and d_next <= reach:
+            if gates and z in gates and math.dist(p, gates[z]) > self.checkpoint_radius:
+                break  # the game's checkpoint here has not been reached
             z += 1
             d_cur = d_next
             d_next = math.dist(p, c[z + 1])
@@ -217,7 +258,8 @@ class ReferenceLine:
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path) -> None:
-        """Write the track's centres to ``.json`` (rulka format) or ``.npy`` (an (M,3) array)."""
+        """Write the track's centres to ``.json`` (rulka format, with the real checkpoints when
+        there are some) or ``.npy`` (an (M,3) array, as Linesight stores reference lines)."""
         p = Path(path)
         if p.suffix == ".npy":
             np.save(p, self.track_points.astype(np.float64), allow_pickle=False)
@@ -228,6 +270,8 @@ class ReferenceLine:
             "distance_between_checkpoints": self.distance_between_checkpoints,
             "points": self.track_points.round(6).tolist(),
         }
+        if self.checkpoint_positions is not None:
+            doc["checkpoints"] = self.checkpoint_positions.round(6).tolist()
         p.write_text(json.dumps(doc))
 
     @classmethod
@@ -238,23 +282,53 @@ class ReferenceLine:
         n_extrapolate_before: int = 20,
         n_extrapolate_after: int = 1000,
         road_width: float = 90.0,
+        use_checkpoints: bool = True,
     ) -> ReferenceLine:
         """Read a reference line from ``.json`` (rulka) or ``.npy`` (an (N,3) array, e.g. a
-        Linesight ``*_0.5m_*.npy``); never unpickles. Raises ``UserError`` on a bad file."""
-        return cls(
-            load_points(path),
-            distance_between_checkpoints,
-            n_extrapolate_before,
-            n_extrapolate_after,
-            road_width,
-        )
+        Linesight ``*_0.5m_*.npy``); never unpickles. Raises ``UserError`` on a bad file.
+
+        Real checkpoints stored in a ``.json`` file gate the zone tracking unless
+        ``use_checkpoints`` is False (``environment.sync_virtual_and_real_checkpoints``).
+        """
+        points, checkpoints = read_reference_file(path)
+        try:
+            return cls(
+                points,
+                distance_between_checkpoints,
+                n_extrapolate_before,
+                n_extrapolate_after,
+                road_width,
+                checkpoints if use_checkpoints else None,
+            )
+        except ValueError as exc:
+            raise UserError(f"reference line file {path}: {exc}") from None
 
 
 def load_points(path: str | Path) -> np.ndarray:
     """The (N,3) float64 points stored in a reference-line file; ``UserError`` if unusable."""
+    return read_reference_file(path)[0]
+
+
+def _points_array(value: object, p: Path, what: str, min_rows: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fiu" or arr.ndim != 2 or arr.shape[1] != 3 or len(arr) < min_rows:
+        raise UserError(
+            f"reference line file {p}: {what} must be an (N, 3) array of numbers with N >= {min_rows}, "
+            f"got shape {arr.shape}"
+        )
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise UserError(f"reference line file {p}: {what} contain NaN or infinite coordinates")
+    return arr
+
+
+def read_reference_file(path: str | Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(points, checkpoints)`` stored in a reference-line file (checkpoints None when absent);
+    ``UserError`` if the file is missing or unusable. Never unpickles."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"reference line file {p} does not exist")
+    cps = None
     try:
         if p.suffix == ".npy":
             pts = np.load(p, allow_pickle=False)
@@ -267,14 +341,11 @@ def load_points(path: str | Path) -> np.ndarray:
                     f"unsupported version {doc.get('version')!r} (this rulka reads {FILE_VERSION})"
                 )
             pts = np.asarray(doc["points"], dtype=np.float64)
+            cps = doc.get("checkpoints")
+            cps = None if cps is None else np.asarray(cps, dtype=np.float64)
     except (ValueError, KeyError, TypeError, OSError) as exc:
         raise UserError(f"reference line file {p} is unreadable: {exc}") from None
-    pts = np.asarray(pts)
-    if pts.dtype.kind not in "fiu" or pts.ndim != 2 or pts.shape[1] != 3 or len(pts) < 2:
-        raise UserError(
-            f"reference line file {p} must hold an (N, 3) array of numbers with N >= 2, got {pts.shape}"
-        )
-    pts = pts.astype(np.float64)
-    if not np.all(np.isfinite(pts)):
-        raise UserError(f"reference line file {p} contains NaN or infinite coordinates")
-    return pts
+    pts = _points_array(pts, p, "points", 2)
+    if p.suffix == ".npy" or cps is None or cps.size == 0:
+        return pts, None
+    return pts, _points_array(cps, p, "checkpoints", 1)
