@@ -305,6 +305,23 @@ def test_overrides_nested_lists_booleans_and_null(tmp_path: Path) -> None:
     assert cfg.worker.compressor_kwargs == {"level": 3}
 
 
+def test_only_true_and_false_are_booleans() -> None:
+    # YAML 1.1 would turn these into booleans; a track named "no" must stay a name
+    cfg = load_config(
+        overrides=["environment.track=no", "training.run_name=off", "worker.compressor=on"], env_file=None
+    )
+    assert (cfg.environment.track, cfg.training.run_name, cfg.worker.compressor) == ("no", "off", "on")
+    assert (
+        load_config(overrides=["network.tls=False", "network.allow_plain_tcp=yes"], env_file=None).network.tls
+        is False
+    )
+
+
+def test_empty_section_means_defaults(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, "map_cycle:\ntraining:\n  batch_size: 32\n"), env_file=None)
+    assert cfg.map_cycle.entries == [] and cfg.training.batch_size == 32
+
+
 def test_later_override_wins() -> None:
     cfg = load_config(overrides=["training.batch_size=8", "training.batch_size=16"], env_file=None)
     assert cfg.training.batch_size == 16
@@ -355,6 +372,13 @@ def test_unknown_section_suggests_a_section(tmp_path: Path) -> None:
 def test_unknown_key_with_no_close_match_lists_known_keys() -> None:
     message = _error(overrides=["btr.zzzzzz=1"])
     assert "config key `btr.zzzzzz` is unknown; known keys in `btr`: use_munchausen" in message
+
+
+def test_unknown_key_in_a_list_item() -> None:
+    message = _error(overrides=["map_cycle.entries=[{short_name: a, map_path: b, repet: 2}]"])
+    assert message.endswith(
+        "config key `map_cycle.entries[0].repet` is unknown; did you mean `map_cycle.entries[0].repeat`?"
+    )
 
 
 def test_unknown_nested_key_uses_yaml_names() -> None:

@@ -63,7 +63,9 @@ _STRING_KEYS = {
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads 1e-3 as a float (YAML 1.1 wants 1.0e-3) and refuses duplicate keys."""
+    """SafeLoader that reads 1e-3 as a float (YAML 1.1 wants 1.0e-3), takes only true/false as
+    booleans (YAML 1.2: a track called ``no`` or a mode ``on`` stays a string) and refuses
+    duplicate keys."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -85,7 +87,14 @@ _FLOAT = re.compile(
     |\.(?:nan|NaN|NAN))$""",
     re.X,
 )
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def parse_yaml(text: str, source: str = "<string>") -> Any:
@@ -315,10 +324,10 @@ def _loc_text(loc: Sequence[Any]) -> str:
     return text
 
 
-def suggest_keys(loc: Sequence[str], siblings: Iterable[str]) -> list[str]:
+def suggest_keys(loc: Sequence[str | int], siblings: Iterable[str]) -> list[str]:
     """Likely intended full key paths for the unknown key at ``loc``."""
     key = str(loc[-1])
-    parent = ".".join(str(p) for p in loc[:-1])
+    parent = _loc_text(loc[:-1])
     paths = all_key_paths()
     same_name = [p for p in paths if p.rsplit(".", 1)[-1] == key and p != ".".join(map(str, loc))]
     if same_name:
@@ -368,7 +377,7 @@ def _error_text(err: Mapping[str, Any]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         siblings = _yaml_names(parent) if parent is not None else []
-        hints = suggest_keys([str(p) for p in loc], siblings)
+        hints = suggest_keys(loc, siblings)
         text = f"config key `{path}` is unknown"
         if hints:
             text += "; did you mean " + " or ".join(f"`{h}`" for h in hints) + "?"
@@ -429,7 +438,10 @@ def config_from_dict(data: Mapping[str, Any] | None) -> RulkaConfig:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"a config must be a mapping of sections, got {type(data).__name__}")
-    plain = _deep_merge({}, data)
+    # an empty section (`map_cycle:` with nothing under it) means "all defaults"
+    plain = _deep_merge(
+        {}, {k: v for k, v in data.items() if not (v is None and k in RulkaConfig.model_fields)}
+    )
     _merge_btr_cnn(plain)
     try:
         return RulkaConfig.model_validate(plain)
