@@ -78,7 +78,10 @@ class ClientCounters:
 class RelayCore:
     """Relay state shared by all connections (lives in the reactor thread only)."""
 
-    def __init__(self, settings: NetworkSettings, creds: Credentials) -> None:
+    def __init__(self, settings: NetworkSettings, creds: Credentials, clock: Any = None) -> None:
+        if clock is None:
+            from twisted.internet import reactor as clock
+        self.clock = clock  # IReactorTime; tests pass twisted.internet.task.Clock()
         self.settings = settings
         self.creds = creds
         self.password = creds.password.encode()
@@ -195,12 +198,10 @@ class RelayProtocol(protocol.Protocol):
 
     # -- Twisted callbacks ---------------------------------------------------------------------
     def connectionMade(self) -> None:
-        from twisted.internet import reactor
-
         self.core.conn_serial += 1
         self.conn_id = self.core.conn_serial
         self._write([self._next_stamp(), "HELLO", None])
-        self._hello_timer = reactor.callLater(HELLO_TIMEOUT_S, self._hello_timeout)
+        self._hello_timer = self.core.clock.callLater(HELLO_TIMEOUT_S, self._hello_timeout)
 
     def connectionLost(self, reason: Any = None) -> None:
         if self._hello_timer is not None and self._hello_timer.active():

@@ -1,0 +1,252 @@
+"""The relay's protocol logic, driven in memory (no sockets): hostile input, routing, retention."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from rulka.net.keys import add_worker, generate_keys, load_credentials, revoke_worker
+from rulka.net.settings import NetworkSettings
+from rulka.net.stats import encode_stats
+from rulka.net.wire import deserialize, join_token, make_envelopes, serialize
+from rulka.server.relay import HELLO_TIMEOUT_S, RelayCore, RelayProtocol
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    root = tmp_path_factory.mktemp("relay") / "keys"
+    generate_keys(root, ["localhost"])
+    for name in ("w1", "w2", "gone"):
+        add_worker(root, name)
+    revoke_worker(root, "gone")
+    creds = {"trainer": load_credentials(root, "trainer")}
+    for name in ("w1", "w2"):
+        creds[name] = load_credentials(root / "bundles" / name, "worker")
+    return root, creds
+
+
+@pytest.fixture
+def core(keys):
+    root, _ = keys
+    return RelayCore(NetworkSettings(chunk_bytes=1024, server_queue_bytes=20_000),
+                     load_credentials(root, "server"), clock=Clock())
+
+
+class Client:
+    """A fake tlspyo client talking to one RelayProtocol."""
+
+    def __init__(self, core, password=None):
+        self.core = core
+        self.password = core.password if password is None else password
+        self.proto = RelayProtocol(core, "10.0.0.9:1234")
+        self.transport = StringTransport()
+        self.proto.makeConnection(self.transport)
+        self.stamp = 0
+
+    def raw(self, data: bytes):
+        self.proto.dataReceived(data)
+
+    def send(self, cmd, dest=None, obj=None):
+        self.stamp += 1
+        body = serialize([self.stamp, cmd, dest, obj])
+        self.raw(f"{len(body):<10}".encode() + self.password + body)
+
+    def hello(self, creds, channels):
+        self.send("HELLO", obj=[*channels, join_token(creds.identity, creds.signing_key)])
+        return self
+
+    def received(self):
+        """Objects the relay sent (OBJ frames only), decoded, and clear the transport."""
+        data, out = self.transport.value(), []
+        self.transport.clear()
+        while data:
+            n = int(data[:10])
+            stamp, cmd, obj = deserialize(data[10:10 + n])
+            data = data[10 + n:]
+            if cmd == "OBJ":
+                out.append(deserialize(obj))
+        return out
+
+    @property
+    def closed(self):
+        return self.transport.disconnecting
+
+
+def message(creds, kind, payload, n, channel, count, chunk=1024, target=""):
+    return [(channel, count, serialize(e)) for e in make_envelopes(
+        kind, creds.identity, n, payload, signing_key=creds.signing_key, chunk_bytes=chunk, target=target)]
+
+
+def send_message(client, creds, kind, payload, n, channel, count, **kw):
+    for ch, c, obj in message(creds, kind, payload, n, channel, count, **kw):
+        client.send("OBJ", {ch: c}, obj)
+
+
+def connect(core, creds, name):
+    channels = ["trainer"] if name == "trainer" else ["workers", f"w:{name}"]
+    c = Client(core).hello(creds[name], channels)
+    c.received()
+    return c
+
+
+# -- normal operation ----------------------------------------------------------------------------
+def test_segments_flow_to_trainer_with_credit(core, keys):
+    _, creds = keys
+    t = connect(core, creds, "trainer")
+    w = connect(core, creds, "w1")
+    send_message(w, creds["w1"], "segment", b"s" * 3000, 1, "trainer", 1)  # 3 chunks
+    assert t.received() == []  # no credit yet: queued at the relay
+    assert len(core.trainer_queue) == 3
+    t.send("NTF", {"trainer": 2})
+    got = t.received()
+    assert [e["i"] for e in got] == [0, 1] and all(e["s"] == "w1" for e in got)
+    t.send("NTF", {"trainer": 5})
+    assert [e["i"] for e in t.received()] == [2]
+    assert core.clients["w1"].messages_in == 3 and core.clients["trainer"].messages_out == 3
+
+
+def test_late_joiner_gets_every_chunk_of_latest_weights(core, keys):
+    _, creds = keys
+    t = connect(core, creds, "trainer")
+    w1 = connect(core, creds, "w1")
+    send_message(t, creds["trainer"], "weights", b"a" * 2500, 10, "workers", -1)
+    send_message(t, creds["trainer"], "weights", b"b" * 2500, 11, "workers", -1)
+    assert len(w1.received()) == 6
+    w2 = Client(core).hello(creds["w2"], ["workers", "w:w2"])
+    got = w2.received()
+    assert [(e["n"], e["i"]) for e in got] == [(11, 0), (11, 1), (11, 2)]
+    assert b"".join(e["d"] for e in got) == b"b" * 2500
+
+
+def test_ack_reaches_only_its_worker(core, keys):
+    _, creds = keys
+    t = connect(core, creds, "trainer")
+    w1 = connect(core, creds, "w1")
+    w2 = connect(core, creds, "w2")
+    send_message(t, creds["trainer"], "ack", b"[1]", 20, "w:w2", -1, target="w2")
+    assert w1.received() == [] and [e["k"] for e in w2.received()] == ["ack"]
+
+
+def test_ping_and_status(core, keys):
+    _, creds = keys
+    w = connect(core, creds, "w1")
+    w.send("OBJ", {"ping": -1}, serialize(None))
+    assert w.received() == [{"pong": w.proto.conn_id}]
+    send_message(w, creds["w1"], "stats", encode_stats({"episodes": 4, "samples_per_s": 20.0,
+                                                        "weights_version": 2}), 5, "trainer", 1)
+    obs = Client(core).hello(creds["w2"], [])  # observer: no channel
+    obs.received()
+    obs.send("OBJ", {"status": -1}, serialize(None))
+    [reply] = obs.received()
+    row = next(r for r in reply["status"]["workers"] if r["name"] == "w1")
+    assert (row["episodes"], row["weights_version"], row["address"]) == (4, 2, "10.0.0.9:1234")
+    assert "w2" not in core.workers  # the observer did not take w2's place
+
+
+# -- hostile input -------------------------------------------------------------------------------
+def test_garbage_bytes_close_the_connection_and_count(core):
+    c = Client(core)
+    c.raw(b"\x16\x03\x01 this is not a tlspyo frame at all" * 3)
+    assert c.closed and core.bad["malformed_header"] == 1
+
+
+def test_two_gigabyte_length_header_is_refused_before_buffering(core):
+    c = Client(core)
+    c.raw(b"2147483648" + core.password + b"x" * 100)
+    assert c.closed and core.bad["oversized"] == 1
+    assert len(c.proto._buf) == 0
+
+
+def test_wrong_password(core):
+    c = Client(core, password=b"x" * len(core.password))
+    c.send("HELLO", obj=["workers"])
+    assert c.closed and core.bad["wrong_password"] == 1
+
+
+def test_pickle_payload_is_never_executed(core, keys):
+    class Boom:
+        def __reduce__(self):
+            return (exec, ("import os; os._exit(3)",))
+
+    body = pickle.dumps((1, "HELLO", None, Boom()))
+    c = Client(core)
+    c.raw(f"{len(body):<10}".encode() + core.password + body)
+    assert c.closed and core.bad["malformed"] == 1
+    # and as the object of an authenticated client's OBJ: dropped, counted, connection kept
+    _, creds = keys
+    w = connect(core, creds, "w1")
+    w.send("OBJ", {"trainer": 1}, pickle.dumps(Boom()))
+    assert not w.closed and core.bad["malformed"] == 2 and not core.trainer_queue
+
+
+def test_no_identity_unknown_identity_revoked_and_forged(core, keys):
+    _, creds = keys
+    c = Client(core)
+    c.send("HELLO", obj=["workers"])
+    assert c.closed and core.bad["unauthenticated"] == 1
+    c = Client(core)
+    c.send("HELLO", obj=["workers", "auth:stranger:" + "00" * 64])
+    assert c.closed and core.bad["unknown_identity"] == 1
+    c = Client(core)
+    c.send("HELLO", obj=["workers", "auth:gone:" + "00" * 64])  # revoked
+    assert c.closed and core.bad["unknown_identity"] == 2
+    c = Client(core)
+    forged = join_token("trainer", creds["w1"].signing_key)  # a worker key claiming "trainer"
+    c.send("HELLO", obj=["trainer", forged])
+    assert c.closed and core.bad["unauthenticated"] == 2
+
+
+def test_object_before_hello_and_silence(core):
+    c = Client(core)
+    c.send("OBJ", {"trainer": 1}, b"x")
+    assert c.closed and core.bad["unauthenticated"] == 1
+    quiet = Client(core)
+    core.clock.advance(HELLO_TIMEOUT_S + 1)
+    assert quiet.closed and core.bad["no_hello"] == 1
+
+
+def test_worker_cannot_join_trainer_channel_or_another_workers(core, keys):
+    _, creds = keys
+    for channels in (["trainer"], ["w:w2"]):
+        c = Client(core).hello(creds["w1"], channels)
+        assert c.closed
+    assert core.bad["forbidden_channel"] == 2
+
+
+def test_worker_cannot_publish_weights_or_pose_as_another(core, keys):
+    _, creds = keys
+    w1 = connect(core, creds, "w1")
+    w2 = connect(core, creds, "w2")
+    send_message(w1, creds["w1"], "weights", b"evil", 30, "workers", -1)
+    assert w2.received() == [] and core.retained == [] and core.bad["forbidden_route"] == 1
+    # an envelope signed by w1 but claiming to come from w2
+    env = next(make_envelopes("segment", "w2", 31, b"x", signing_key=creds["w1"].signing_key))
+    w1.send("OBJ", {"trainer": 1}, serialize(env))
+    assert core.bad["spoofed_sender"] == 1 and not core.trainer_queue
+    assert not w1.closed  # an authenticated client's bad message costs the message only
+
+
+def test_trainer_queue_is_bounded(core, keys):
+    _, creds = keys
+    w = connect(core, creds, "w1")
+    for n in range(30):
+        send_message(w, creds["w1"], "segment", b"z" * 1000, 100 + n, "trainer", 1)
+    assert core.trainer_queue_bytes <= 20_000 and core.bad["queue_full"] > 0
+
+
+def test_new_connection_of_same_identity_replaces_old(core, keys):
+    _, creds = keys
+    old = connect(core, creds, "w1")
+    new = connect(core, creds, "w1")
+    assert old.closed and core.workers["w1"] is new.proto
+
+
+def test_internal_error_costs_only_the_connection(core, keys, monkeypatch):
+    _, creds = keys
+    w = connect(core, creds, "w1")
+    monkeypatch.setattr(RelayProtocol, "_obj", lambda self, d, o: 1 / 0)
+    w.send("OBJ", {"trainer": 1}, b"x")
+    assert w.closed and core.bad["internal_error"] == 1
