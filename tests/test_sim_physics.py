@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -114,11 +115,15 @@ def test_side_wall_keeps_car_on_track():
     assert abs(car.x - x0) < 5.0 + 1.0  # half the road width, plus the car's half width
 
 
+@functools.cache
+def wide_track(surface: str | None):
+    patches = [{"from": -20, "to": 200, "surface": surface}] if surface else []
+    return straight(width=120.0, patches=patches, length=200.0)
+
+
 def corner(speed: float, surface: str | None = None) -> CarPhysics:
     """Full left lock for up to one second, coasting from ``speed`` m/s on a very wide road."""
-    patches = [{"from": -20, "to": 600, "surface": surface}] if surface else []
-    track = straight(width=120.0, patches=patches, length=600.0)
-    car = CarPhysics(track)
+    car = CarPhysics(wide_track(surface))
     car.step(Controls(), 1)  # settle the wheels' surface lookup
     car.vx, car.vz = math.sin(car.heading) * speed, math.cos(car.heading) * speed
     for _ in range(100):

@@ -67,13 +67,15 @@ def compose_frame(
     mp, scale = track_map(track, side)
     canvas = np.zeros((side, side), dtype=np.uint8)
     canvas = cv2.cvtColor(canvas, cv2.COLOR_GRAY2RGB)
-    canvas[: mp.shape[0], : mp.shape[1]] = mp
+    ox, oy = (side - mp.shape[1]) // 2, (side - mp.shape[0]) // 2  # centre the map
+    canvas[oy : oy + mp.shape[0], ox : ox + mp.shape[1]] = mp
+    offset = np.array([ox, oy], dtype=np.float64)
     if len(trace) >= 2:
         tr = np.asarray(trace, dtype=np.float64)
-        draw_trace(canvas, map_points(track, tr[:, :2], scale), tr[:, 2], 90.0, 1)
-    cx, cz = map_points(track, np.array([[car.x, car.z]]), scale)[0]
+        draw_trace(canvas, map_points(track, tr[:, :2], scale) + offset, tr[:, 2], 90.0, 1)
+    cx, cz = map_points(track, np.array([[car.x, car.z]]), scale)[0] + offset
     hx, hz = math.sin(car.heading), math.cos(car.heading)
-    tip = map_points(track, np.array([[car.x + 12 * hx, car.z + 12 * hz]]), scale)[0]
+    tip = map_points(track, np.array([[car.x + 12 * hx, car.z + 12 * hz]]), scale)[0] + offset
     cv2.circle(canvas, (int(cx), int(cz)), 4, (255, 60, 60), -1, cv2.LINE_AA)
     cv2.line(canvas, (int(cx), int(cz)), (int(tip[0]), int(tip[1])), (255, 60, 60), 1, cv2.LINE_AA)
     frame = np.concatenate([cam, canvas], axis=1)

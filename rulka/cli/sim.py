@@ -1,0 +1,169 @@
+"""``rulka sim``: the built-in track simulator: list tracks, drive, set reference times, render."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rulka.errors import UserError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sim",
+        help="the built-in track simulator: tracks, scripted driver, pictures",
+        description=(
+            "The built-in TrackMania-like simulator (the default environment). List its tracks, "
+            "drive one with the scripted driver, recompute reference times, or render an episode "
+            "as a GIF/MP4 plus a PNG of the driven line coloured by speed."
+        ),
+    )
+    sub = parser.add_subparsers(dest="sim_command", metavar="SIM_COMMAND")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 0)[1])
+
+    p = sub.add_parser("tracks", help="list the bundled tracks with length and reference time",
+                       description="List the bundled tracks: name, length, reference time, description.")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_tracks)
+
+    p = sub.add_parser("drive", help="run the scripted driver on a track and print the race time",
+                       description="Run the scripted driver (pure pursuit with a speed plan) on a track.")
+    p.add_argument("--track", default="default", help="bundled name, gen:<seed> or a track .json (default: default)")
+    p.add_argument("--continuous", action="store_true", help="analog steering instead of the 12 discrete actions")
+    p.set_defaults(func=cmd_drive)
+
+    p = sub.add_parser("reference", help="recompute reference times (scripted driver, discrete actions)",
+                       description=("Recompute each bundled track's reference time with the scripted driver "
+                                    "(discrete actions). With --write, store them in the track files "
+                                    "(after a change to the physics or the driver)."))
+    p.add_argument("--track", action="append", help="only this track (repeatable; default: all bundled)")
+    p.add_argument("--write", action="store_true", help="write the new times into the bundled track files")
+    p.set_defaults(func=cmd_reference)
+
+    p = sub.add_parser("render", help="write a GIF/MP4 of an episode and a PNG of the driven line",
+                       description=("Drive one episode (scripted driver, or a saved policy with --policy) and "
+                                    "write NAME.gif (camera view beside a map) and NAME.png (the track with "
+                                    "the driven line coloured by speed) into --out."))
+    p.add_argument("--track", default="default", help="bundled name, gen:<seed> or a track .json (default: default)")
+    p.add_argument("--policy", default=None, metavar="WEIGHTS_OR_RUN_DIR",
+                   help="a policy.safetensors file, or a run folder holding one (default: the scripted driver)")
+    p.add_argument("--out", type=Path, default=Path("renders"), metavar="DIR", help="output folder (default: renders)")
+    p.add_argument("--format", choices=["gif", "mp4"], default="gif", help="animation format (default: gif)")
+    p.add_argument("--max-seconds", type=float, default=60.0, help="stop the episode after this race time")
+    p.add_argument("--every", type=int, default=2, help="keep one frame in N for the animation (default: 2)")
+    p.add_argument("--no-animation", action="store_true", help="write only the PNG")
+    p.set_defaults(func=cmd_render)
+
+
+def cmd_tracks(args: argparse.Namespace) -> int:
+    from rulka.envs.sim.tracks import bundled_track_names, get_track
+
+    rows = []
+    for name in bundled_track_names():
+        t = get_track(name)
+        rows.append({"name": name, "length_m": round(t.length, 1), "reference_time_ms": t.reference_time_ms,
+                     "description": t.description})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'track':<16} {'length':>8} {'reference':>10}  description")
+    for r in rows:
+        ref = f"{r['reference_time_ms'] / 1000:.2f} s" if r["reference_time_ms"] else "-"
+        print(f"{r['name']:<16} {r['length_m']:>6.0f} m {ref:>10}  {r['description']}")
+    return 0
+
+
+def cmd_drive(args: argparse.Namespace) -> int:
+    from rulka.envs.sim.driver import drive
+    from rulka.envs.sim.tracks import get_track
+
+    track = get_track(args.track)
+    result = drive(track, discrete=not args.continuous)
+    t = int(result["race_time_ms"])  # type: ignore[call-overload]
+    status = "finished" if result["finished"] else "did not finish"
+    ref = f" (reference {track.reference_time_ms / 1000:.2f} s)" if track.reference_time_ms else ""
+    print(f"{track.name}: {status} in {t / 1000:.2f} s{ref}, wall hits: {result['wall_hits']}")
+    return 0 if result["finished"] else 1
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    from importlib import resources
+
+    from rulka.envs.sim.driver import reference_time_ms
+    from rulka.envs.sim.tracks import build_track, bundled_track_names, dump_track_spec, load_track_spec
+
+    names = args.track or bundled_track_names()
+    for name in names:
+        if name not in bundled_track_names():
+            raise UserError(f"'{name}' is not a bundled track (bundled: {', '.join(bundled_track_names())})")
+        spec = load_track_spec(name)
+        old = spec.get("reference_time_ms")
+        new = reference_time_ms(build_track(spec))
+        print(f"{name:<16} stored {old} ms  driver {new} ms")
+        if args.write and new != old:
+            spec["reference_time_ms"] = new
+            path = Path(str(resources.files("rulka.envs") / "tracks" / f"{name}.json"))
+            path.write_text(dump_track_spec(spec), encoding="utf-8")
+            print(f"  wrote {path}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from rulka.envs.sim.driver import ScriptedDriver
+    from rulka.envs.sim.env import SimTrackEnv
+    from rulka.envs.sim.render import track_picture, write_animation, write_png
+
+    if args.every < 1:
+        raise UserError("--every must be >= 1")
+    actor = None
+    config: Any = None
+    if args.policy:
+        from rulka.envs.sim.policy import load_policy
+
+        actor, spec = load_policy(args.policy)
+        config = spec.get("run_config")
+    env = SimTrackEnv(config=config, track=args.track, render_mode="rgb_array",
+                      image=None if config is not None else True)
+    obs, _ = env.reset(seed=0)
+    driver = ScriptedDriver(env.track)
+    frames = [env.render()]
+    trace = [(env.car.x, env.car.z, 0.0)]
+    info: dict[str, Any] = {}
+    step = 0
+    while env.car.race_time_ms < args.max_seconds * 1000:
+        if actor is not None:
+            action = actor.act(obs, test=True)
+        else:
+            action = driver.action(env.car)
+            if env.continuous:
+                ctl = driver.controls(env.car)
+                action = np.array([ctl.gas, ctl.brake, -ctl.steer], dtype=np.float32)
+        obs, _, terminated, truncated, info = env.step(action)
+        step += 1
+        trace.append((env.car.x, env.car.z, env.car.speed))
+        if not args.no_animation and step % args.every == 0:
+            frames.append(env.render())
+        if terminated or truncated:
+            break
+    args.out.mkdir(parents=True, exist_ok=True)
+    who = "policy" if actor is not None else "driver"
+    stem = args.out / f"{env.track.name.replace(':', '_')}_{who}"
+    outcome = (f"finished in {info['race_time_ms'] / 1000:.2f} s" if info.get("finished")
+               else f"stopped at {env.car.race_time_ms / 1000:.2f} s ({info.get('cutoff') or 'time limit'})")
+    picture = track_picture(env.track, np.asarray(trace), title=f"{env.track.name} - {who}: {outcome}")
+    write_png(stem.with_suffix(".png"), picture)
+    print(stem.with_suffix(".png"))
+    if not args.no_animation:
+        fps = max(1, round(20 / args.every))
+        anim = stem.with_suffix("." + args.format)
+        try:
+            write_animation(anim, frames, fps=fps)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise UserError(f"cannot write {anim}: {exc} (try --format gif)") from exc
+        print(anim)
+    print(f"{env.track.name}: {who} {outcome}")
+    return 0
