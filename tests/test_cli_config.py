@@ -126,3 +126,34 @@ def test_keys_lists_paths(capsys: pytest.CaptureFixture[str]) -> None:
 def test_config_without_action_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config"]) == 2
     assert "validate" in capsys.readouterr().out
+
+
+def test_validate_reports_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    good = REPO / "configs" / "default.yaml"
+    (tmp_path / "a.yaml").write_text("nn: {iqn: {n: 3}}\n")
+    (tmp_path / "b.yaml").write_text("exploration: {epsilon: 0.1}\n")
+    assert main(["config", "validate", str(good), "a.yaml", "b.yaml"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"ok: {good} - ")
+    errors = captured.err.strip().splitlines()
+    assert errors[0].startswith("error: a.yaml: config key `nn.iqn.n` must be even")
+    assert errors[1].startswith("error: b.yaml: config key `exploration.epsilon` is unknown")
+
+
+def test_show_changed_prints_only_differences(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "show", "--changed"]) == 0
+    assert capsys.readouterr().out == "{}\n"
+    assert (
+        main(["config", "show", "--changed", "--set", "training.batch_size=64", "--set", "nn.iqn.n=16"]) == 0
+    )
+    assert capsys.readouterr().out == "nn:\n  iqn:\n    n: 16\ntraining:\n  batch_size: 64\n"
+
+
+def test_env_lists_variables(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "env"]) == 0
+    out = capsys.readouterr().out
+    assert "WANDB_ENTITY" in out and "-> logging.wandb.entity" in out

@@ -1,20 +1,19 @@
-"""``rulka config``: check a run configuration, print it resolved, or print the defaults."""
+"""``rulka config``: check run configurations, print one resolved, or print the defaults."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rulka.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rulka.config import RulkaConfig
 
 
-def _add_sources(parser: argparse.ArgumentParser, file_required: bool) -> None:
-    parser.add_argument(
-        "file",
-        metavar="FILE",
-        nargs=None if file_required else "?",
-        default=None,
-        help="run configuration YAML",
-    )
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -24,18 +23,21 @@ def _add_sources(parser: argparse.ArgumentParser, file_required: bool) -> None:
         help="override one value, e.g. --set training.batch_size=256 (repeatable; value parsed as YAML)",
     )
     parser.add_argument(
-        "--env-file", metavar="FILE", default=".env", help="user-specific values (default: ./.env if present)"
+        "--env-file",
+        metavar="FILE",
+        default=".env",
+        help="user-specific values, see `rulka config env` (default: ./.env if present)",
     )
 
 
-def _load(args: argparse.Namespace):  # -> RulkaConfig (imported lazily to keep `rulka --help` fast)
-    from rulka.config import load_config
+def _load(file: str | None, args: argparse.Namespace) -> RulkaConfig:
+    from rulka.config import load_config  # lazily: `rulka --help` stays fast
 
-    return load_config(args.file, args.overrides, env_file=args.env_file)
+    return load_config(file, args.overrides, env_file=args.env_file)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    cfg = _load(args)
+def summary(cfg: RulkaConfig) -> str:
+    """One line saying what a config runs."""
     env = cfg.environment
     parts = [f"algorithm {cfg.training.algorithm}"]
     if env.backend == "gym":
@@ -49,17 +51,54 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"float_input_dim {cfg.float_input_dim}",
             image,
         ]
-    if args.overrides:
-        parts.append(f"{len(args.overrides)} override(s)")
-    print(f"ok: {args.file} - " + ", ".join(parts))
-    return 0
+    return ", ".join(parts)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    failed = 0
+    for file in args.files:
+        try:
+            cfg = _load(file, args)
+        except ConfigError as exc:
+            # report every file, so `rulka config validate configs/*.yaml` lists all problems at once
+            print(f"error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        extra = f", {len(args.overrides)} override(s)" if args.overrides else ""
+        print(f"ok: {file} - {summary(cfg)}{extra}")
+    return ConfigError.exit_code if failed else 0
+
+
+def _changed(data: Any, default: Any) -> Any:
+    """The parts of ``data`` that differ from ``default`` (mappings compared key by key)."""
+    if isinstance(data, dict) and isinstance(default, dict):
+        out = {}
+        for key, value in data.items():
+            if key not in default:
+                out[key] = value
+                continue
+            diff = _changed(value, default[key])
+            if diff is not _SAME:
+                out[key] = diff
+        return out if out else _SAME
+    return _SAME if data == default else data
+
+
+_SAME = object()
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from rulka.config import resolved_yaml
+    from rulka.config import RulkaConfig, resolved_yaml
+    from rulka.config.model import dump_yaml
 
-    cfg = _load(args)
-    sys.stdout.write(resolved_yaml(cfg) if args.computed else cfg.to_yaml())
+    cfg = _load(args.file, args)
+    if args.changed:
+        diff = _changed(cfg.to_dict(), RulkaConfig().to_dict())
+        sys.stdout.write("{}\n" if diff is _SAME else dump_yaml(diff))
+    elif args.computed:
+        sys.stdout.write(resolved_yaml(cfg))
+    else:
+        sys.stdout.write(cfg.to_yaml())
     return 0
 
 
@@ -74,29 +113,43 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from rulka.config import all_key_paths
 
     for path in all_key_paths():
-        if not args.prefix or path.startswith(args.prefix):
+        if path.startswith(args.prefix):
             print(path)
     return 0
 
 
+def cmd_env(args: argparse.Namespace) -> int:
+    from rulka.config import ENV_KEYS
+
+    width = max(len(name) for name in ENV_KEYS)
+    for name, key in ENV_KEYS.items():
+        print(f"{name:<{width}}  -> {key}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``rulka config`` and its sub-commands."""
+    """Add ``rulka config`` and its actions."""
     parser = subparsers.add_parser(
         "config",
         help="check, show or print run configurations",
         description=(
-            "Run configurations are YAML files (see configs/default.yaml for every key). Values are "
-            "layered: built-in defaults < .env < FILE < --set KEY.PATH=VALUE."
+            "Run configurations are YAML files (configs/default.yaml lists every key with its default "
+            "and meaning). Values are layered, lowest first: built-in defaults < .env < FILE < "
+            "--set KEY.PATH=VALUE. Role commands take the same --config/--set options."
         ),
     )
     sub = parser.add_subparsers(dest="config_command", metavar="ACTION")
 
     p = sub.add_parser(
         "validate",
-        help="check a config file; exit 0 and print a summary, or print the error and exit 2",
-        description="Load FILE with its overrides, check every key, type and cross-key rule, and print one summary line.",
+        help="check config files: one 'ok' line each, or the error and exit 2",
+        description=(
+            "Load each FILE (with the same overrides), check every key, type and cross-key rule, "
+            "and print one line per file. Exit 0 when all are valid, 2 otherwise."
+        ),
     )
-    _add_sources(p, file_required=True)
+    p.add_argument("files", metavar="FILE", nargs="+", help="run configuration YAML")
+    _add_overrides(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser(
@@ -104,16 +157,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="print a config with every default filled in",
         description="Print the resolved configuration (FILE + .env + --set over the defaults) as YAML.",
     )
-    _add_sources(p, file_required=False)
     p.add_argument(
+        "file", metavar="FILE", nargs="?", default=None, help="run configuration YAML (default: none)"
+    )
+    _add_overrides(p)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
         "--computed", action="store_true", help="also print the values derived at load, as comments"
+    )
+    group.add_argument(
+        "--changed", action="store_true", help="print only the values that differ from the defaults"
     )
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser(
         "defaults",
         help="print the default config with one comment per key",
-        description="Print every key at its built-in default, documented (the same text as configs/default.yaml).",
+        description="Print every key at its built-in default, documented (the text of configs/default.yaml).",
     )
     p.set_defaults(func=cmd_defaults)
 
@@ -123,18 +183,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("prefix", nargs="?", default="", help="only paths starting with this, e.g. training.")
     p.set_defaults(func=cmd_keys)
 
-    def _no_action(args: argparse.Namespace) -> int:
+    p = sub.add_parser(
+        "env",
+        help="list the .env variables rulka reads",
+        description=(
+            "List the variables read from .env and the config key each one sets. They are defaults: "
+            "the YAML file and --set override them. Other variables in .env are ignored."
+        ),
+    )
+    p.set_defaults(func=cmd_env)
+
+    def no_action(args: argparse.Namespace) -> int:
         parser.print_help()
         return 2
 
-    parser.set_defaults(func=_no_action)
+    parser.set_defaults(func=no_action)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rulka.cli.config``: the same as ``rulka config``."""
-    from rulka.cli import run_main
+    """``rulka config ...`` with ``argv`` after ``config``."""
+    from rulka.cli import main as rulka_main
 
-    parser = argparse.ArgumentParser(prog="rulka")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["config", *(argv if argv is not None else sys.argv[1:])])
-    return run_main(lambda: args.func(args))
+    return rulka_main(["config", *(argv if argv is not None else sys.argv[1:])])
