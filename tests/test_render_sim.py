@@ -91,3 +91,18 @@ def test_policy_errors_are_user_errors(tmp_path):
     save_file({"bias": np.zeros(1, dtype=np.float32)}, str(bad))
     with pytest.raises(UserError, match="actor_spec"):
         load_policy(bad)
+
+
+def test_mp4_animation(tmp_path):
+    from rulka.envs.sim.render import write_animation
+
+    frames = [np.full((32, 48, 3), 40 * k, dtype=np.uint8) for k in range(5)]
+    path = tmp_path / "a.mp4"
+    write_animation(path, frames, fps=10)
+    cap = cv2.VideoCapture(str(path))
+    try:
+        assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 5
+        ok, first = cap.read()
+        assert ok and first.shape == (32, 48, 3)
+    finally:
+        cap.release()

@@ -76,6 +76,8 @@ class Camera:
         h1 = np.stack([height_m * d[0], height_m * d[2] - forward_m * d[1], -d[1]])
         h1 = h1 @ np.array([[1, 0, 0], [0, 1, self.ground_row], [0, 0, 1.0]])
         self._h1 = h1
+        self._h1_rows = [tuple(float(v) for v in row) for row in h1]
+        self._m = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], list(self._h1_rows[2])])
         self._frame = np.full((self.height, self.width), SKY, dtype=np.uint8)
         self._ground = self._frame[self.ground_row :]
         self._size = (self.width, self.height - self.ground_row)
@@ -84,15 +86,16 @@ class Camera:
         """The view from a car at world (x, z) with ``heading``; a new array unless ``out`` is given."""
         s, c = math.sin(heading), math.cos(heading)
         ic = self._inv_cell
-        # car (right, forward) -> raster (column, row); right of heading is (-cos h, sin h)
-        a = np.array(
-            [
-                [-c * ic, s * ic, (x - self._origin[0]) * ic],
-                [s * ic, c * ic, (z - self._origin[1]) * ic],
-                [0.0, 0.0, 1.0],
-            ]
-        )
-        m = a @ self._h1
+        # m = A @ H1 with A: car (right, forward) -> raster (column, row); right of heading is
+        # (-cos h, sin h). Scalar arithmetic: cheaper than building A and a numpy product.
+        a00, a01, a02 = -c * ic, s * ic, (x - self._origin[0]) * ic
+        a10, a11, a12 = s * ic, c * ic, (z - self._origin[1]) * ic
+        h0, h1, h2 = self._h1_rows
+        m = self._m
+        m[0] = [a00 * h0[0] + a01 * h1[0] + a02 * h2[0], a00 * h0[1] + a01 * h1[1] + a02 * h2[1],
+                a00 * h0[2] + a01 * h1[2] + a02 * h2[2]]
+        m[1] = [a10 * h0[0] + a11 * h1[0] + a12 * h2[0], a10 * h0[1] + a11 * h1[1] + a12 * h2[1],
+                a10 * h0[2] + a11 * h1[2] + a12 * h2[2]]
         if self._size[1] > 0:
             cv2.warpPerspective(
                 self._src, m, self._size, dst=self._ground,

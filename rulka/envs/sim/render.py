@@ -113,11 +113,19 @@ def write_png(path: str | Path, rgb: np.ndarray) -> None:
 
 
 def write_animation(path: str | Path, frames: Sequence[np.ndarray], fps: int = 20) -> None:
-    """Write RGB ``frames`` as a GIF (or MP4 when ``path`` ends in .mp4 and an encoder is present)."""
-    import imageio.v2 as imageio
-
+    """Write RGB ``frames`` as a GIF, or as an MP4 (OpenCV's mp4v encoder) when ``path`` ends in .mp4."""
     path = str(path)
     if path.endswith(".mp4"):
-        imageio.mimwrite(path, list(frames), fps=fps)
-    else:
-        imageio.mimwrite(path, list(frames), duration=1000.0 / fps, loop=0)
+        h, w = frames[0].shape[:2]
+        writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (w, h))
+        if not writer.isOpened():
+            raise OSError("OpenCV has no MP4 encoder here")
+        try:
+            for f in frames:
+                writer.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+        finally:
+            writer.release()
+        return
+    import imageio.v2 as imageio
+
+    imageio.mimwrite(path, list(frames), duration=1000.0 / fps, loop=0)
