@@ -67,7 +67,7 @@ class Server:
                  "plain TCP" if self.settings.allow_plain_tcp else "TLS")
         print(f"listening on {self.bind_host}:{self.port}", flush=True)
         # revocations take effect without a restart
-        task.LoopingCall(core.worker_keys).start(5.0, now=False)
+        task.LoopingCall(core.worker_keys).start(2.0, now=False)
         reactor.run()
         log.info("rulka-server stopped")
 

@@ -1,0 +1,231 @@
+"""Real rulka-server processes, real TLS on loopback, real tlspyo endpoints."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rulka.net.keys import add_worker, generate_keys, revoke_worker
+from rulka.net.link import Message
+from rulka.net.status import query_status
+from rulka.net.tls import connect_trainer, connect_worker, free_local_port
+from rulka.net.wire import make_envelopes
+from rulka.server.server import Server
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    root = tmp_path_factory.mktemp("integ") / "keys"
+    generate_keys(root, ["localhost"])
+    for name in ("w1", "w2", "late", "doomed"):
+        add_worker(root, name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(keys):
+    srv = Server({"chunk_bytes": 64 * 1024}, keys, bind_host="127.0.0.1", port=0).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def cfg(server):
+    return {"host": "localhost", "port": server.port, "chunk_bytes": 64 * 1024, "heartbeat_s": 0.5}
+
+
+@pytest.fixture(scope="module")
+def trainer(cfg, keys):
+    link = connect_trainer(cfg, keys)
+    assert link.wait_connected(30)
+    yield link
+    link.close()
+
+
+@pytest.fixture(scope="module")
+def workers(cfg, keys):
+    links = [connect_worker(cfg, keys / "bundles" / name, name) for name in ("w1", "w2")]
+    assert all(w.wait_connected(30) for w in links)
+    yield links
+    for w in links:
+        w.close()
+
+
+def receive_until(link, pred, timeout=15.0) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not pred(got):
+        got += link.receive(timeout=0.2)
+    return got
+
+
+def test_segments_acks_and_weights_through_the_server(trainer, workers, cfg, keys):
+    w1, w2 = workers
+    w1.send("segment", b"from w1")
+    w2.send("segment", b"x" * 300_000)  # several chunks
+    got = receive_until(trainer, lambda g: len(g) >= 2)
+    assert sorted((m.kind, m.sender, len(m.payload)) for m in got) == [
+        ("segment", "w1", 7), ("segment", "w2", 300_000)]
+    trainer.send_to("w2", "ack", b"[7]")
+    acks = receive_until(w2, lambda g: any(m.kind == "ack" for m in g))
+    assert [(m.kind, m.sender, m.payload) for m in acks if m.kind == "ack"] == [("ack", "trainer", b"[7]")]
+    assert not [m for m in w1.receive(0.3) if m.kind == "ack"]
+
+    blob = bytes(range(256)) * 4000  # 1 MB, 16 chunks
+    trainer.broadcast("weights", blob)
+    for w in workers:
+        got = receive_until(w, lambda g: any(m.kind == "weights" for m in g))
+        assert [m.payload for m in got if m.kind == "weights"] == [blob]
+
+    late = connect_worker(cfg, keys / "bundles" / "late")
+    try:
+        got = receive_until(late, lambda g: any(m.kind == "weights" for m in g))
+        assert [(m.sender, m.payload) for m in got if m.kind == "weights"] == [("trainer", blob)]
+    finally:
+        late.close()
+
+
+def test_worker_link_ignores_weights_not_signed_by_trainer(workers, keys):
+    from rulka.net.keys import load_credentials
+
+    w1 = workers[0]
+    evil = load_credentials(keys / "bundles" / "w2", "worker")
+    for env in make_envelopes("weights", "trainer", 2**62, b"evil", signing_key=evil.signing_key):
+        w1._handle(env)  # as if the relay had delivered it
+    for env in make_envelopes("weights", "w2", 2**62, b"evil", signing_key=evil.signing_key):
+        w1._handle(env)
+    assert w1.bad_inputs.get("bad_signature") == 1 and w1.bad_inputs.get("unknown_sender") == 1
+    assert not [m for m in w1.receive(0.1) if m.payload == b"evil"]
+
+
+def tls_socket(port, keys):
+    ctx = ssl.create_default_context(cafile=str(keys / "ca.pem"))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s = ctx.wrap_socket(raw, server_hostname="localhost")
+    s.recv(4096)  # the relay's HELLO
+    return s
+
+
+def closed_by_server(s) -> bool:
+    try:
+        s.settimeout(5)
+        while s.recv(4096):
+            pass
+        return True
+    except (ConnectionError, ssl.SSLError, OSError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_hostile_inputs_leave_the_server_serving(server, trainer, workers, keys, cfg):
+    password = (keys / "password").read_bytes()
+    before = query_status(cfg, keys)["server"]["bad_inputs"]
+
+    class Boom:
+        def __reduce__(self):
+            return (exec, ("import os; os._exit(3)",))
+
+    attacks = {
+        "malformed_header": b"GARBAGE!!!" + b"\x00\xff" * 50,
+        "oversized": b"2147483648" + password + b"x" * 1000,
+        "wrong_password": b"10        " + b"y" * len(password) + b"0123456789",
+    }
+    body = pickle.dumps((1, "HELLO", None, Boom()))
+    attacks["malformed"] = f"{len(body):<10}".encode() + password + body
+    for data in attacks.values():
+        s = tls_socket(server.port, keys)
+        s.sendall(data)
+        assert closed_by_server(s)
+        s.close()
+    # not even TLS: plain bytes on the TLS port
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    raw.sendall(b"\x00" * 64 + pickle.dumps(Boom()))
+    raw.close()
+
+    after = query_status(cfg, keys)
+    for reason in attacks:
+        assert after["server"]["bad_inputs"].get(reason, 0) == before.get(reason, 0) + 1, reason
+    assert server.alive()
+    workers[0].send("segment", b"still works")
+    got = receive_until(trainer, lambda g: any(m.payload == b"still works" for m in g))
+    assert any(m.sender == "w1" for m in got)
+
+
+def test_revoked_worker_is_shut_out(trainer, cfg, keys):
+    doomed = connect_worker(cfg, keys / "bundles" / "doomed")
+    try:
+        assert doomed.wait_connected(30)
+        doomed.send("segment", b"before")
+        assert any(m.sender == "doomed" for m in receive_until(trainer, lambda g: bool(g)))
+        bundle_creds = doomed.creds
+        revoke_worker(keys, "doomed")
+        # the trainer refuses its messages even if the relay still forwarded them
+        trainer._keys_checked = 0.0  # skip the link's 2 s wait before it re-reads enrolled keys
+        for env in make_envelopes("segment", "doomed", 2**62, b"after", signing_key=bundle_creds.signing_key):
+            trainer._handle(env)
+        assert trainer.bad_inputs.get("unknown_sender", 0) >= 1
+        # and the relay drops its connection within its 2 s reload and refuses it from then on
+        deadline = time.monotonic() + 15
+        while doomed.connected() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not doomed.connected()
+    finally:
+        doomed.close()
+
+
+def test_status_lists_workers_and_counters(workers, cfg, keys):
+    from rulka.net.stats import encode_stats
+
+    workers[1].send("stats", encode_stats({"episodes": 3, "samples_per_s": 41.5, "weights_version": 2}))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        st = query_status(cfg, keys / "bundles" / "w1")
+        rows = {r["name"]: r for r in st["workers"]}
+        if rows.get("w2", {}).get("episodes") == 3:
+            break
+    assert rows["w2"]["samples_per_s"] == 41.5 and rows["w2"]["address"].startswith("127.0.0.1:")
+    assert st["server"]["clients"]["w2"]["messages_in"] > 0
+
+
+def test_server_restart_clients_reconnect(keys, tmp_path):
+    port = free_local_port()
+    cmd = [sys.executable, "-m", "rulka.server.cli", "--keys", str(keys), "--host", "127.0.0.1",
+           "--port", str(port), "--set", "network.chunk_bytes=65536"]
+    cfg = {"host": "localhost", "port": port, "heartbeat_s": 0.3, "reconnect_backoff_s": 0.2,
+           "reconnect_backoff_max_s": 1.0}
+
+    def start():
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().startswith("listening on")
+        return p
+
+    proc = start()
+    trainer = connect_trainer(cfg, keys)
+    worker = connect_worker(cfg, keys / "bundles" / "w1")
+    try:
+        assert trainer.wait_connected(30) and worker.wait_connected(30)
+        proc.terminate()
+        assert proc.wait(10) == 0  # clean shutdown on SIGTERM
+        deadline = time.monotonic() + 5
+        while worker.connected() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not worker.connected() and not trainer.connected()
+        proc = start()
+        assert trainer.wait_connected(30) and worker.wait_connected(30)
+        worker.send("segment", b"after restart")
+        got = receive_until(trainer, lambda g: any(m.payload == b"after restart" for m in g))
+        assert [m.sender for m in got if m.payload == b"after restart"] == ["w1"]
+    finally:
+        worker.close()
+        trainer.close()
+        proc.terminate()
+        proc.wait(10)
