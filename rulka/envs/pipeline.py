@@ -594,7 +594,15 @@ class TrackmaniaPipeline:
     )
 
     def _save(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self._STATE)
+        return (
+            self._zone,
+            self._progress,
+            self._speed,
+            self._race_time_ms,
+            self._gearbox_counter,
+            self._furthest_zone,
+            self._last_progress_time_ms,
+        )
 
     def _restore(self, saved: tuple[Any, ...]) -> None:
         for k, v in zip(self._STATE, saved):

@@ -131,6 +131,17 @@ class ReferenceLine:
         self._seg_dir = seg / np.maximum(seg_len, 1e-12)[:, None]
         self._seg_len = seg_len
         self._trans_cum = np.concatenate([[0.0], np.cumsum(seg_len)])
+        # Plain Python copies for the per-step path (cheaper than numpy on 3-vectors).
+        self._seg_py = [
+            (*t, *d, float(n), float(c))
+            for t, d, n, c in zip(
+                transitions[:-1].tolist(),
+                self._seg_dir.tolist(),
+                seg_len.tolist(),
+                self._trans_cum[:-1].tolist(),
+            )
+        ]
+        self._max_zone = len(centers) - 2
         self._centers_list = [tuple(c) for c in centers.tolist()]
         self._zero = 0.0
         self._zero = self._progress_in_zone(centers[self.start_zone], self.start_zone)
@@ -193,10 +204,12 @@ class ReferenceLine:
         return self.n_zones - 2
 
     def _progress_in_zone(self, position: np.ndarray, zone: int) -> float:
-        k = zone - 1
-        along = float(np.dot(np.asarray(position, dtype=np.float64) - self._transitions[k], self._seg_dir[k]))
-        along = min(max(along, 0.0), float(self._seg_len[k]))
-        return float(self._trans_cum[k]) + along - self._zero
+        tx, ty, tz, dx, dy, dz, length, cum = self._seg_py[zone - 1]
+        along = (
+            (float(position[0]) - tx) * dx + (float(position[1]) - ty) * dy + (float(position[2]) - tz) * dz
+        )
+        along = min(max(along, 0.0), length)
+        return cum + along - self._zero
 
     def update_zone(self, position: np.ndarray, zone: int) -> int:
         """The zone the car at ``position`` is in, searched locally from ``zone`` (its last zone).
@@ -205,7 +218,8 @@ class ReferenceLine:
         ``max_distance_to_zone_center`` (and, at a zone tied to a real checkpoint, while the car
         is within ``checkpoint_radius`` of it); otherwise walks back under the same rule.
         """
-        z = min(max(int(zone), 1), self.max_zone)
+        max_zone = self._max_zone
+        z = min(max(int(zone), 1), max_zone)
         c = self._centers_list
         p = (float(position[0]), float(position[1]), float(position[2]))
         reach = self.max_distance_to_zone_center
@@ -213,7 +227,7 @@ class ReferenceLine:
         d_next = math.dist(p, c[z + 1])
         moved = False
         gates = self._gates
-        while z < self.max_zone and d_next <= d_cur and d_next <= reach:
+        while z < max_zone and d_next <= d_cur and d_next <= reach:
             if gates and z in gates and math.dist(p, gates[z]) > self.checkpoint_radius:
                 break  # the game's checkpoint here has not been reached
             z += 1
@@ -240,7 +254,7 @@ class ReferenceLine:
 
     def progress_in_zone(self, position: np.ndarray, zone: int) -> float:
         """Progress (metres from the start) of ``position`` measured within ``zone``."""
-        return self._progress_in_zone(position, min(max(int(zone), 1), self.max_zone))
+        return self._progress_in_zone(position, min(max(int(zone), 1), self._max_zone))
 
     def point_at(self, progress_m: float) -> np.ndarray:
         """Point of the centreline at ``progress_m`` metres from the start (extrapolated beyond)."""
