@@ -374,6 +374,16 @@ def test_unknown_key_with_no_close_match_lists_known_keys() -> None:
     assert "config key `btr.zzzzzz` is unknown; known keys in `btr`: use_munchausen" in message
 
 
+def test_guide_flat_names_and_computed_keys_get_a_specific_hint() -> None:
+    assert "did you mean `nn.vis.image_size.width`?" in _error(overrides=["nn.W_downsized=64"])
+    assert "did you mean `nn.iqn.n`?" in _error(overrides=["iqn_n=16"])
+    message = _error(overrides=["environment.ms_per_action=20"])
+    assert message.endswith(
+        "config key `environment.ms_per_action` is computed at load from "
+        "environment.tm_engine_step_per_action x environment.ms_per_tm_engine_step; set those instead"
+    )
+
+
 def test_unknown_key_in_a_list_item() -> None:
     message = _error(overrides=["map_cycle.entries=[{short_name: a, map_path: b, repet: 2}]"])
     assert message.endswith(

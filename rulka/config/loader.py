@@ -289,12 +289,15 @@ def all_key_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
-def _walk_loc(loc: Sequence[Any]) -> tuple[list[Any], type[BaseModel] | None]:
-    """Drop pydantic's union/type tags from an error location; also return the last model passed."""
+def _walk_loc(loc: Sequence[Any], unknown_last: bool = False) -> tuple[list[Any], type[BaseModel] | None]:
+    """Drop pydantic's union/type tags from an error location; also return the last model passed.
+
+    ``unknown_last``: the last part is a key the user wrote that the model does not have.
+    """
     model: type[BaseModel] | None = RulkaConfig
     parent: type[BaseModel] | None = RulkaConfig
     out: list[Any] = []
-    for part in loc:
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             out.append(part)
             continue
@@ -306,12 +309,10 @@ def _walk_loc(loc: Sequence[Any]) -> tuple[list[Any], type[BaseModel] | None]:
                 subs = _models_in(model.model_fields[names[part]].annotation)
                 model = subs[0] if subs else None
                 continue
-            if part in ("function-after", "function-before") or "[" in part or part[:1].isupper():
-                continue
-            # an unknown key inside a model: keep it, the error is about it
-            out.append(part)
-            parent = model
-            model = None
+            if unknown_last and i == len(loc) - 1:
+                out.append(part)  # the unknown key itself
+                parent = model
+            # else: a union member or validator tag, e.g. "int" or "function-after[...]"
             continue
         # inside a plain value (list, tuple, dict): only type tags remain, which we drop
     return out, parent
@@ -324,11 +325,40 @@ def _loc_text(loc: Sequence[Any]) -> str:
     return text
 
 
+# the guide's flat names (get_config().x) that are not key names themselves -> their YAML key
+FLAT_NAMES: dict[str, str] = {
+    "W_downsized": "nn.vis.image_size.width",
+    "w_downsized": "nn.vis.image_size.width",
+    "H_downsized": "nn.vis.image_size.height",
+    "h_downsized": "nn.vis.image_size.height",
+    "float_hidden_dim": "nn.float.mlp.hidden_dim",
+    "iqn_embedding_dimension": "nn.iqn.embedding_dimension",
+    "iqn_n": "nn.iqn.n",
+    "iqn_k": "nn.iqn.k",
+    "iqn_kappa": "nn.iqn.kappa",
+    "map_cycle": "map_cycle.entries",
+}
+
+# values derived at load: setting one is a mistake with a specific fix
+COMPUTED_KEYS: dict[str, str] = {
+    "ms_per_action": "environment.tm_engine_step_per_action x environment.ms_per_tm_engine_step",
+    "ms_per_block": "environment.rl_action_offsets_ms and the action timing",
+    "n_actions_per_block": "the length of environment.rl_action_offsets_ms",
+    "temporal_mini_race_duration_actions": "environment.temporal_mini_race_duration_ms // ms_per_block",
+    "min_horizon_to_update_priority_actions": "temporal_mini_race_duration_actions - 40",
+    "max_allowable_distance_to_virtual_checkpoint": "environment.distance_between_checkpoints and road_width",
+    "final_speed_reward_per_m_per_s": "rewards.reward_per_m_advanced_along_centerline x "
+    "rewards.final_speed_reward_as_if_duration_s",
+}
+
+
 def suggest_keys(loc: Sequence[str | int], siblings: Iterable[str]) -> list[str]:
     """Likely intended full key paths for the unknown key at ``loc``."""
     key = str(loc[-1])
     parent = _loc_text(loc[:-1])
     paths = all_key_paths()
+    if key in FLAT_NAMES and FLAT_NAMES[key] != _loc_text(loc):
+        return [FLAT_NAMES[key]]
     same_name = [p for p in paths if p.rsplit(".", 1)[-1] == key and p != ".".join(map(str, loc))]
     if same_name:
         return same_name[:2]
@@ -372,10 +402,12 @@ def _short(value: Any) -> str:
 
 
 def _error_text(err: Mapping[str, Any]) -> str:
-    loc, parent = _walk_loc(err["loc"])
+    loc, parent = _walk_loc(err["loc"], unknown_last=err["type"] == "extra_forbidden")
     path = _loc_text(loc)
     kind = err["type"]
     if kind == "extra_forbidden":
+        if str(loc[-1]) in COMPUTED_KEYS:
+            return f"config key `{path}` is computed at load from {COMPUTED_KEYS[str(loc[-1])]}; set those instead"
         siblings = _yaml_names(parent) if parent is not None else []
         hints = suggest_keys(loc, siblings)
         text = f"config key `{path}` is unknown"
@@ -416,7 +448,7 @@ def _validation_message(exc: ValidationError) -> str:
     texts: list[str] = []
     seen_paths: set[str] = set()
     for err in exc.errors(include_url=False):
-        loc, _ = _walk_loc(err["loc"])
+        loc, _ = _walk_loc(err["loc"], unknown_last=err["type"] == "extra_forbidden")
         key = _loc_text(loc)
         if key in seen_paths:
             continue  # one message per key (a union reports each alternative)
