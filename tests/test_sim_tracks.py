@@ -126,3 +126,12 @@ def test_camera_image_shape_dtype_and_content():
     # steering the view changes it; the same pose renders the same image
     assert not np.array_equal(cam.render(x, z, h + 0.3), img)
     assert np.array_equal(cam.render(x, z, h), img)
+
+
+def test_reference_line_runs_start_to_finish():
+    track = get_track("hairpins")
+    line = track.reference_line()
+    assert line.finish_progress == pytest.approx(track.length, rel=0.01)
+    x, z, _ = track.start_pose
+    zone, progress = line.project(np.array([x, 0.0, z]), line.start_zone)
+    assert zone == line.start_zone and progress == pytest.approx(0.0, abs=0.5)

@@ -27,7 +27,6 @@ from gymnasium import spaces
 from rulka.envs.actions import N_ACTIONS, action_to_flags
 from rulka.envs.car_state import CarState
 from rulka.envs.pipeline import PipelineParams, TrackmaniaPipeline
-from rulka.envs.reference_line import ReferenceLine
 from rulka.envs.sim.camera import Camera
 from rulka.envs.sim.physics import MATERIAL_ID, CarPhysics, Controls
 from rulka.envs.sim.tracks import DIRT, GRASS, Track, get_track
@@ -168,16 +167,9 @@ class SimTrackEnv(gym.Env):
         setup = self._setups.get(name)
         if setup is None:
             track = get_track(name)
-            p = self.params
-            line = ReferenceLine(
-                track.race_line(),
-                distance_between_checkpoints=p.distance_between_checkpoints,
-                n_extrapolate_before=p.n_zone_centers_extrapolate_before_start_of_map,
-                n_extrapolate_after=p.n_zone_centers_extrapolate_after_end_of_map,
-                road_width=p.road_width,
-            )
+            line = track.reference_line(self.params)
             camera = Camera(track, *self.image_size) if self.image or self.render_mode else None
-            setup = (track, TrackmaniaPipeline(p, line), camera)
+            setup = (track, TrackmaniaPipeline(self.params, line), camera)
             self._setups[name] = setup
         self.track, self.pipeline, self.camera = setup
         self.car = CarPhysics(self.track)

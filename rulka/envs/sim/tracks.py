@@ -101,11 +101,12 @@ class Track:
         """Centreline points (N, 3) from the start line to the finish line, SAMPLE_STEP apart."""
         return self.centerline[self.start_index : self.finish_index + 1].copy()
 
-    def reference_line(self) -> Any:
-        """The track's reference line for the observation/reward pipeline (rulka.envs.reference_line)."""
-        from rulka.envs.reference_line import ReferenceLine  # C1's module; imported on demand
+    def reference_line(self, params: Any = None) -> Any:
+        """The track's ``ReferenceLine`` (its centreline, start to finish) with the zone spacing,
+        extrapolation and road width of ``params`` (a ``PipelineParams``; defaults if None)."""
+        from rulka.envs.pipeline import PipelineParams, make_reference_line  # imported on demand
 
-        return ReferenceLine(self.race_line())
+        return make_reference_line(self.race_line(), params if params is not None else PipelineParams())
 
     # --- raster lookups -------------------------------------------------------------------
     def cell(self, x: float, z: float) -> int:
