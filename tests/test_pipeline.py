@@ -384,3 +384,20 @@ def test_make_reference_line_follows_params_and_sync_flag() -> None:
     assert line.checkpoint_zones.tolist() == [20 + 100]
     off = PipelineParams(**SMALL, sync_virtual_and_real_checkpoints=False)
     assert make_reference_line(pts, off, cps).checkpoint_zones.tolist() == []
+
+
+def test_reset_starts_a_fresh_episode() -> None:
+    p = PipelineParams(**SMALL, cutoff_rollout_if_no_vcp_passed_within_duration_ms=500)
+    pipe = TrackmaniaPipeline(p, straight_line(500.0, p))
+    first, _ = pipe.reset(car(0.0, 0))
+    for k in range(1, 6):
+        pipe.step(car(5.0 * k, 50 * k, gearbox_state=1), 8)
+    again, info = pipe.reset(car(0.0, 0))
+    np.testing.assert_array_equal(again, first)  # action history, gearbox counter, zone: all new
+    assert info["zone"] == pipe.line.start_zone and info["furthest_zone"] == pipe.line.start_zone
+    # The no-progress clock restarts with the episode.
+    *_, trunc, _ = pipe.step(car(0.0, 500), 0)
+    assert not trunc
+    *_, trunc, info = pipe.step(car(0.0, 550), 0)
+    assert trunc and info["cutoff"] == "no_progress"
+    assert pipe.counters["episodes"] == 2

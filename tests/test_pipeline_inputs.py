@@ -39,6 +39,10 @@ def test_continuous_round_trip_and_nearest_discrete() -> None:
         A.discrete_to_flags(12)
     with pytest.raises(ValueError):
         A.action_to_flags(np.zeros(5))
+    with pytest.raises(ValueError, match="finite"):
+        A.action_to_flags(np.array([np.nan, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="finite"):
+        A.action_to_flags(np.array([1.0, np.inf, 0.0, 0.0]))
 
 
 def test_material_categories_follow_trackmania_groups() -> None:

@@ -14,6 +14,8 @@ The observation pipeline records previous actions as these flags.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 FLAG_NAMES: tuple[str, ...] = ("accelerate", "brake", "left", "right")
@@ -88,8 +90,13 @@ def discrete_to_continuous(action: int) -> np.ndarray:
 
 
 def continuous_to_flags(gas_brake_steer: np.ndarray) -> np.ndarray:
-    """Flags ``(accelerate, brake, left, right)`` in [0, 1] of a continuous action (clipped)."""
-    gas, brake, steer = np.asarray(gas_brake_steer, dtype=np.float64).reshape(3)
+    """Flags ``(accelerate, brake, left, right)`` in [0, 1] of a continuous action (clipped).
+
+    Raises ``ValueError`` on NaN or infinite values (a policy bug, not something to record).
+    """
+    gas, brake, steer = (float(v) for v in np.asarray(gas_brake_steer, dtype=np.float64).reshape(3))
+    if not (math.isfinite(gas) and math.isfinite(brake) and math.isfinite(steer)):
+        raise ValueError(f"continuous action must be finite, got {(gas, brake, steer)}")
     gas = min(max(gas, 0.0), 1.0)
     brake = min(max(brake, 0.0), 1.0)
     steer = min(max(steer, -1.0), 1.0)
@@ -114,5 +121,8 @@ def action_to_flags(action: int | np.ndarray) -> np.ndarray:
     if arr.size == 3:
         return continuous_to_flags(arr)
     if arr.size == N_FLAGS:
-        return np.clip(arr.astype(np.float32).reshape(N_FLAGS), 0.0, 1.0)
+        flags = arr.astype(np.float32).reshape(N_FLAGS)
+        if not np.isfinite(flags).all():
+            raise ValueError(f"action flags must be finite, got {flags.tolist()}")
+        return np.clip(flags, 0.0, 1.0)
     raise ValueError(f"an action is an int, a (gas, brake, steer) triple or 4 flags; got shape {arr.shape}")
