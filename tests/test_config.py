@@ -566,3 +566,35 @@ def test_default_env_file_is_optional_and_read_from_cwd(
     _write(tmp_path, "WANDB_ENTITY=me\n", ".env")
     assert load_config().logging.wandb.entity == "me"
     assert load_config(env_file=None).logging.wandb.entity is None
+
+
+# ------------------------------------------------------------------ role command helpers, import
+
+
+def test_add_config_arguments_loads_the_same_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from rulka.config import add_config_arguments, config_from_args
+
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, "training:\n  batch_size: 64\n")
+    parser = argparse.ArgumentParser(prog="rulka-trainer")
+    add_config_arguments(parser)
+    args = parser.parse_args(["--config", "run.yaml", "--set", "nn.iqn.n=16", "--set", "training.n_steps=5"])
+    cfg = config_from_args(args)
+    assert (cfg.training.batch_size, cfg.nn.iqn.n, cfg.training.n_steps) == (64, 16, 5)
+    assert config_from_args(parser.parse_args([])) == RulkaConfig()
+
+
+def test_import_reads_nothing(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / ".env").write_text("RULKA_PORT=not-a-number\n")
+    code = "import sys, rulka.config, rulka.cli.config; print('dotenv' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".env"]
