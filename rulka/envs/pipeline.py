@@ -95,7 +95,7 @@ class PipelineParams:
     constant_reward_per_ms: float = -6 / 5000
     reward_per_m_advanced_along_centerline: float = 5 / 500
     final_speed_reward_as_if_duration_s: float = 0.0
-    shaped_reward_dist_to_cur_vcp: float = 0.0
+    shaped_reward_dist_to_cur_vcp: float = -0.1
     shaped_reward_min_dist_to_cur_vcp: float = 2.0
     shaped_reward_max_dist_to_cur_vcp: float = 25.0
     shaped_reward_point_to_vcp_ahead: float = 0.0
