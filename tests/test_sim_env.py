@@ -135,3 +135,11 @@ def test_render_rgb_array():
     frame = env.render()
     assert frame.ndim == 3 and frame.shape[2] == 3 and frame.dtype == np.uint8
     assert math.isclose(frame.shape[1], 2 * frame.shape[0], rel_tol=0.01)
+
+
+def test_generated_track_per_episode_follows_the_seed():
+    env = SimTrackEnv(track="gen:*", image=False)
+    a = env.reset(seed=5)[1]["track"]
+    b = env.reset(seed=6)[1]["track"]
+    assert a.startswith("gen:") and a != b
+    assert env.reset(seed=5)[1]["track"] == a

@@ -32,6 +32,8 @@ from rulka.envs.sim.physics import MATERIAL_ID, CarPhysics, Controls
 from rulka.envs.sim.tracks import DIRT, GRASS, Track, get_track
 from rulka.errors import UserError
 
+_MAX_SETUPS = 8  # tracks (with their pipeline and camera) kept per env
+
 # suspension compression the learner sees: rough surfaces shake the car a little
 _DAMPER = {GRASS: 0.03, DIRT: 0.02}
 
@@ -82,7 +84,8 @@ class SimTrackEnv(gym.Env):
             ``environment.continuous_actions``, ``environment.tm_engine_step_per_action``,
             ``nn.vis.no_image``, ``nn.vis.image_size`` and the pipeline's keys.
         track: a bundled track name, ``gen:<seed>``, a track .json path, or a list of them (one is
-            drawn at each reset, with the env's seeded generator).
+            drawn at each reset, with the env's seeded generator). ``gen:*`` generates a new track
+            at each reset (from the same generator).
         image: include the camera image under ``"img"``.
         continuous: ``Box(3)`` actions ``(gas, brake, steer)`` (steer -1 left .. +1 right)
             instead of ``Discrete(12)``.
@@ -143,7 +146,7 @@ class SimTrackEnv(gym.Env):
         self.params = pipeline_params
         self.start_noise = float(start_noise)
         self._setups: dict[str, tuple[Track, TrackmaniaPipeline, Camera | None]] = {}
-        self._select(self.track_names[0])
+        self._select("gen:0" if self.track_names[0] == "gen:*" else self.track_names[0])
 
         dim = self.pipeline.float_input_dim
         obs: dict[str, spaces.Space[Any]] = {}
@@ -170,6 +173,8 @@ class SimTrackEnv(gym.Env):
             line = track.reference_line(self.params)
             camera = Camera(track, *self.image_size) if self.image or self.render_mode else None
             setup = (track, TrackmaniaPipeline(self.params, line), camera)
+            if len(self._setups) >= _MAX_SETUPS:  # bounded: "gen:*" would otherwise grow forever
+                self._setups.pop(next(iter(self._setups)))
             self._setups[name] = setup
         self.track, self.pipeline, self.camera = setup
         self.car = CarPhysics(self.track)
@@ -223,6 +228,8 @@ class SimTrackEnv(gym.Env):
             name = str(options["track"])
         elif len(self.track_names) > 1:
             name = self.track_names[int(self.np_random.integers(len(self.track_names)))]
+        if name == "gen:*":  # a fresh generated track per episode, drawn from the seeded generator
+            name = f"gen:{int(self.np_random.integers(1_000_000))}"
         if name != self.track.name:
             self._select(name)
         x, z, h = self.track.start_pose

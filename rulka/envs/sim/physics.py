@@ -161,6 +161,7 @@ class CarPhysics:
         fx, fz, tx, tz, half = self._finish
         (l0, f0), (l1, f1), (l2, f2), (l3, f3) = WHEELS
         max_ds = STEER_RATE * DT
+        race_time, finished = self.race_time_ms, self.finished
         sh, ch = sin(h), cos(h)
         surfaces = _SURFACES
         for _ in range(n_steps):
@@ -285,13 +286,14 @@ class CarPhysics:
                 u = vx * sh + vz * ch
                 v = vx * ch - vz * sh
 
-            self.race_time_ms += MS_PER_STEP
-            if not self.finished:
+            race_time += MS_PER_STEP
+            if not finished:
                 before = (px - fx) * tx + (pz - fz) * tz
                 after = (x - fx) * tx + (z - fz) * tz
                 if before < 0.0 <= after and abs((x - fx) * tz - (z - fz) * tx) <= half:
-                    self.finished = True
-                    self.finish_time_ms = self.race_time_ms
+                    finished = self.finished = True
+                    self.finish_time_ms = race_time
+        self.race_time_ms = race_time
         self.x, self.z, self.heading, self.vx, self.vz = x, z, h, vx, vz
         self.steer, self.gear, self.rpm, self.yaw_rate, self.slip = steer, gear, rpm, yaw, v
         self.shift_timer, self.turbo_timer, self.sliding = shift_timer, turbo_timer, sliding
