@@ -533,7 +533,7 @@ def test_env_file_values_are_defaults_that_yaml_and_set_override(tmp_path: Path)
     env = _write(
         tmp_path,
         "WANDB_ENTITY=team-a\nRULKA_SERVER_HOST=10.0.0.5\nRULKA_PORT=6000\nTRACKMANIA_BASE_PATH=D:/TM\n"
-        "rulka_worker_name=garage\nUNRELATED=1\nWANDB_PROJECT=from-env\n",
+        "rulka_worker_name=garage\nUNRELATED=1\nWANDB_PROJECT=from-env\nLINUX_LAUNCH_GAME_PATH=/opt/tm: start.sh\n",
         ".env",
     )
     cfg = load_config(env_file=env)
@@ -542,6 +542,7 @@ def test_env_file_values_are_defaults_that_yaml_and_set_override(tmp_path: Path)
     assert cfg.network.port == 6000
     assert cfg.user.trackmania_base_path == "D:/TM"
     assert cfg.worker.name == "garage"  # names are matched case-insensitively
+    assert cfg.user.linux_launch_game_path == "/opt/tm: start.sh"  # values are text, not YAML
 
     yaml_file = _write(tmp_path, "network:\n  port: 7000\nlogging:\n  wandb:\n    project: from-yaml\n")
     cfg = load_config(yaml_file, ["network.server_host=example.org"], env_file=env)

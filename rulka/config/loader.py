@@ -194,8 +194,8 @@ def _env_layer(env_file: str | Path | None) -> tuple[dict[str, Any], dict[str, s
     data: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for key, raw in read_env_file(path).items():
-        value: Any = raw if key in _STRING_KEYS else parse_yaml(raw, f"{path} {names[key]}")
-        _set_path(data, key.split("."), value, f"{path} {names[key]}")
+        # kept as text: every variable is a name or a path, and pydantic reads "6000" as a port
+        _set_path(data, key.split("."), raw, f"{path} {names[key]}")
         origins[key] = f"{path} {names[key]}"
     return data, origins
 
