@@ -10,9 +10,10 @@ Float observation layout (``float_feature_names`` names every slot; ``D = float_
 slots                 name                    content
 ====================  ======================  =================================================
 1                     mini_race_time          0 here. The replay memory overwrites it with the
-                                              mini-race time (in actions) when it samples a
-                                              batch; 0 means "at the start of a mini-race",
-                                              which is what the actor assumes when it acts.
+                                              mini-race time (in decisions: actions, or blocks
+                                              in multi-action mode) when it samples a batch; 0
+                                              means "at the start of a mini-race", which is
+                                              what the actor assumes when it acts.
 4 * n_prev_actions    prev_action{k}/{flag}   last actions as (accelerate, brake, left, right),
                                               oldest first; "accelerate" before the first one
 4                     wheel_sliding/{w}       wheel slides (FL, FR, RL, RR)
@@ -33,7 +34,11 @@ slots                 name                    content
 1                     freewheeling            engine disconnected
 ====================  ======================  =================================================
 
-so ``D = 28 + 4 * n_prev_actions_in_inputs + 4 * n_contact_material_physics_behavior_types
+The distance to finish follows the guide's formula, ``min(margin, metres left)``: a constant
+``margin`` far from the finish, then the real distance counting down (the guide's prose says it
+the other way round; the formula and Linesight agree with this).
+
+So ``D = 28 + 4 * n_prev_actions_in_inputs + 4 * n_contact_material_physics_behavior_types
 + 3 * n_zone_centers_in_inputs`` (184 with the defaults 5, 4, 40).
 
 The observation is raw (metres, m/s, rpm...) so it can be checked by hand; ``normalize`` applies
