@@ -813,7 +813,7 @@ class PerformanceConfig(Section):
 
 
 class StateNormalizationConfig(Section):
-    """Float input normalisation ``(x - mean) / std`` (null = rulka's defaults for the layout)."""
+    """Float input normalisation (x - mean) / std; null = rulka's defaults for the layout."""
 
     float_inputs_mean: list[float] | None = None
     """One mean per float input (length float_input_dim)."""
