@@ -39,3 +39,9 @@ def test_speed_plan_brakes_before_a_corner():
     apex = corner_start + int(0.5 * 15 * 3.1416 / 2 / 0.5)
     assert plan[apex] < 20.0
     assert plan[track.start_index + 20] > plan[corner_start] > plan[apex]
+
+
+@pytest.mark.slow
+def test_driver_finishes_many_generated_tracks():
+    failures = [s for s in range(30) if not drive(get_track(f"gen:{s}"))["finished"]]
+    assert not failures, f"generated tracks the scripted driver cannot finish: {failures}"

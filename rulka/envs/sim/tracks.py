@@ -67,6 +67,7 @@ class Track:
     description: str = ""
     reference_time_ms: int | None = None
     _flat: bytes = field(default=b"", repr=False)
+    _normals: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         # bytes indexing is several times faster than numpy scalar indexing in the physics loop
@@ -120,6 +121,17 @@ class Track:
 
     def wall_normal(self, x: float, z: float) -> tuple[float, float]:
         """Unit vector pointing from nearby walls into free space at (x, z) (called on impacts)."""
+        key = (int((x - self.origin[0]) / self.cell_size), int((z - self.origin[1]) / self.cell_size))
+        cached = self._normals.get(key)
+        if cached is None:
+            # walls never move: one probe per cell (a car pushing into a wall asks every tick)
+            cs = self.cell_size
+            cached = self._probe_normal(self.origin[0] + (key[0] + 0.5) * cs, self.origin[1] + (key[1] + 0.5) * cs)
+            if len(self._normals) < 200_000:
+                self._normals[key] = cached
+        return cached
+
+    def _probe_normal(self, x: float, z: float) -> tuple[float, float]:
         nx = nz = 0.0
         for dx, dz in _RING:
             if self.cell(x + dx, z + dz) != WALL:
