@@ -27,6 +27,10 @@ from rulka.envs.materials import ASPHALT
 
 N_WHEELS = 4
 WHEEL_NAMES: tuple[str, ...] = ("fl", "fr", "rl", "rr")
+# TMInterface's simulation_wheels index of each CarState wheel (FL, FR, RL, RR), assuming the
+# game orders them FL, FR, RR, RL as its accessors suggest (not verified in game yet):
+# ``car_wheel_values = tmi_wheel_values[TMI_WHEEL_INDEX]``.
+TMI_WHEEL_INDEX: tuple[int, ...] = (0, 1, 3, 2)
 
 
 _F64 = np.dtype(np.float64)

@@ -16,7 +16,6 @@ that want it folded.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -141,8 +140,3 @@ def close_to_vcp_reward(
     if coef == 0.0:
         return 0.0
     return coef * min(max(distance_to_zone_center, min_dist), max_dist)
-
-
-def finite_or_zero(x: float) -> float:
-    """Guard for rewards computed from backend data: NaN/inf become 0 (and should be counted)."""
-    return x if math.isfinite(x) else 0.0
