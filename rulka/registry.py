@@ -14,9 +14,12 @@ from rulka.errors import UserError
 
 _BUILTIN: dict[str, dict[str, str]] = {
     "env": {"sim": "rulka.envs.sim.env:SimTrackEnv"},
-    "memory": {"simple": "rulka.agents.simple:SimpleReplayMemory"},
-    "agent": {"simple_dqn": "rulka.agents.simple:SimpleDQNAgent"},
-    "actor": {"simple_dqn": "rulka.agents.simple:SimpleDQNActor"},
+    "memory": {"simple": "rulka.agents.simple:SimpleReplayMemory",
+               "iqn": "rulka.agents.iqn.settings:make_memory"},
+    "agent": {"simple_dqn": "rulka.agents.simple:SimpleDQNAgent",
+              "iqn": "rulka.agents.iqn.settings:make_agent"},
+    "actor": {"simple_dqn": "rulka.agents.simple:SimpleDQNActor",
+              "iqn": "rulka.agents.iqn.actor:IQNActor"},
     "compressor": {"zstd": "rulka.compress:ZstdCompressor", "none": "rulka.compress:PlainCompressor"},
 }
 

@@ -9,12 +9,12 @@ next segment of that episode brings the frames they need.
 Training flow (what a trainer does)::
 
     memory.append(segment)                       # for each received segment
-    for _ in range(memory.trainable_updates(frames_played)):
-        metrics = agent.train(memory.sample(batch_size))
+    while updates < memory.trainable_updates(frames_played):
+        metrics = agent.train(memory.sample(batch_size)); updates += 1
 
 ``trainable_updates`` returns 0 until the memory holds ``start_learning_size`` transitions (from
-``memory_size_schedule``) and then as many batches as the replay ratio allows:
-``transitions_added * number_times_single_memory_is_used_before_discard / batch_size - batches sampled``.
+``memory_size_schedule``) and then the total number of batches the replay ratio allows:
+``transitions_added * number_times_single_memory_is_used_before_discard / batch_size``.
 About 5% of transitions go to a held-out test store; every ``test_every`` calls ``sample`` attaches
 a ``test_batch`` on which the agent reports ``losses/test_loss``.
 """
@@ -55,6 +55,7 @@ class ReplayBatch:
     weights: np.ndarray  # importance-sampling weights (ones without PER)
     slots: np.ndarray
     time: np.ndarray | None = None  # mini-race time of each item (None without mini-races)
+    frames_played: int = 0  # the memory's frame count when sampled (drives the agent's schedules)
     test_batch: ReplayBatch | None = None
     report_td_errors: Callable[[np.ndarray], None] | None = None
 
@@ -195,9 +196,9 @@ class MiniRaceReplayMemory(Memory):
     @classmethod
     def from_config(cls, cfg: Any, *, seed: int | None = None) -> MiniRaceReplayMemory:
         """Build from a rulka run config (see ``rulka.agents.iqn.settings``)."""
-        from rulka.agents.iqn.settings import memory_kwargs_from_config
+        from rulka.agents.iqn.settings import make_memory
 
-        return cls(**memory_kwargs_from_config(cfg), seed=seed)
+        return make_memory(cfg, seed=seed)
 
     def _size_now(self, frames: int) -> tuple[int, int]:
         size, start = step_schedule(self.memory_size_schedule, frames)
@@ -226,14 +227,20 @@ class MiniRaceReplayMemory(Memory):
             self._ensure_frames(self._frames_needed())
 
     def trainable_updates(self, frames_played: int | None = None) -> int:
-        """How many ``sample`` + ``train`` steps the replay ratio allows right now (0 before
-        ``start_learning_size`` transitions are stored)."""
+        """Total number of updates (batches) the replay ratio allows so far:
+        ``transitions_added * number_times_single_memory_is_used_before_discard / batch_size``,
+        or 0 while fewer than ``start_learning_size`` transitions are stored. A trainer trains
+        while its update count is below this; ``remaining_updates()`` is the difference with
+        the batches sampled here."""
         if frames_played is not None:
             self.set_frames_played(frames_played)
         if len(self.train) < max(1, self.start_learning_size):
             return 0
-        allowed = self.transitions_added * self.replay_ratio / self.batch_size - self.batches_sampled
-        return max(0, int(allowed))
+        return int(self.transitions_added * self.replay_ratio / self.batch_size)
+
+    def remaining_updates(self) -> int:
+        """Updates allowed now minus batches already sampled from this memory."""
+        return max(0, self.trainable_updates() - self.batches_sampled)
 
     # ------------------------------------------------------------------ frames
     def _frames_needed(self) -> int:
@@ -434,7 +441,7 @@ class MiniRaceReplayMemory(Memory):
             state_img=None if self.img is None else self.img[s],
             state_float=state_float, action=ar["action"][slots].copy(), reward=c.reward,
             next_img=None if self.img is None else self.img[ns], next_float=next_float,
-            gamma=c.gamma, weights=weights, slots=slots, time=time)
+            gamma=c.gamma, weights=weights, slots=slots, time=time, frames_played=self.frames_played)
 
     def sample(self, batch_size: int | None = None) -> ReplayBatch:
         """A training batch (counts toward the replay ratio)."""

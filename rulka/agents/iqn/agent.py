@@ -57,8 +57,8 @@ def _t(a: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
 
 
 class IQNAgent(TrainingAgent):
-    """One ``train(batch)`` = one gradient step. Call ``set_frames_played`` as frames arrive so the
-    learning-rate and exploration schedules advance."""
+    """One ``train(batch)`` = one gradient step. The learning-rate and exploration schedules follow
+    the frame count carried by each batch (or ``set_frames_played``)."""
 
     def __init__(self, spec: IQNNetworkSpec, hyper: IQNHyper | None = None, *, device: str = "cpu",
                  seed: int | None = None) -> None:
@@ -80,6 +80,7 @@ class IQNAgent(TrainingAgent):
         # torch.compile only where it pays off and is supported; the CPU path never uses it
         self._online_fwd = torch.compile(self.online) if (self.hp.use_jit and cuda) else self.online
         self.frames_played = 0
+        self.batch_size = 512  # what the trainer samples; set by the factory from training.batch_size
         self.batches_trained = 0
         self.memories_trained = 0
         self._next_target_update = self.hp.number_memories_trained_on_between_target_network_updates
@@ -140,6 +141,7 @@ class IQNAgent(TrainingAgent):
         if self.spec.use_noisy_linear:  # fresh noise for every update
             self.online.reset_noise()
             self.target.reset_noise()
+        self.frames_played = max(self.frames_played, int(batch.frames_played))
         lr = self.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
