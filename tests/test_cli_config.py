@@ -157,3 +157,13 @@ def test_env_lists_variables(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "env"]) == 0
     out = capsys.readouterr().out
     assert "WANDB_ENTITY" in out and "-> logging.wandb.entity" in out
+
+
+def test_check_plugins_names_the_key_of_a_missing_plugin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text("worker:\n  actor: nope\n")
+    assert main(["config", "validate", "run.yaml", "--check-plugins"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config key `worker.actor`: unknown actor plugin 'nope' (registered: ")

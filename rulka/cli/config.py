@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rulka.errors import ConfigError
+from rulka.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
     from rulka.config import RulkaConfig
@@ -54,17 +54,44 @@ def summary(cfg: RulkaConfig) -> str:
     return ", ".join(parts)
 
 
+def check_plugins(cfg: RulkaConfig) -> list[str]:
+    """Resolve every plugin the config names (imports them); returns the ``kind=name`` checked.
+
+    Raises UserError naming the config key of the first plugin that cannot be found.
+    """
+    from rulka import registry
+
+    wanted = [
+        ("worker.actor", "actor", cfg.worker.actor),
+        ("worker.compressor", "compressor", cfg.worker.compressor),
+        ("trainer.agent", "agent", cfg.trainer.agent),
+        ("trainer.memory", "memory", cfg.trainer.memory),
+    ]
+    if cfg.environment.backend in registry.registered("env"):
+        wanted.append(("environment.backend", "env", cfg.environment.backend))
+    checked = []
+    for key, kind, name in wanted:
+        try:
+            registry.resolve(kind, str(name))
+        except UserError as exc:
+            raise UserError(f"config key `{key}`: {exc}") from None
+        checked.append(f"{kind}={name}")
+    return checked
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for file in args.files:
         try:
             cfg = _load(file, args)
-        except ConfigError as exc:
+            plugins = check_plugins(cfg) if args.check_plugins else []
+        except UserError as exc:
             # report every file, so `rulka config validate configs/*.yaml` lists all problems at once
             print(f"error: {exc}", file=sys.stderr)
             failed += 1
             continue
         extra = f", {len(args.overrides)} override(s)" if args.overrides else ""
+        extra += f", plugins found ({' '.join(plugins)})" if plugins else ""
         print(f"ok: {file} - {summary(cfg)}{extra}")
     return ConfigError.exit_code if failed else 0
 
@@ -150,6 +177,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("files", metavar="FILE", nargs="+", help="run configuration YAML")
     _add_overrides(p)
+    p.add_argument(
+        "--check-plugins",
+        action="store_true",
+        help="also import the actor, compressor, agent, memory and env plugins the config names",
+    )
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser(
