@@ -333,7 +333,7 @@ def test_later_override_wins() -> None:
         ("training.batch_size", "expected KEY.PATH=VALUE"),
         ("=3", "expected KEY.PATH=VALUE"),
         ("training..batch_size=3", "empty part"),
-        ("training.batch_size=[1,", "--set training.batch_size: line 1"),
+        ("training.batch_size=[1,", "--set training.batch_size=[1,: bad YAML"),
         ("training.batch_size.x=3", "config key `training.batch_size` must be an integer, got {'x': 3}"),
     ],
 )
