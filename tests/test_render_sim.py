@@ -106,3 +106,11 @@ def test_mp4_animation(tmp_path):
         assert ok and first.shape == (32, 48, 3)
     finally:
         cap.release()
+
+
+def test_reference_command_reports_stored_and_driven_times(capsys):
+    assert main(["sim", "reference", "--track", "slalom"]) == 0
+    line = capsys.readouterr().out.strip()
+    stored, driven = (int(w) for w in line.split() if w.isdigit())
+    assert stored == driven  # the stored reference time is what the driver does today
+    assert main(["sim", "reference", "--track", "nope"]) == 2
