@@ -257,6 +257,13 @@ def test_btr_cnn_keys_fill_omitted_vis_cnn_keys() -> None:
     assert cfg.nn.vis.cnn.impala_model_size == 3  # nn.vis.cnn wins when given
 
 
+def test_config_from_dict_leaves_its_input_alone() -> None:
+    data = {"btr": {"use_impala_cnn": True}, "nn": {"vis": {"image_size": {"w": 64}}}}
+    before = repr(data)
+    config_from_dict(data)
+    assert repr(data) == before
+
+
 def test_legacy_fusion_mode_under_encoder_is_hoisted() -> None:
     cfg = config_from_dict({"nn": {"encoder": {"fusion_mode": "post_concat"}}})
     assert cfg.nn.fusion_mode == "post_concat"
@@ -550,6 +557,9 @@ def test_env_file_values_are_defaults_that_yaml_and_set_override(tmp_path: Path)
     assert cfg.logging.wandb.project == "from-yaml"
     assert cfg.network.server_host == "example.org"  # --set beats .env
     assert cfg.logging.wandb.entity == "team-a"  # untouched .env value stays
+
+    cfg = load_config(_write(tmp_path, "network:\nlogging:\n", "empty.yaml"), env_file=env)
+    assert cfg.network.port == 6000 and cfg.logging.wandb.entity == "team-a"  # empty sections add nothing
 
 
 def test_env_file_errors_name_the_variable(tmp_path: Path) -> None:

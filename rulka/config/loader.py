@@ -207,9 +207,15 @@ def _env_layer(env_file: str | Path | None) -> tuple[dict[str, Any], dict[str, s
 
 
 def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``top`` into ``base`` (mappings key by key, anything else replaced); copies the
+    mappings of ``top`` so later edits of ``base`` never reach the caller's data. An empty
+    section in ``top`` (``network:`` with nothing under it) keeps what ``base`` has there."""
     for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
+        if value is None and isinstance(base.get(key), dict):
+            continue
+        if isinstance(value, Mapping):
+            current = base.get(key)
+            base[key] = _deep_merge(current if isinstance(current, dict) else {}, value)
         else:
             base[key] = value
     return base
