@@ -422,6 +422,11 @@ def test_unknown_nested_key_uses_yaml_names() -> None:
         ),
         ("environment=3", "config key `environment` must be a mapping of keys, got 3"),
         ("training.batch_size=0", "config key `training.batch_size` input should be greater than 0, got 0"),
+        ("memory.prio_beta=.nan", "config key `memory.prio_beta` must be a finite number, got nan"),
+        (
+            "training.lr_schedule=[[0, .inf]]",
+            "config key `training.lr_schedule[0][1]` must be a finite number",
+        ),
     ],
 )
 def test_wrong_types_name_the_key_and_the_expected_type(override: str, needle: str) -> None:

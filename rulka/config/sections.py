@@ -2,8 +2,9 @@
 
 Key names and defaults follow the configuration guide (``environment``, ``nn``, ``training``,
 ``memory``, ``exploration``, ``rewards``, ``map_cycle``, ``performance``, ``btr``, ``ppo``, ``dpo``,
-``grpo``); rulka adds ``network``, ``worker``, ``trainer``, ``logging`` and ``user``. Every model
-forbids unknown keys and is frozen: change a loaded config with
+``grpo``, and ``state_normalization``); rulka adds ``network``, ``worker``, ``trainer``, ``logging``
+and ``user``. Every model forbids unknown keys and NaN/infinite numbers, and is frozen: change a
+loaded config with
 :meth:`rulka.config.RulkaConfig.with_overrides`, which validates again.
 
 Values the guide calls *computed* (``ms_per_action``, ``float_input_dim``, ...) are read-only
@@ -73,6 +74,7 @@ class Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
         populate_by_name=True,
     )
 
