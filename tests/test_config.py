@@ -235,6 +235,7 @@ def test_save_resolved_reloads_and_records_computed_values(tmp_path: Path) -> No
     text = path.read_text()
     assert "#   float_input_dim: 94" in text  # 27 + 30 + 20 + 16 + 1
     assert load_config(path, env_file=None) == cfg
+    assert load_config(path.parent, env_file=None) == cfg  # a run folder stands for its saved config
     assert [p.name for p in path.parent.iterdir()] == [RESOLVED_NAME]  # no temp file left behind
 
 

@@ -117,14 +117,19 @@ def parse_yaml(text: str, source: str = "<string>", with_position: bool = True) 
 
 
 def read_yaml_file(path: str | Path) -> dict[str, Any]:
-    """Read a config file into a dict (an empty file is an empty config)."""
+    """Read a config file into a dict (an empty file is an empty config).
+
+    A run folder stands for the ``config.resolved.yaml`` saved in it.
+    """
     path = Path(path)
+    if path.is_dir() and (path / RESOLVED_NAME).is_file():
+        path = path / RESOLVED_NAME
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except IsADirectoryError:
-        raise ConfigError(f"config file {path} is a directory") from None
+        raise ConfigError(f"config file {path} is a directory without a {RESOLVED_NAME}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc}") from None
     data = parse_yaml(text, str(path))
@@ -500,7 +505,8 @@ def load_config(
 ) -> RulkaConfig:
     """Load a run configuration.
 
-    ``path`` None means the built-in defaults. Values are layered, lowest first: built-in
+    ``path`` None means the built-in defaults; a run folder means the config saved in it by
+    :func:`save_resolved`. Values are layered, lowest first: built-in
     defaults, then the ``.env`` file (the variables in ``ENV_KEYS``; a missing default ``.env`` is
     fine, ``env_file=None`` skips it), then the YAML file, then ``overrides`` (``key.path=value``,
     values parsed as YAML, later ones win). Raises ConfigError on any mistake.
