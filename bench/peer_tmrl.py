@@ -1,0 +1,413 @@
+"""Peer comparison with TMRL 0.7.1: bytes on the wire per transition, and its relay path.
+
+Both sides get the same driving: the built-in simulator's scripted driver on the default
+track, seen through a 64x64 grayscale camera (TMRL's default "TM20FULL" image setting, with a
+4-frame history).
+
+- rulka: a worker segment (``segment_max_steps`` transitions, frames stored once) through the
+  ``zstd`` SampleCompressor (``rulka.compress``); bytes of the compressed payload / transitions.
+- TMRL: the same transitions turned into TMRL's samples by its own
+  ``get_local_buffer_sample_tm20_imgs`` (it keeps the newest frame of the history), gathered in
+  its ``Buffer`` and framed as tlspyo 0.3 sends a ``produce`` (pickle of the pickled buffer in a
+  4-tuple, plus TMRL's 12-byte header); bytes / transitions.
+- TMRL relay: its ``networking.Server`` (a tlspyo Relay with its groups) on loopback, one
+  endpoint in the ``workers`` group producing, one in ``trainers`` receiving as its
+  TrainerInterface does (notify -1, receive_all); payload MB/s for 64 KB, 1 MB and 26 MB
+  messages, plain TCP (TMRL's default) and TLS.
+
+TMRL is installed with ``pip install --no-deps --target`` into a folder under the temp dir
+(never into rulka's environment), with the few dependencies its import needs, and runs in a
+child process whose HOME is a throwaway folder holding a hand-written
+``TmrlData/config/config.json`` (TMRL reads it at import). Everything stays on loopback.
+Prints one JSON object; TMRL failures are reported in it, not raised.
+
+    python bench/peer_tmrl.py [--quick] [--tmrl-dir DIR] [--segment-steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import pickle
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TMRL_VERSION = "0.7.1"
+# what `import tmrl.networking` needs on Linux besides what rulka already has
+TMRL_EXTRA_PACKAGES = ["pandas", "mss", "pytz", "six"]
+IMG_SIZE = 64
+IMG_HIST_LEN = 4
+TMRL_HEADER_SIZE = 12
+RELAY_SIZES = {"64KB": 64 * 1024, "1MB": 1024 * 1024, "26MB": 26 * 1024 * 1024}
+
+
+# -- simulator transitions (shared by both sides) --------------------------------------------------
+
+def drive_sim(n_steps: int, track_name: str = "default") -> dict[str, np.ndarray]:
+    """``n_steps`` transitions of the scripted driver: frames (n+1, 64, 64) uint8, actions,
+    speeds and rewards (progress along the track, metres)."""
+    from rulka.envs.actions import discrete_to_flags
+    from rulka.envs.sim.camera import Camera
+    from rulka.envs.sim.driver import ScriptedDriver
+    from rulka.envs.sim.physics import CarPhysics, Controls
+    from rulka.envs.sim.tracks import get_track
+
+    track = get_track(track_name)
+    car, driver, camera = CarPhysics(track), ScriptedDriver(track), Camera(track, IMG_SIZE, IMG_SIZE)
+    frames = [camera.render(car.x, car.z, car.heading)]
+    actions, speeds, rewards = [], [], []
+    for _ in range(n_steps):
+        if car.finished:
+            car.reset()
+            driver.reset()
+        action = driver.action(car)
+        acc, brk, left, right = discrete_to_flags(action)
+        before = driver.index
+        car.step(Controls.from_flags(bool(acc), bool(brk), bool(left), bool(right)), 5)  # 5 x 10 ms = 20 Hz
+        driver._track_index(car.x, car.z)  # noqa: SLF001 - progress index for the reward only
+        frames.append(camera.render(car.x, car.z, car.heading))
+        actions.append(action)
+        speeds.append(car.speed)
+        rewards.append(float(driver.index - before))
+    return {"frames": np.stack(frames), "actions": np.asarray(actions, np.int64),
+            "speeds": np.asarray(speeds, np.float32), "rewards": np.asarray(rewards, np.float32)}
+
+
+def float_input_dim() -> int:
+    """The float observation size the IQN network sees (rulka's config), else the guide's default."""
+    try:
+        from rulka.config import load_config
+
+        return int(load_config(None, env_file=None).float_input_dim)
+    except Exception:  # noqa: BLE001 - config not importable: use a plausible size, say so in the output
+        return 0
+
+
+def rulka_bytes_per_transition(sim: dict[str, np.ndarray], segment_steps: int) -> dict[str, Any]:
+    """Compress worker-layout segments of the driven transitions with rulka's compressors."""
+    from rulka.compress import make_compressor
+    from rulka.segment import Segment
+
+    n = len(sim["actions"])
+    dim = float_input_dim()
+    rng = np.random.default_rng(0)
+    # the float observation: real values come from the pipeline; with no env yet, use a smooth
+    # stand-in of the right size (car state drifting slowly), which compresses about as well
+    floats = None
+    if dim:
+        base = rng.normal(size=dim).astype(np.float32)
+        drift = np.cumsum(rng.normal(scale=0.01, size=(n + 1, dim)).astype(np.float32), axis=0)
+        floats = base + drift
+    out: dict[str, Any] = {"segment_steps": segment_steps, "float_input_dim": dim,
+                           "layout": "obs/img uint8 64x64 (each frame once), obs/float float32, action int64, "
+                                     "reward float32, terminated, truncated"}
+    for name, with_floats in (("zstd", True), ("zstd_frames_only", False), ("none", True)):
+        compressor = make_compressor(name.split("_")[0])
+        total_bytes, total_steps, seconds = 0, 0, 0.0
+        for start in range(0, n - segment_steps + 1, segment_steps):
+            stop = start + segment_steps
+            arrays = {"obs/img": sim["frames"][start:stop + 1],
+                      "action": sim["actions"][start:stop], "reward": sim["rewards"][start:stop],
+                      "terminated": np.zeros(segment_steps, bool), "truncated": np.zeros(segment_steps, bool)}
+            if floats is not None and with_floats:
+                arrays["obs/float"] = floats[start:stop + 1]
+            seg = Segment(run_id="bench", worker_id="w1", episode_id=0, seq=start // segment_steps,
+                          index_in_episode=start // segment_steps, first_step=start, policy_version=1,
+                          arrays=arrays, map_name="default")
+            t0 = time.perf_counter()
+            payload = compressor.compress(seg)
+            seconds += time.perf_counter() - t0
+            total_bytes += len(payload)
+            total_steps += segment_steps
+        out[name] = {"bytes_per_transition": round(total_bytes / total_steps, 1),
+                     "compress_ms_per_segment": round(1000 * seconds / max(total_steps // segment_steps, 1), 3)}
+    return out
+
+
+# -- TMRL install and child process --------------------------------------------------------------
+
+def install_tmrl(target: Path) -> str | None:
+    """pip-install TMRL (no deps) and its missing import-time dependencies into ``target``.
+    Returns None on success, else pip's last error lines."""
+    if (target / "tmrl" / "networking.py").is_file():
+        return None
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+           "--target", str(target), f"tmrl=={TMRL_VERSION}", *TMRL_EXTRA_PACKAGES]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{' '.join(cmd)}: {exc}"
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING: Location" not in ln]
+        return f"`pip install --no-deps --target ... tmrl=={TMRL_VERSION}` failed: " + " / ".join(lines[-3:])
+    return None
+
+
+def tmrl_config(port: int, local_ports: list[int], tls: bool, keys_dir: str) -> dict[str, Any]:
+    """A complete TMRL config.json for a loopback run (TMRL reads every key at import)."""
+    return {
+        "RUN_NAME": "rulka_peer_bench", "RESET_TRAINING": False, "BUFFERS_MAXLEN": 500000,
+        "RW_MAX_SAMPLES_PER_EPISODE": 1000, "CUDA_TRAINING": False, "CUDA_INFERENCE": False,
+        "VIRTUAL_GAMEPAD": False, "LOCALHOST_WORKER": True, "LOCALHOST_TRAINER": True,
+        "PUBLIC_IP_SERVER": "127.0.0.1", "PASSWORD": "rulka-bench-only", "TLS": tls,
+        "TLS_HOSTNAME": "default", "TLS_CREDENTIALS_DIRECTORY": keys_dir, "NB_WORKERS": -1,
+        "WANDB_PROJECT": "none", "WANDB_ENTITY": "none", "WANDB_KEY": "none", "PORT": port,
+        "LOCAL_PORT_SERVER": local_ports[0], "LOCAL_PORT_TRAINER": local_ports[1], "LOCAL_PORT_WORKER": local_ports[2],
+        "BUFFER_SIZE": 536870912, "HEADER_SIZE": TMRL_HEADER_SIZE, "MAX_EPOCHS": 1, "ROUNDS_PER_EPOCH": 1,
+        "TRAINING_STEPS_PER_ROUND": 1, "MAX_TRAINING_STEPS_PER_ENVIRONMENT_STEP": 4.0,
+        "ENVIRONMENT_STEPS_BEFORE_TRAINING": 1000, "UPDATE_MODEL_INTERVAL": 200, "UPDATE_BUFFER_INTERVAL": 200,
+        "SAVE_MODEL_EVERY": 0, "MEMORY_SIZE": 1000, "BATCH_SIZE": 32,
+        "ALG": {"ALGORITHM": "SAC", "LEARN_ENTROPY_COEF": False, "LR_ACTOR": 1e-5, "LR_CRITIC": 5e-5,
+                "LR_ENTROPY": 3e-4, "GAMMA": 0.995, "POLYAK": 0.995, "TARGET_ENTROPY": -0.5, "ALPHA": 0.01,
+                "REDQ_N": 10, "REDQ_M": 2, "REDQ_Q_UPDATES_PER_POLICY_UPDATE": 20, "OPTIMIZER_ACTOR": "adam",
+                "OPTIMIZER_CRITIC": "adam", "BETAS_ACTOR": [0.997, 0.997], "BETAS_CRITIC": [0.997, 0.997],
+                "L2_ACTOR": 0.0, "L2_CRITIC": 0.0},
+        "ENV": {"RTGYM_INTERFACE": "TM20FULL", "WINDOW_WIDTH": 256, "WINDOW_HEIGHT": 128,
+                "IMG_WIDTH": IMG_SIZE, "IMG_HEIGHT": IMG_SIZE, "IMG_GRAYSCALE": True, "SLEEP_TIME_AT_RESET": 1.5,
+                "IMG_HIST_LEN": IMG_HIST_LEN,
+                "RTGYM_CONFIG": {"time_step_duration": 0.05, "start_obs_capture": 0.04,
+                                 "time_step_timeout_factor": 1.0, "act_buf_len": 2, "benchmark": False,
+                                 "wait_on_done": True, "ep_max_length": 1000,
+                                 "interface_kwargs": {"save_replays": False}},
+                "REWARD_CONFIG": {"END_OF_TRACK": 100.0, "CONSTANT_PENALTY": 0.0, "CHECK_FORWARD": 500,
+                                  "CHECK_BACKWARD": 10, "FAILURE_COUNTDOWN": 10, "MIN_STEPS": 70,
+                                  "MAX_STRAY": 100.0}},
+        "__VERSION__": "0.6.0",
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_tls_credentials(folder: Path) -> None:
+    """A self-signed certificate for hostname "default" (TMRL's TLS_HOSTNAME), as tlspyo expects."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "default")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
+            .not_valid_after(now + dt.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("default")]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                        serialization.PrivateFormat.TraditionalOpenSSL,
+                                                        serialization.NoEncryption()))
+    (folder / "certificate.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def run_tmrl_child(tmrl_dir: Path, frames_file: Path, segment_steps: int, sizes: list[str], reps: dict[str, int],
+                   timeout_s: float) -> dict[str, Any]:
+    """Run the TMRL measurements in a child process with a throwaway HOME; returns its JSON."""
+    with tempfile.TemporaryDirectory(prefix="rulka-tmrl-home-") as home:
+        keys = Path(home) / "tls"
+        write_tls_credentials(keys)
+        config_dir = Path(home) / "TmrlData" / "config"
+        config_dir.mkdir(parents=True)
+        for sub in ("checkpoints", "dataset", "reward", "weights"):
+            (Path(home) / "TmrlData" / sub).mkdir()
+        ports = [free_port() for _ in range(4)]
+        (config_dir / "config.json").write_text(json.dumps(tmrl_config(ports[0], ports[1:], False, "")))
+        job = {"tmrl_dir": str(tmrl_dir), "frames": str(frames_file), "segment_steps": segment_steps,
+               "sizes": sizes, "reps": reps, "keys_dir": str(keys)}
+        env = {**os.environ, "HOME": home, "USERPROFILE": home, "WANDB_MODE": "disabled"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--tmrl-child", json.dumps(job)], env=env, cwd=home,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"error": f"TMRL measurements took longer than {timeout_s:g} s"}
+        for line in reversed(proc.stdout.splitlines()):
+            if line.startswith("{"):
+                return json.loads(line)
+        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:]
+        return {"error": f"TMRL child exited with {proc.returncode}: " + " / ".join(tail)}
+
+
+# -- inside the TMRL child -------------------------------------------------------------------------
+
+def _tmrl_bytes_per_transition(job: dict[str, Any]) -> dict[str, Any]:
+    from tmrl.custom.custom_memories import get_local_buffer_sample_tm20_imgs
+    from tmrl.custom.tm.tm_preprocessors import obs_preprocessor_tm_act_in_obs
+    from tmrl.networking import Buffer
+
+    with np.load(job["frames"], allow_pickle=False) as data:
+        frames, speeds, rewards = data["frames"], data["speeds"], data["rewards"]
+    steps = int(job["segment_steps"])
+    n = len(rewards)
+    total_bytes, total_steps = 0, 0
+    for start in range(0, n - steps + 1, steps):
+        buffer = Buffer()
+        for t in range(start, start + steps):
+            hist = frames[max(0, t + 1 - IMG_HIST_LEN + 1):t + 2]
+            while len(hist) < IMG_HIST_LEN:  # the episode's first steps repeat the first frame, as TMRL does
+                hist = np.concatenate([hist[:1], hist])
+            act = np.array([1.0, 0.0, 0.0], np.float32)
+            raw_obs = (np.array([speeds[t] * 3.6], np.float32), np.array([3.0], np.float32),
+                       np.array([6000.0], np.float32), hist, act, act)
+            obs = obs_preprocessor_tm_act_in_obs(raw_obs)
+            buffer.append_sample(get_local_buffer_sample_tm20_imgs(act, obs, float(rewards[t]), False, False, {}))
+        # what tlspyo 0.3 puts on the wire for Endpoint.produce(buffer, "trainers") with its default
+        # pickle serializer: the pickled object inside a pickled (stamp, cmd, dest, obj) 4-tuple,
+        # after a fixed-size length header
+        inner = pickle.dumps(buffer)
+        wire = pickle.dumps((1, "PRODUCE", "trainers", inner))
+        total_bytes += len(wire) + TMRL_HEADER_SIZE
+        total_steps += steps
+    return {"bytes_per_transition": round(total_bytes / total_steps, 1), "samples_per_buffer": steps,
+            "layout": "newest 64x64 uint8 frame, speed/gear/rpm, previous action, reward, flags, info (pickled)"}
+
+
+def _tmrl_relay(job: dict[str, Any], tls: bool) -> dict[str, Any]:
+    from tlspyo import Endpoint
+    from tmrl.networking import Server
+
+    port, local_server, local_trainer, local_worker = (free_port() for _ in range(4))
+    security = "TLS" if tls else None
+    keys = job["keys_dir"] if tls else None
+    server = Server(port=port, password="rulka-bench-only", local_port=local_server, header_size=TMRL_HEADER_SIZE,
+                    security=security, keys_dir=keys, max_workers=None)
+    common = {"ip_server": "127.0.0.1", "port": port, "password": "rulka-bench-only", "header_size": TMRL_HEADER_SIZE,
+              "security": security, "keys_dir": keys, "hostname": "default"}
+    trainer = Endpoint(groups="trainers", local_com_port=local_trainer, max_buf_len=536870912, **common)
+    worker = Endpoint(groups="workers", local_com_port=local_worker, max_buf_len=536870912, **common)
+    out: dict[str, Any] = {}
+    try:
+        trainer.notify(groups={"trainers": -1})
+        # warm-up: a first message makes sure both endpoints are connected before timing
+        worker.produce(b"x", "trainers")
+        deadline = time.monotonic() + 60
+        got = 0
+        while not got and time.monotonic() < deadline:
+            got = len(trainer.receive_all(blocking=False))
+            if not got:
+                trainer.notify(groups={"trainers": -1})
+                time.sleep(0.05)
+        if not got:
+            return {"error": "the TMRL relay did not deliver a first message within 60 s"}
+        for name in job["sizes"]:
+            size = RELAY_SIZES[name]
+            reps = int(job["reps"][name])
+            payload = os.urandom(size)
+            trainer.notify(groups={"trainers": -1})
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                worker.produce(payload, "trainers")
+            received = 0
+            deadline = time.monotonic() + 300
+            while received < reps and time.monotonic() < deadline:
+                items = trainer.receive_all(blocking=False)
+                received += len(items)
+                if not items:
+                    time.sleep(0.005)
+                # "-1" fetches what the relay holds now; a consumer keeps asking, as TMRL's trainer does
+                trainer.notify(groups={"trainers": -1})
+            seconds = time.perf_counter() - t0
+            if received < reps:
+                out[name] = {"error": f"{received}/{reps} messages arrived within 300 s"}
+            else:
+                out[name] = {"mb_per_s": round(reps * size / seconds / 1e6, 1), "messages": reps,
+                             "seconds": round(seconds, 3)}
+            trainer.notify(groups={"trainers": -1})
+    finally:
+        worker.stop()
+        trainer.stop()
+        server._Server__relay.stop()  # noqa: SLF001 - TMRL's Server has no public stop
+    return out
+
+
+def tmrl_child(job: dict[str, Any]) -> int:
+    sys.path.append(job["tmrl_dir"])  # after rulka's environment: TMRL uses our numpy/torch/tlspyo
+    import logging
+
+    logging.disable(logging.WARNING)  # TMRL logs every buffer at INFO
+    result: dict[str, Any] = {}
+    import tmrl
+
+    result["tmrl_version"] = getattr(tmrl, "__version__", TMRL_VERSION)
+    result["bytes"] = _tmrl_bytes_per_transition(job)
+    for mode, tls in (("relay_tcp", False), ("relay_tls", True)):
+        try:
+            result[mode] = _tmrl_relay(job, tls)
+        except Exception as exc:  # noqa: BLE001 - report, keep the other figures
+            result[mode] = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer transitions and messages, no 26 MB messages")
+    parser.add_argument("--tmrl-dir", type=Path, default=Path(tempfile.gettempdir()) / f"rulka-bench-tmrl-{TMRL_VERSION}",
+                        help="where TMRL is (or gets) installed with pip --target")
+    parser.add_argument("--segment-steps", type=int, default=None,
+                        help="transitions per segment/buffer (default: the worker's segment_max_steps)")
+    parser.add_argument("--tmrl-child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.tmrl_child is not None:
+        return tmrl_child(json.loads(args.tmrl_child))
+
+    segment_steps = args.segment_steps or 200
+    if args.segment_steps is None:
+        try:
+            from rulka.config import load_config
+
+            segment_steps = int(load_config(None, env_file=None).worker.segment_max_steps)
+        except Exception:  # noqa: BLE001, S110 - keep the documented default of 200
+            pass
+    n_steps = segment_steps * (3 if args.quick else 10)
+    sim = drive_sim(n_steps)
+    result: dict[str, Any] = {
+        "transitions": n_steps,
+        "frames": f"{IMG_SIZE}x{IMG_SIZE} grayscale uint8 from rulka's simulator (scripted driver, default track), "
+                  f"history {IMG_HIST_LEN}",
+        "target_rulka_bytes_per_transition": 1536,
+        "rulka": rulka_bytes_per_transition(sim, segment_steps),
+    }
+    error = install_tmrl(args.tmrl_dir)
+    if error:
+        result["tmrl"] = {"installed": False, "error": error}
+    else:
+        sizes = ["64KB", "1MB"] if args.quick else ["64KB", "1MB", "26MB"]
+        reps = {"64KB": 50 if args.quick else 200, "1MB": 10 if args.quick else 40, "26MB": 2}
+        with tempfile.TemporaryDirectory(prefix="rulka-tmrl-frames-") as tmp:
+            frames_file = Path(tmp) / "frames.npz"
+            np.savez(frames_file, frames=sim["frames"], speeds=sim["speeds"], rewards=sim["rewards"])
+            tmrl = run_tmrl_child(args.tmrl_dir, frames_file, segment_steps, sizes, reps,
+                                  timeout_s=300 if args.quick else 800)
+        result["tmrl"] = {"installed": "error" not in tmrl or "bytes" in tmrl, **tmrl}
+    zstd = result["rulka"]["zstd"]["bytes_per_transition"]
+    result["rulka_meets_target"] = zstd <= result["target_rulka_bytes_per_transition"]
+    tmrl_bytes = result["tmrl"].get("bytes", {}).get("bytes_per_transition")
+    if tmrl_bytes:
+        result["tmrl_over_rulka_bytes"] = round(tmrl_bytes / zstd, 2)
+    result["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    result["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
