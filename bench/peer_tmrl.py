@@ -55,43 +55,34 @@ RELAY_SIZES = {"64KB": 64 * 1024, "1MB": 1024 * 1024, "26MB": 26 * 1024 * 1024}
 # -- simulator transitions (shared by both sides) --------------------------------------------------
 
 def drive_sim(n_steps: int, track_name: str = "default") -> dict[str, np.ndarray]:
-    """``n_steps`` transitions of the scripted driver: frames (n+1, 64, 64) uint8, actions,
-    speeds and rewards (progress along the track, metres)."""
-    from rulka.envs.actions import discrete_to_flags
-    from rulka.envs.sim.camera import Camera
+    """``n_steps`` transitions of the scripted driver in rulka's gymnasium env (``SimTrackEnv``,
+    64x64 camera): frames (n+1, 64, 64) uint8, float observations (n+1, float_input_dim),
+    actions, speeds, rewards and flags, as a worker records them."""
     from rulka.envs.sim.driver import ScriptedDriver
-    from rulka.envs.sim.physics import CarPhysics, Controls
-    from rulka.envs.sim.tracks import get_track
+    from rulka.envs.sim.env import SimTrackEnv
 
-    track = get_track(track_name)
-    car, driver, camera = CarPhysics(track), ScriptedDriver(track), Camera(track, IMG_SIZE, IMG_SIZE)
-    frames = [camera.render(car.x, car.z, car.heading)]
-    actions, speeds, rewards = [], [], []
+    env = SimTrackEnv(track=track_name, image=True, image_size=(IMG_SIZE, IMG_SIZE))
+    obs, _ = env.reset(seed=0)
+    driver = ScriptedDriver(env.track)
+    frames, floats = [obs["img"]], [obs["float"]]
+    actions, speeds, rewards, terminated, truncated = [], [], [], [], []
     for _ in range(n_steps):
-        if car.finished:
-            car.reset()
-            driver.reset()
-        action = driver.action(car)
-        acc, brk, left, right = discrete_to_flags(action)
-        before = driver.index
-        car.step(Controls.from_flags(bool(acc), bool(brk), bool(left), bool(right)), 5)  # 5 x 10 ms = 20 Hz
-        driver._track_index(car.x, car.z)  # noqa: SLF001 - progress index for the reward only
-        frames.append(camera.render(car.x, car.z, car.heading))
+        action = driver.action(env.car)
+        obs, reward, term, trunc, _ = env.step(action)
         actions.append(action)
-        speeds.append(car.speed)
-        rewards.append(float(driver.index - before))
-    return {"frames": np.stack(frames), "actions": np.asarray(actions, np.int64),
-            "speeds": np.asarray(speeds, np.float32), "rewards": np.asarray(rewards, np.float32)}
-
-
-def float_input_dim() -> int:
-    """The float observation size the IQN network sees (rulka's config), else the guide's default."""
-    try:
-        from rulka.config import load_config
-
-        return int(load_config(None, env_file=None).float_input_dim)
-    except Exception:  # noqa: BLE001 - config not importable: use a plausible size, say so in the output
-        return 0
+        speeds.append(env.car.speed)
+        rewards.append(reward)
+        terminated.append(term)
+        truncated.append(trunc)
+        if term or trunc:
+            obs, _ = env.reset()
+            driver.reset()
+        frames.append(obs["img"])
+        floats.append(obs["float"])
+    return {"frames": np.stack(frames), "floats": np.stack(floats).astype(np.float32),
+            "actions": np.asarray(actions, np.int64), "speeds": np.asarray(speeds, np.float32),
+            "rewards": np.asarray(rewards, np.float32), "terminated": np.asarray(terminated, bool),
+            "truncated": np.asarray(truncated, bool)}
 
 
 def rulka_bytes_per_transition(sim: dict[str, np.ndarray], segment_steps: int) -> dict[str, Any]:
@@ -100,18 +91,9 @@ def rulka_bytes_per_transition(sim: dict[str, np.ndarray], segment_steps: int) -
     from rulka.segment import Segment
 
     n = len(sim["actions"])
-    dim = float_input_dim()
-    rng = np.random.default_rng(0)
-    # the float observation: real values come from the pipeline; with no env yet, use a smooth
-    # stand-in of the right size (car state drifting slowly), which compresses about as well
-    floats = None
-    if dim:
-        base = rng.normal(size=dim).astype(np.float32)
-        drift = np.cumsum(rng.normal(scale=0.01, size=(n + 1, dim)).astype(np.float32), axis=0)
-        floats = base + drift
-    out: dict[str, Any] = {"segment_steps": segment_steps, "float_input_dim": dim,
-                           "layout": "obs/img uint8 64x64 (each frame once), obs/float float32, action int64, "
-                                     "reward float32, terminated, truncated"}
+    out: dict[str, Any] = {"segment_steps": segment_steps, "float_input_dim": int(sim["floats"].shape[1]),
+                           "layout": "obs/img uint8 64x64 (each frame once), obs/float float32 (the pipeline's), "
+                                     "action int64, reward float32, terminated, truncated"}
     for name, with_floats in (("zstd", True), ("zstd_frames_only", False), ("none", True)):
         compressor = make_compressor(name.split("_")[0])
         total_bytes, total_steps, seconds = 0, 0, 0.0
@@ -119,9 +101,9 @@ def rulka_bytes_per_transition(sim: dict[str, np.ndarray], segment_steps: int) -
             stop = start + segment_steps
             arrays = {"obs/img": sim["frames"][start:stop + 1],
                       "action": sim["actions"][start:stop], "reward": sim["rewards"][start:stop],
-                      "terminated": np.zeros(segment_steps, bool), "truncated": np.zeros(segment_steps, bool)}
-            if floats is not None and with_floats:
-                arrays["obs/float"] = floats[start:stop + 1]
+                      "terminated": sim["terminated"][start:stop], "truncated": sim["truncated"][start:stop]}
+            if with_floats:
+                arrays["obs/float"] = sim["floats"][start:stop + 1]
             seg = Segment(run_id="bench", worker_id="w1", episode_id=0, seq=start // segment_steps,
                           index_in_episode=start // segment_steps, first_step=start, policy_version=1,
                           arrays=arrays, map_name="default")
