@@ -29,6 +29,7 @@ REPO_ROOT = BENCH_DIR.parent
 SCRIPTS: dict[str, str] = {
     "transport": "relay throughput over real TLS on loopback, weights fan-out, raw-TLS ceiling, tlspyo-pickle baseline",
     "sim": "simulator actions per second on one core, with and without the image",
+    "pipeline": "observation/reward pipeline cost per action on one core",
     "learner": "IQN training batches/s and samples/s at batch 512",
     "e2e": "time for the default `rulka run` to first finish the track",
     "peer_tmrl": "TMRL 0.7.1 side by side: relay path on the same payloads, bytes on the wire per transition",
@@ -75,21 +76,31 @@ def machine_info() -> dict[str, Any]:
 
 
 def parse_json_output(stdout: str) -> dict[str, Any] | None:
-    """The script's JSON object: the whole output, else its last line that is a JSON object."""
+    """The script's figures: the whole output as one JSON object, else the lines that are JSON
+    objects (one: that object; several, e.g. one per device: keyed by their ``device`` field or
+    position)."""
     try:
         whole = json.loads(stdout)
         if isinstance(whole, dict):
             return whole
     except ValueError:
         pass
-    for line in reversed(stdout.strip().splitlines()):
+    found: list[dict[str, Any]] = []
+    for line in stdout.strip().splitlines():
         try:
             obj = json.loads(line)
         except ValueError:
             continue
         if isinstance(obj, dict):
-            return obj
-    return None
+            found.append(obj)
+    if not found:
+        return None
+    if len(found) == 1:
+        return found[0]
+    keys = [str(obj.get("device", i)) for i, obj in enumerate(found)]
+    if len(set(keys)) != len(keys):
+        keys = [str(i) for i in range(len(found))]
+    return dict(zip(keys, found))
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -160,6 +171,44 @@ def format_number(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _dig(obj: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
+    """rulka and TMRL side by side, from the peer_tmrl and transport figures (when present)."""
+    peer = results.get("peer_tmrl", {})
+    if peer.get("status") != "ok":
+        return []
+    figures = peer["figures"]
+    transport = results.get("transport", {}).get("figures", {}) if results.get("transport", {}).get(
+        "status") == "ok" else {}
+    rows = [("bytes on the wire per transition (64x64 grayscale, 4-frame history)",
+             _dig(figures, "rulka.zstd.bytes_per_transition"), _dig(figures, "tmrl.bytes.bytes_per_transition"),
+             None)]
+    for size in ("64KB", "1MB", "26MB"):
+        rows.append((f"relay payload MB/s, {size} messages",
+                     _dig(transport, f"relay_mb_s.{size}"), _dig(figures, f"tmrl.relay_tls.{size}.mb_per_s"),
+                     _dig(figures, f"tmrl.relay_tcp.{size}.mb_per_s")))
+    lines = ["", "## Peer comparison: rulka vs TMRL 0.7.1", "",
+             "Same machine, same run. rulka's relay figures come from `transport`, TMRL's and the bytes "
+             "per transition from `peer_tmrl` (details in their sections).", "",
+             "Relay figures are over TLS for both; the last column is TMRL with TLS off (its default).", "",
+             "| figure | rulka | TMRL | TMRL, plain TCP |", "|---|---|---|---|"]
+    for label, ours, theirs, theirs_tcp in rows:
+        if ours is None and theirs is None and theirs_tcp is None:
+            continue
+        lines.append(f"| {label} | {format_number(ours)} | {format_number(theirs)} | {format_number(theirs_tcp)} |")
+    tmrl = figures.get("tmrl", {})
+    if isinstance(tmrl, dict) and tmrl.get("installed") is False:
+        lines += ["", f"TMRL could not be installed here: {format_number(tmrl.get('error', ''))}"]
+    return lines
+
+
 def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str, command: str) -> str:
     """BENCHMARKS.md: machine, a summary row per script, then each script's figures."""
     lines = [
@@ -185,6 +234,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
             f"| {name} | {SCRIPTS.get(name, '')} | {res['status']} | {format_number(res.get('seconds'))} "
             f"| {res.get('date', '')} | `{res.get('command', '')}` |"
         )
+    lines += peer_comparison(results)
     for name in ordered:
         res = results[name]
         lines += ["", f"## {name}", "", f"Command: `{res.get('command', '')}` ({res.get('date', '')})", ""]

@@ -89,7 +89,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rulka-e2e-") as tmp:
         run_root = Path(tmp) / "runs"
         command = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())", "run", str(config),
-                   "--minutes", f"{limit_s / 60 + 1:.2f}", "--set", f"logging.run_dir={run_root}",
+                   "--minutes", f"{limit_s / 60 + 1:.2f}", "--run-dir", str(run_root / "e2e"),
                    "--set", "logging.wandb.enabled=false"]
         if workers:
             command += ["--workers", str(workers)]

@@ -82,16 +82,39 @@ def test_the_real_suite_lists_every_script() -> None:
                             text=True, timeout=60)
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
-        "transport", "sim", "learner", "e2e", "peer_tmrl"]
+        "transport", "sim", "pipeline", "learner", "e2e", "peer_tmrl"]
 
 
 def test_parse_json_and_flatten() -> None:
     assert parse_json_output('{"a": 1}') == {"a": 1}
     assert parse_json_output('log line\n{"a": 2}\nbye\n') == {"a": 2}
     assert parse_json_output("[1, 2]\n") is None
+    assert parse_json_output('{"device": "cpu", "x": 1}\n{"device": "cuda", "x": 9}\n') == {
+        "cpu": {"device": "cpu", "x": 1}, "cuda": {"device": "cuda", "x": 9}}
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": [{"e": 3}]}) == [("a.b", 1), ("a.c", [1, 2]), ("d[0].e", 3)]
 
 
 def test_a_missing_script_is_reported_not_raised(tmp_path: Path) -> None:
     result = run_script("transport", tmp_path, quick=True, timeout_s=5)
     assert result["status"] == "missing" and "transport.py does not exist yet" in result["detail"]
+
+
+PEER = """
+import json
+print(json.dumps({"rulka": {"zstd": {"bytes_per_transition": 1121.3}},
+                  "tmrl": {"installed": True, "bytes": {"bytes_per_transition": 4296.4},
+                           "relay_tls": {"64KB": {"mb_per_s": 22.6}}, "relay_tcp": {"64KB": {"mb_per_s": 30.0}}}}))
+"""
+TRANSPORT = 'import json\nprint(json.dumps({"relay_mb_s": {"64KB": 95.5, "1MB": 120.0}}))\n'
+
+
+def test_peer_comparison_table_puts_rulka_and_tmrl_side_by_side(tmp_path: Path) -> None:
+    folder = _bench_dir(tmp_path, peer_tmrl=PEER, transport=TRANSPORT)
+    out = tmp_path / "BENCHMARKS.md"
+    assert main(["--bench-dir", str(folder), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Peer comparison: rulka vs TMRL 0.7.1" in text
+    assert "| bytes on the wire per transition (64x64 grayscale, 4-frame history) | 1,121 | 4,296 | - |" in text
+    assert "| relay payload MB/s, 64KB messages | 95.5 | 22.6 | 30 |" in text
+    assert "| relay payload MB/s, 1MB messages | 120 | - | - |" in text
+    assert "26MB messages" not in text
