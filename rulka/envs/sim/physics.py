@@ -159,7 +159,9 @@ class CarPhysics:
         yaw = self.yaw_rate
         v = self.slip
         fx, fz, tx, tz, half = self._finish
-        (l0, f0), (l1, f1), (l2, f2), (l3, f3) = WHEELS
+        lat_k = WHEELS[0][0] * inv_cell  # the wheel layout is symmetric: FL, FR, RL, RR
+        front_k = WHEELS[0][1] * inv_cell
+        rear_k = -WHEELS[2][1] * inv_cell
         max_ds = STEER_RATE * DT
         race_time, finished = self.race_time_ms, self.finished
         sh, ch = sin(h), cos(h)
@@ -259,22 +261,23 @@ class CarPhysics:
             px, pz = x, z
             x += vx * DT
             z += vz * DT
+            # wheel positions in raster cells: axle centres ahead/behind, then +- half track
             bx = (x - ox0) * inv_cell
             bz = (z - oz0) * inv_cell
-            # wheel offsets in raster cells: lateral * left + forward * fwd
-            ax, az = ch * inv_cell, -sh * inv_cell  # left
-            gx, gz = sh * inv_cell, ch * inv_cell  # forward
-            cc = int(bx + l0 * ax + f0 * gx)
-            rr = int(bz + l0 * az + f0 * gz)
+            sx, sz = ch * lat_k, -sh * lat_k  # half track to the left
+            fx_, fz_ = bx + sh * front_k, bz + ch * front_k  # front axle centre
+            rx_, rz_ = bx - sh * rear_k, bz - ch * rear_k  # rear axle centre
+            cc = int(fx_ + sx)
+            rr = int(fz_ + sz)
             c0 = flat[rr * cols + cc] if 0 <= cc < cols and 0 <= rr < rows else WALL
-            cc = int(bx + l1 * ax + f1 * gx)
-            rr = int(bz + l1 * az + f1 * gz)
+            cc = int(fx_ - sx)
+            rr = int(fz_ - sz)
             c1 = flat[rr * cols + cc] if 0 <= cc < cols and 0 <= rr < rows else WALL
-            cc = int(bx + l2 * ax + f2 * gx)
-            rr = int(bz + l2 * az + f2 * gz)
+            cc = int(rx_ + sx)
+            rr = int(rz_ + sz)
             c2 = flat[rr * cols + cc] if 0 <= cc < cols and 0 <= rr < rows else WALL
-            cc = int(bx + l3 * ax + f3 * gx)
-            rr = int(bz + l3 * az + f3 * gz)
+            cc = int(rx_ - sx)
+            rr = int(rz_ - sz)
             c3 = flat[rr * cols + cc] if 0 <= cc < cols and 0 <= rr < rows else WALL
             if c0 == WALL or c1 == WALL or c2 == WALL or c3 == WALL:
                 self.x, self.z, self.heading = x, z, h
