@@ -1,14 +1,114 @@
-"""rulka-trainer command (placeholder until the role lands)."""
+"""``rulka-trainer``: store what workers send, train, publish weights, checkpoint."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rulka.cli import run_main, setup_logging
+from rulka.errors import UserError
+
+log = logging.getLogger("rulka.trainer")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rulka-trainer",
+        description=(
+            "The rulka trainer (the GPU box): receives episode segments from the workers through "
+            "rulka-server, stores them in the replay memory, trains the agent and publishes signed "
+            "weights to every worker. Checkpoints go to the run folder; --resume continues a run "
+            "where it stopped (no segment is lost or counted twice)."
+        ),
+        epilog="example: rulka-trainer --config configs/sim_iqn.yaml --keys ~/.rulka/keys --server 127.0.0.1:55555",
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="run configuration YAML")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a config value, e.g. --set training.batch_size=256 (repeatable)")
+    parser.add_argument("--run-dir", default=None, metavar="DIR",
+                        help="run folder (default: logging.run_dir/<training.run_name>-<date>)")
+    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="RUN_DIR",
+                        help="continue the run in RUN_DIR (or in --run-dir) from its latest checkpoint")
+    parser.add_argument("--keys", default=None, metavar="DIR",
+                        help="keys folder from `rulka keys generate` (default: network.credentials_dir)")
+    parser.add_argument("--server", default=None, metavar="HOST:PORT",
+                        help="rulka-server address (default: network.server_host:network.port)")
+    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
+    parser.add_argument("--max-updates", type=int, default=None, help="stop after this many updates")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def default_run_dir(cfg: Any) -> Path:
+    """``logging.run_dir/<training.run_name>-<YYYYmmdd-HHMMSS>``."""
+    from rulka.worker.build import opt
+
+    name = str(opt(cfg, "training.run_name", "run"))
+    return Path(opt(cfg, "logging.run_dir", "runs")).expanduser() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rulka-trainer", description="rulka trainer role (not built yet).")
-    parser.parse_args(argv)
-    print("rulka-trainer is not built yet", file=sys.stderr)
-    return 1
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    return run_main(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rulka.config import load_config
+    from rulka.net.keys import load_credentials
+    from rulka.worker.build import network_settings, opt, parse_address
+
+    cfg = load_config(args.config, args.overrides)
+    resume = args.resume is not None
+    if isinstance(args.resume, str):
+        if args.run_dir and Path(args.run_dir) != Path(args.resume):
+            raise UserError("give the run folder once: --resume RUN_DIR or --resume with --run-dir")
+        run_dir = Path(args.resume)
+    elif args.run_dir:
+        run_dir = Path(args.run_dir)
+    elif resume:
+        raise UserError("--resume needs the run folder: --resume RUN_DIR")
+    else:
+        run_dir = default_run_dir(cfg)
+    if resume and not (run_dir / "checkpoints").is_dir() and not (run_dir / "journal").is_dir():
+        raise UserError(f"nothing to resume in {run_dir} (no checkpoints/ or journal/)")
+    host, port = parse_address(args.server) if args.server else (None, None)
+    keys = Path(args.keys or opt(cfg, "network.credentials_dir", "~/.rulka/keys")).expanduser()
+    creds = load_credentials(keys, "trainer")
+
+    from rulka.net.tls import connect_trainer
+    from rulka.trainer.trainer import Trainer
+
+    progress = None
+    try:
+        from rulka.telemetry import Progress
+
+        progress = Progress("trainer", mode=str(opt(cfg, "logging.progress", "auto")))
+    except ImportError:
+        pass
+    link = connect_trainer(network_settings(cfg, host=host, port=port), keys)
+    trainer = Trainer(cfg, link, run_dir=run_dir, signing_key=creds.signing_key, resume=resume, progress=progress)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("trainer: run %s in %s", trainer.run_id, run_dir)
+    try:
+        summary = trainer.run(max_updates=args.max_updates,
+                              max_seconds=args.minutes * 60 if args.minutes is not None else None, stop_event=stop)
+    finally:
+        trainer.close()
+    print(f"trainer: {summary['samples']} samples, {summary['updates']} updates, weights v{summary['version']}; "
+          f"run folder {run_dir} (resume with: rulka-trainer --config {args.config} --resume {run_dir})",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,14 +1,117 @@
-"""rulka-worker command (placeholder until the role lands)."""
+"""``rulka-worker``: run episodes on this PC and send them to the trainer through the server."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from pathlib import Path
+
+from rulka.cli import run_main, setup_logging
+from rulka.errors import UserError
+
+log = logging.getLogger("rulka.worker")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rulka-worker",
+        description=(
+            "A rulka worker: plays episodes with the newest policy the trainer published and sends "
+            "them, compressed, to the trainer through rulka-server. It needs only the server address "
+            "and its credential bundle (from `rulka keys add-worker NAME`): the env and the network "
+            "come with the weights. Unsent episodes are kept on disk and resent after a restart."
+        ),
+        epilog="example: rulka-worker --server 203.0.113.7:55555 --keys ~/rulka-worker-pc1",
+    )
+    parser.add_argument("--server", required=True, metavar="HOST:PORT", help="address of rulka-server")
+    parser.add_argument("--keys", required=True, metavar="BUNDLE",
+                        help="this worker's credential bundle folder (from `rulka keys add-worker`)")
+    parser.add_argument("--name", default=None, help="worker name (default: the bundle's name; must match it)")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="run config to use instead of the one the trainer sends (optional)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a config value (repeatable; implies a local config)")
+    parser.add_argument("--episodes", type=int, default=None, help="stop after this many episodes")
+    parser.add_argument("--test", action="store_true",
+                        help="evaluation only: greedy actions, episodes marked as evaluation")
+    parser.add_argument("--state-dir", default=None, metavar="DIR",
+                        help="where sequence numbers and unsent segments are kept "
+                             "(default: worker.spill_dir, else ~/.rulka/worker/<name>)")
+    parser.add_argument("--random-until-weights", action="store_true",
+                        help="act randomly until the first weights arrive (needs a local config)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rulka-worker", description="rulka worker role (not built yet).")
-    parser.parse_args(argv)
-    print("rulka-worker is not built yet", file=sys.stderr)
-    return 1
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    return run_main(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rulka.net.keys import load_credentials
+    from rulka.worker.build import network_settings, opt, parse_address
+
+    host, port = parse_address(args.server)
+    cfg = None
+    if args.config or args.overrides:
+        from rulka.config import load_config
+
+        cfg = load_config(args.config, args.overrides)
+    creds = load_credentials(args.keys, "worker")
+    name = args.name or creds.identity
+    if name != creds.identity:
+        raise UserError(f"--name {name!r} does not match the bundle's name {creds.identity!r}")
+    state_dir = Path(args.state_dir or opt(cfg, "worker.spill_dir") or Path.home() / ".rulka" / "worker" / name)
+
+    import torch
+
+    torch.set_num_threads(1)  # inference of one observation at a time; leave the cores to the game
+    from rulka.net.tls import connect_worker
+    from rulka.net.weights import decode_weights
+    from rulka.worker.worker import Worker
+
+    link = connect_worker(network_settings(cfg, host=host, port=port), args.keys, name)
+    worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
+                    act_before_weights="random" if args.random_until_weights else "wait",
+                    weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    monitor = threading.Thread(target=_show_progress, args=(worker, stop, cfg), daemon=True)
+    monitor.start()
+    log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
+    try:
+        stats = worker.run(max_episodes=args.episodes, stop_event=stop, drain_timeout_s=30.0)
+    finally:
+        stop.set()
+        worker.close()
+    left = len(worker.outbox)
+    print(f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}"
+          + (f", {left} segments kept for the next run in {state_dir}" if left else ""), file=sys.stderr)
+    return 0
+
+
+def _show_progress(worker: object, stop: threading.Event, cfg: object) -> None:
+    try:
+        from rulka.telemetry import Progress
+        from rulka.worker.build import opt
+    except ImportError:
+        return
+    progress = Progress("worker", mode=str(opt(cfg, "logging.progress", "auto")))
+    try:
+        while not stop.wait(1.0):
+            s = worker.stats  # type: ignore[attr-defined]
+            progress.update(episodes=s.episodes, steps=s.steps, version=s.weights_version,
+                            unsent=len(worker.outbox), connected=worker.link.connected())  # type: ignore[attr-defined]
+    finally:
+        progress.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
