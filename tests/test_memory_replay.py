@@ -91,9 +91,10 @@ def test_replay_ratio_accounting():
     assert mem.trainable_updates(20) == 10  # 20 transitions * 2 uses / batch 4
     for _ in range(7):
         mem.sample()
-    assert mem.trainable_updates(20) == 3
+    assert mem.trainable_updates(20) == 10 and mem.remaining_updates() == 3
     mem.append(make_segment(episode=2, t=2, done=True))
-    assert mem.trainable_updates(22) == 4  # 22 * 2 / 4 = 11 - 7 sampled
+    assert mem.trainable_updates(22) == 11  # 22 * 2 / 4
+    assert mem.remaining_updates() == 4
 
 
 def test_memory_size_schedule_grows_capacity_and_start_threshold():
@@ -192,10 +193,13 @@ def test_save_load_roundtrip(tmp_path):
         memory().load(tmp_path)
 
 
-def test_rebuild_transitions_for_verify_mode():
+def test_rebuild_transitions_pass_the_trainer_verify_check():
+    from rulka.trainer.verify import first_difference
+
     mem = memory(n_steps=2)
-    seg = make_segment(t=4, done=True, finished=True, reward=[1, 2, 3, 4])
-    tr = mem.rebuild_transitions(seg)
-    assert len(tr) == 4
-    assert tr[0]["reward"] == pytest.approx(3.0) and tr[0]["next_obs"][1] == 2.0
-    assert not tr[0]["done"] and tr[3]["done"] and tr[2]["done"]
+    for seg in (make_segment(t=4, done=True, finished=True, reward=[1, 2, 3, 4]),
+                make_segment(t=6, index=1, first=4), make_segment(t=3, img=False)):
+        seg.arrays["obs/float"][:, 0] = 7.0  # the mini-race slot is untouched by a rebuild
+        assert first_difference(seg, mem) is None
+        assert len(mem.rebuild_transitions(seg)) == seg.num_transitions
+    assert len(mem) == 0  # verify mode adds nothing

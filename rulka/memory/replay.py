@@ -476,24 +476,36 @@ class MiniRaceReplayMemory(Memory):
 
     # ------------------------------------------------------------------ verify mode
     def rebuild_transitions(self, segment: Segment) -> list[dict[str, np.ndarray]]:
-        """The n-step transitions this memory builds from ``segment`` taken alone (before the
-        mini-race collate): obs/next_obs are the stored features, reward the n-step sum."""
-        a = segment.arrays
-        key = "obs/float" if "obs/float" in a else "obs/x"
+        """Verify mode: the one-step transitions of ``segment`` read back from this memory's
+        storage (frame ring, episode joining, reward sums with n = 1, finish detection) in a
+        scratch memory with the same observation layout; nothing is added to this memory."""
+        scratch = MiniRaceReplayMemory(batch_size=1, n_steps=1, memory_size_schedule=[[0, (max(1, segment.num_transitions), 1)]],
+                                       gamma_schedule=[[0, 1.0]], discard_non_greedy_actions_in_nsteps=False,
+                                       mini_race_duration_actions=None, buffer_test_ratio=0.0, max_pending_episodes=1)
         t = segment.num_transitions
-        greedy = np.asarray(a.get("extra/greedy", np.ones(t, bool)), bool)
-        finished = bool(segment.episode_done and t > 0 and bool(np.asarray(a["terminated"])[-1]))
-        count = t if segment.episode_done else max(0, t - self.n_max)
-        gamma = linear_schedule(self.gamma_schedule, self.frames_played)
-        b = build_n_step(np.asarray(a["reward"], np.float64), greedy, n_max=self.n_max, gamma=gamma,
-                         discard_non_greedy=self.discard_non_greedy, count=count, finished=finished)
-        out = []
-        for k in range(count):
-            n = int(b.n_steps[k])
-            out.append({"obs": a[key][k], "action": np.asarray(a["action"][k]),
-                        "reward": np.asarray(b.rewards[k, n - 1]), "next_obs": a[key][k + n],
-                        "done": np.asarray(int(b.terminal_actions[k]) <= n)})
-        return out
+        ends_race = bool(t > 0 and bool(np.asarray(segment.arrays["terminated"])[-1]))
+        whole = dataclasses.replace(segment, episode_done=True, index_in_episode=0, info={})
+        scratch.append(whole)
+        ring = scratch.train
+        slots = ring.slots_back(np.arange(len(ring))[::-1])  # oldest first = step order
+        s = ring.arrays["state"][slots] % scratch.frame_capacity
+        ns = ring.arrays["next_state"][slots] % scratch.frame_capacity
+        name = scratch.obs_key.split("/", 1)[1]
+
+        def obs(i: int) -> Any:
+            if name == "x":
+                return scratch.flt[i] if segment.arrays["obs/x"].ndim > 1 else scratch.flt[i, 0]
+            out = {name: scratch.flt[i]}
+            if scratch.img is not None:
+                out["img"] = scratch.img[i]
+            return out
+
+        done = ring.arrays["terminal_actions"][slots] <= 1
+        if not ends_race:
+            done[:] = False
+        return [{"obs": obs(int(s[k])), "action": ring.arrays["action"][slots[k]],
+                 "reward": ring.arrays["rewards"][slots[k], 0], "next_obs": obs(int(ns[k])), "done": bool(done[k])}
+                for k in range(len(slots))]
 
     # ------------------------------------------------------------------ persistence
     def save(self, directory: Path) -> None:
