@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -151,11 +152,13 @@ def test_tensorboard_events_and_suffix_schedule(tmp_path: Path) -> None:
     assert _tb_scalars(tmp_path / "tensorboard_2") == {m.EPISODIC_RETURN: [(1000, 3.0)]}
 
 
-def _wandb_history(run_file: Path) -> list[dict[str, object]]:
-    """Parse a .wandb file: 7-byte header, then LevelDB-style log records holding protobufs."""
+def _wandb_records(run_file: Path) -> tuple[list[str], list[dict[str, object]]]:
+    """Parse a .wandb file: 7-byte header, then LevelDB-style log records holding protobufs.
+    Returns the record kinds and the history rows."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     data = run_file.read_bytes()
+    kinds: list[str] = []
     assert data[:4] == b":W&B"
     pos, block, payload, history = 7, 32768, b"", []
     while pos + 7 <= len(data):
@@ -169,12 +172,24 @@ def _wandb_history(run_file: Path) -> list[dict[str, object]]:
             record = pb.Record()
             record.ParseFromString(payload)
             payload = b""
-            if record.WhichOneof("record_type") == "history":
+            kinds.append(record.WhichOneof("record_type"))
+            if kinds[-1] == "history":
                 history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                                 for item in record.history.item})
         elif kind == 0:
             break
-    return history
+    return kinds, history
+
+
+def _wandb_history(run_file: Path, wait_s: float = 20.0) -> list[dict[str, object]]:
+    # wandb's service process may still be writing the file when finish() returns: wait for the
+    # run's exit record
+    deadline = time.monotonic() + wait_s
+    while True:
+        kinds, history = _wandb_records(run_file)
+        if "exit" in kinds or time.monotonic() > deadline:
+            return history
+        time.sleep(0.1)
 
 
 def test_wandb_offline_run_is_written_and_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,3 +304,16 @@ def test_progress_never_is_silent() -> None:
     assert out.getvalue() == ""
     with pytest.raises(ValueError):
         Progress("x", mode="loud")
+
+
+def test_from_config_uses_the_real_config_and_its_scaled_suffix_schedule(tmp_path: Path) -> None:
+    config = pytest.importorskip("rulka.config")
+    cfg = config.load_config(None, overrides=["logging.wandb.enabled=false",
+                                              "training.tensorboard_suffix_schedule=[[0, ''], [100, '_2']]"],
+                             env_file=None)
+    expected = cfg.tensorboard_suffix_at(150)  # the config decides (global_schedule_speed applies)
+    logger = from_config(cfg, tmp_path / "run")
+    assert logger.sinks == ["jsonl", "tensorboard"]
+    logger.log({m.EPISODIC_RETURN: 1.0}, step=150)
+    logger.close()
+    assert (tmp_path / "run" / f"tensorboard{expected}").is_dir()

@@ -14,7 +14,7 @@ import os
 import secrets
 import string
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,19 +109,25 @@ class TensorBoardSink(_Sink):
     name = "tensorboard"
 
     def __init__(self, run_dir: Path, suffix: str = "", schedule: Sequence[Sequence[Any]] | None = None,
-                 purge_step: int | None = None) -> None:
+                 purge_step: int | None = None, suffix_fn: Callable[[int], str] | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # lazy: torch import is slow
 
         self._writer_cls = SummaryWriter
         self.run_dir = run_dir
         self.base_suffix = suffix
         self.schedule = schedule
+        self.suffix_fn = suffix_fn
         self._purge_step = purge_step
         self.suffix: str | None = None
         self._writer: Any = None
 
     def _writer_for(self, step: int) -> Any:
-        suffix = self.base_suffix + staircase_suffix(self.schedule, step) if self.schedule else self.base_suffix
+        if self.suffix_fn is not None:
+            suffix = self.base_suffix + self.suffix_fn(step)
+        elif self.schedule:
+            suffix = self.base_suffix + staircase_suffix(self.schedule, step)
+        else:
+            suffix = self.base_suffix
         if suffix != self.suffix:
             if self._writer is not None:
                 self._writer.close()
@@ -221,20 +227,23 @@ class MetricsLogger:
         tb_suffix: a fixed suffix for the TensorBoard folder (``tensorboard<suffix>``).
         tb_suffix_schedule: the guide's staircase ``[(frames, suffix), ...]``: a new TensorBoard
             folder when ``step`` passes each knot.
+        tb_suffix_fn: ``step -> suffix`` instead of ``tb_suffix_schedule`` (the config's
+            ``tensorboard_suffix_at``, which applies ``global_schedule_speed``).
         resume: continue an earlier run in ``run_dir`` (same wandb run, JSONL appended,
             TensorBoard events after the first logged step discarded).
     """
 
     def __init__(self, run_dir: str | Path, *, run_name: str, config: Mapping[str, Any] | None = None,
                  wandb: Mapping[str, Any] | None = None, tensorboard: bool = True, tb_suffix: str = "",
-                 tb_suffix_schedule: Sequence[Sequence[Any]] | None = None, resume: bool = False) -> None:
+                 tb_suffix_schedule: Sequence[Sequence[Any]] | None = None,
+                 tb_suffix_fn: Callable[[int], str] | None = None, resume: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.run_name = run_name
         self.resume = resume
         self._sinks: list[_Sink] = [JsonlSink(self.run_dir / METRICS_FILE)]
         self._tb_args: dict[str, Any] | None = None
         if tensorboard:
-            self._tb_args = {"suffix": tb_suffix, "schedule": tb_suffix_schedule}
+            self._tb_args = {"suffix": tb_suffix, "schedule": tb_suffix_schedule, "suffix_fn": tb_suffix_fn}
         self._tb_pending = tensorboard
         self._closed = False
         self._logged = False
@@ -365,7 +374,8 @@ def from_config(cfg: Any, run_dir: str | Path, resume: bool = False, *, run_name
     """A MetricsLogger set up from the run config's ``logging`` section (rulka.config).
 
     Reads ``logging.wandb.{enabled,mode,project,entity}``, ``logging.tensorboard.enabled`` and
-    the guide's ``tensorboard_suffix_schedule``; the whole config is stored with the wandb run.
+    the guide's ``tensorboard_suffix_schedule`` (through ``cfg.tensorboard_suffix_at`` when the
+    config has it, so ``global_schedule_speed`` applies); the whole config goes with the wandb run.
     """
     logging_cfg = _section(cfg, "logging")
     wandb_cfg = _section(logging_cfg, "wandb")
@@ -384,9 +394,11 @@ def from_config(cfg: Any, run_dir: str | Path, resume: bool = False, *, run_name
     elif isinstance(cfg, Mapping):
         config_dict = cfg
     run_dir = Path(run_dir)
+    suffix_at = getattr(cfg, "tensorboard_suffix_at", None)
     return MetricsLogger(
         run_dir, run_name=run_name or run_dir.resolve().name, config=config_dict, wandb=wandb_dict,
-        tensorboard=tb_enabled, tb_suffix_schedule=_find_suffix_schedule(cfg), resume=resume,
+        tensorboard=tb_enabled, tb_suffix_schedule=_find_suffix_schedule(cfg),
+        tb_suffix_fn=(lambda step: str(suffix_at(step))) if callable(suffix_at) else None, resume=resume,
     )
 
 
