@@ -108,7 +108,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
 
     Per map (and ``all maps``): episodic return and race time against frames and against wall
     time, with the track's reference time as a dashed line. Plus ``training.png`` with losses,
-    Q statistics, learning rate and epsilon when logged. ``out_dir`` defaults to
+    the other run-wide charts (Q statistics, learning rate, epsilon...) and throughput, up to 12
+    panels. ``out_dir`` defaults to
     ``<run_dir>/plots``. Raises UserError when there is nothing to draw.
     """
     from matplotlib.figure import Figure  # lazy, and no global backend switch
@@ -157,10 +158,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
         _save(fig, path)
         written.append(path)
 
-    training = sorted(n for n in series if n.startswith("losses/")) + [
-        n for n in (m.Q_MEAN, m.Q_STD, m.LEARNING_RATE, m.EPSILON, m.BATCHES_PER_S, m.SAMPLES_PER_S,
-                    m.POLICY_LAG_AVG) if n in series
-    ]
+    on_map_figures = {m.EPISODIC_RETURN, m.RACE_TIME_MS, m.FINISH_RATE, m.REFERENCE_TIME_MS, m.EPISODES}
+    # losses, then the unscoped charts (Q statistics, learning rate, epsilon ...), then key perf rates
+    training = sorted(n for n in series if n.startswith("losses/"))
+    training += sorted(n for n in series if n.startswith("charts/") and n.count("/") == 1 and n not in on_map_figures)
+    training += [n for n in (m.BATCHES_PER_S, m.SAMPLES_PER_S, m.POLICY_LAG_AVG) if n in series]
     if training:
         training = training[:12]
         cols = min(3, len(training))
