@@ -32,6 +32,7 @@ import json
 import os
 import pickle
 import platform
+import signal
 import socket
 import subprocess
 import sys
@@ -214,15 +215,24 @@ def run_tmrl_child(tmrl_dir: Path, frames_file: Path, segment_steps: int, sizes:
                "sizes": sizes, "reps": reps, "keys_dir": str(keys)}
         env = {**os.environ, "HOME": home, "USERPROFILE": home, "WANDB_MODE": "disabled"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        # own process group: tlspyo forks helper processes, which must go with the child on a timeout
+        proc = subprocess.Popen([sys.executable, __file__, "--tmrl-child", json.dumps(job)], env=env, cwd=home,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            proc = subprocess.run([sys.executable, __file__, "--tmrl-child", json.dumps(job)], env=env, cwd=home,
-                                  capture_output=True, text=True, timeout=timeout_s)
+            stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             return {"error": f"TMRL measurements took longer than {timeout_s:g} s"}
-        for line in reversed(proc.stdout.splitlines()):
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers of our own group, if any
+            except ProcessLookupError:
+                pass
+        for line in reversed(stdout.splitlines()):
             if line.startswith("{"):
                 return json.loads(line)
-        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:]
+        tail = [ln for ln in stderr.splitlines() if ln.strip()][-3:]
         return {"error": f"TMRL child exited with {proc.returncode}: " + " / ".join(tail)}
 
 
