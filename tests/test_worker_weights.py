@@ -78,7 +78,7 @@ def test_worker_builds_actor_and_env_from_the_first_weights():
     key = Ed25519PrivateKey.generate()
     hub = LocalHub()
     run_config = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"}, "worker": {"segment_max_steps": 10}}
-    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8}, "run_config": run_config}
+    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8}, "run_config_json": __import__("json").dumps(run_config)}
     from rulka.agents.simple import SimpleDQNActor
 
     weights = SimpleDQNActor(4, 2, 8).get_weights()

@@ -129,6 +129,8 @@ class Trainer:
         self.verify_failures: list[str] = []
         self.worker_stats: dict[str, dict[str, Any]] = {}
         self._journal: JournalWriter | None = None
+        self._last_weights: bytes | None = None
+        self._was_connected = True  # publish() at start already reaches a connected server
         self._accepted_log: Any = None
         self._last_checkpoint = time.monotonic()
         self._last_log = time.monotonic()
@@ -178,10 +180,20 @@ class Trainer:
         spec = dict(self.agent.actor_spec())
         run_config = self.worker_config()
         if run_config is not None:
-            spec["run_config"] = json.loads(json.dumps(run_config, default=str))
+            # as a JSON string: a config tree is deeper than the blob header's plain-data check allows
+            spec["run_config_json"] = json.dumps(run_config, default=str)
         blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(), spec)
-        self.link.broadcast("weights", self._encode_weights(blob))
+        self._last_weights = self._encode_weights(blob)
+        self.link.broadcast("weights", self._last_weights)
         return self.version
+
+    def _republish_after_reconnect(self) -> None:
+        # a restarted server has lost the weights it retained for late joiners: send them again
+        connected = self.link.connected()
+        if connected and not self._was_connected and self._last_weights is not None:
+            self.link.broadcast("weights", self._last_weights)
+            self.counters["republished"] += 1
+        self._was_connected = connected
 
     # -- files ------------------------------------------------------------------------------------
     def _save_config(self) -> None:
@@ -497,6 +509,7 @@ class Trainer:
                 except LinkClosed:
                     break
                 self.ingest(messages)
+                self._republish_after_reconnect()
                 self.train_slice(max_updates)
                 self._report()
                 if self.run_dir is not None and time.monotonic() - self._last_checkpoint >= self.checkpoint_every_s:

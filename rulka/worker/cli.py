@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: worker.spill_dir, else ~/.rulka/worker/<name>)")
     parser.add_argument("--random-until-weights", action="store_true",
                         help="act randomly until the first weights arrive (needs a local config)")
+    parser.add_argument("--max-steps-per-s", type=float, default=None, metavar="RATE",
+                        help="cap env steps per second (for fast gym envs on a small trainer)")
+    parser.add_argument("--produced-log", default=None, metavar="FILE",
+                        help="append the sequence number of every segment produced to FILE (audits)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -78,7 +82,8 @@ def _run(args: argparse.Namespace) -> int:
 
     link = connect_worker(network_settings(cfg, host=host, port=port), args.keys, name)
     worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
-                    act_before_weights="random" if args.random_until_weights else "wait",
+                    act_before_weights="random" if args.random_until_weights else "wait", produced_log=args.produced_log,
+                    max_steps_per_s=args.max_steps_per_s,
                     weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

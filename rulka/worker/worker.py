@@ -13,6 +13,7 @@ server address and its credentials).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -126,6 +127,8 @@ class Worker:
         act_before_weights: ``"wait"`` for the first weights (default) or ``"random"``
             (``env.action_space.sample()``) when no actor is available yet.
         produced_log: optional text file; one ``seq`` line per produced segment (audits, tests).
+        max_steps_per_s: cap on env steps per second (a fast gym env would otherwise flood a
+            small trainer; real-time envs pace themselves).
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class Worker:
         stats_every_s: float = 5.0,
         resend_after_s: float = 15.0,
         max_in_flight: int = 64,
+        max_steps_per_s: float | None = None,
     ) -> None:
         if link is None:
             raise ValueError("Worker needs a link")
@@ -161,6 +165,8 @@ class Worker:
         self.stats_every_s = stats_every_s
         self.resend_after_s = resend_after_s
         self.max_in_flight = max_in_flight
+        self.min_step_s = 1.0 / max_steps_per_s if max_steps_per_s else 0.0
+        self._next_step_t = 0.0
         self.run_id = ""
         self.stats = WorkerStats()
         self._decoder = weights_decoder or self._default_decoder(verify_key)
@@ -219,7 +225,12 @@ class Worker:
         if blob is None:
             return False
         spec = dict(blob.actor_spec or {})
-        if self.cfg is None and spec.get("run_config") is not None:
+        if self.cfg is None and isinstance(spec.get("run_config_json"), str):
+            try:
+                self.cfg = self._config_from_dict(json.loads(spec["run_config_json"]))
+            except ValueError as exc:  # bad JSON; a config that does not validate raises ConfigError
+                log.warning("weights v%d carry an unreadable run config: %s", blob.version, exc)
+        elif self.cfg is None and isinstance(spec.get("run_config"), dict):
             self.cfg = self._config_from_dict(spec["run_config"])
         if self.actor is None:
             if "actor" not in spec:
@@ -411,6 +422,11 @@ class Worker:
             if stop_event.is_set() or (step_budget is not None and step >= step_budget):
                 return -1
             self._swap_weights()
+            if self.min_step_s:
+                now = time.monotonic()
+                if now < self._next_step_t:
+                    time.sleep(self._next_step_t - now)
+                self._next_step_t = max(now, self._next_step_t) + self.min_step_s
             action, extras = self._act(obs)
             obs, reward, terminated, truncated, info = self.env.step(action)
             ret += float(reward)

@@ -180,7 +180,7 @@ class SimpleDQNAgent(TrainingAgent):
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             self.target.load_state_dict(self.net.state_dict())
-        return {"losses/td_loss": float(loss), "losses/q_mean": float(q.mean())}
+        return {"losses/td_loss": loss.item(), "losses/q_mean": q.detach().mean().item()}
 
     def get_actor(self) -> SimpleDQNActor:
         actor = SimpleDQNActor(**self.actor_kwargs)
