@@ -126,3 +126,22 @@ class CountingAgent(TrainingAgent):
             self.w.copy_(state["w"])
         self.opt.load_state_dict(state["opt"])
         self.trained = state["trained"]
+
+
+class LossyCompressor:
+    """Halves rewards on the way (a wrong scale factor): the kind of bug verify mode must catch."""
+
+    def __init__(self) -> None:
+        from rulka.compress import ZstdCompressor
+
+        self.inner = ZstdCompressor()
+
+    def compress(self, segment: Segment) -> bytes:
+        import copy
+
+        seg = copy.deepcopy(segment)
+        seg.arrays["reward"] = (seg.arrays["reward"] * 0.5).astype(np.float32)
+        return self.inner.compress(seg)
+
+    def decompress(self, data: bytes) -> Segment:
+        return self.inner.decompress(data)

@@ -58,3 +58,39 @@ def test_trainer_in_verify_mode_counts_failures():
     trainer.ingest([Message("segment", "w", ZstdCompressor().compress(segment()))])
     assert trainer.counters["verify_failures"] == 1
     assert trainer.verify_failures == ["verify: worker w seq 0: transition 3: reward: expected 3., got 2."]
+
+
+CARTPOLE = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"}, "worker": {"segment_max_steps": 8},
+            "trainer": {"agent": "simple_dqn", "memory": "simple", "agent_kwargs": {"obs_dim": 4, "n_actions": 2}}}
+
+
+def test_verify_pipeline_passes_on_a_lossless_path():
+    from rulka.trainer.verify import verify_pipeline
+
+    result = verify_pipeline(CARTPOLE, segments=6)
+    assert result["first_difference"] is None
+    assert result["segments"] == 6 and result["transitions"] >= 6
+
+
+def test_verify_pipeline_catches_a_lossy_compressor():
+    from rulka.trainer.verify import verify_pipeline
+
+    cfg = {**CARTPOLE, "worker": {"segment_max_steps": 8, "compressor": "roles_helpers:LossyCompressor"}}
+    result = verify_pipeline(cfg, segments=6)
+    assert result["segments"] == 1
+    # CartPole pays 1 per step; the memory got 0.5
+    assert result["first_difference"] == (
+        "worker verify episode 0 segment 0 (seq 0): transition 0: reward: expected 1., got 0.5")
+
+
+def test_rulka_verify_command_exit_codes(capsys):
+    from pathlib import Path
+
+    from rulka.cli import main
+
+    config = str(Path(__file__).resolve().parent.parent / "configs" / "cartpole_simple.yaml")
+    assert main(["verify", config, "--segments", "3"]) == 0
+    assert "verify: OK, 3 segments" in capsys.readouterr().out
+    bad = ["verify", config, "--segments", "3", "--set", "worker.compressor=roles_helpers:LossyCompressor"]
+    assert main(bad) == 1
+    assert "MISMATCH" in capsys.readouterr().out
