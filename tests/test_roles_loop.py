@@ -1,0 +1,141 @@
+"""Trainer loop arithmetic (replay ratio, start threshold, publishing), worker stats, command-line
+errors, and the one-process mode."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from roles_helpers import ConstActor, CountingAgent, CountingEnv, ListMemory
+from test_trainer_checkpoint import seg_msg
+
+from rulka.net.local import LocalHub
+from rulka.net.stats import decode_stats_payload
+from rulka.net.weights import decode_weights
+from rulka.trainer.trainer import Trainer
+from rulka.worker.worker import Worker
+
+KEY = Ed25519PrivateKey.generate()
+
+
+class RatioMemory(ListMemory):
+    def __init__(self, min_samples):
+        super().__init__()
+        self.min_samples_to_train = min_samples
+
+
+def trainer_with(memory, ratio=None, publish_every=None):
+    cfg = {"trainer": {"max_updates_per_env_step": ratio, "publish_every_updates": publish_every}}
+    return Trainer(cfg, LocalHub().trainer_link(), agent=CountingAgent(), memory=memory, signing_key=KEY)
+
+
+def test_allowed_updates_follow_threshold_and_ratio():
+    mem = RatioMemory(min_samples=10)
+    t = trainer_with(mem, ratio=0.25)
+    assert t.allowed_updates() == 0  # empty memory: below the start threshold
+
+    t.ingest([seg_msg("w", 0), seg_msg("w", 1)])  # 2 segments of 4 transitions = 8 < 10
+    assert t.samples == 8 and t.allowed_updates() == 0
+    t.ingest([seg_msg("w", 2)])  # 12 transitions >= 10: 0.25 update per env step -> 3
+    assert t.allowed_updates() == 3
+    assert t.train_slice() == 3 and t.updates == 3
+    assert t.train_slice() == 0  # the ratio holds training back until more data comes
+
+
+def test_no_ratio_means_no_cap_and_threshold_at_least_a_batch():
+    mem = RatioMemory(min_samples=0)
+    t = trainer_with(mem, ratio=None)
+    t.ingest([seg_msg("w", 0, t=3)])  # 3 transitions: less than one batch of 4
+    assert t.allowed_updates() == 0
+    t.ingest([seg_msg("w", 1, t=3)])
+    assert t.allowed_updates() == math.inf
+
+
+def test_memory_that_counts_its_own_replay_ratio_decides():
+    class Counted(ListMemory):
+        def trainable_updates(self, frames_played):
+            return frames_played // 10
+
+    t = trainer_with(Counted(), ratio=100.0)
+    t.samples = 35
+    assert t.allowed_updates() == 3
+
+
+def test_publish_every_n_updates_and_on_demand():
+    t = trainer_with(RatioMemory(0), ratio=None, publish_every=2)
+    t.ingest([seg_msg("w", 0)])
+    for _ in range(5):
+        t._train_once()
+    assert t.version == 2  # after updates 2 and 4
+    assert t.publish() == 3
+
+
+def test_trainer_weights_reach_a_late_worker_with_config():
+    hub = LocalHub()
+    t = Trainer({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}}, hub.trainer_link(),
+                agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
+    t.publish()
+    t.publish()
+    link = hub.worker_link("late")
+    msgs = link.receive(timeout=1)
+    assert [m.kind for m in msgs] == ["weights"]
+    blob = decode_weights(msgs[0].payload, KEY.public_key())
+    assert blob.version == 2 and blob.run_id == t.run_id
+    assert '"gym_id": "CartPole-v1"' in blob.actor_spec["run_config_json"]
+
+
+def test_worker_sends_stats_the_status_table_reads():
+    hub = LocalHub()
+    w = Worker({"worker": {"segment_max_steps": 4}}, hub.worker_link("pc1"), env=CountingEnv(5), actor=ConstActor(),
+               weights_decoder=lambda d: decode_weights(d, KEY.public_key()))
+    w.run(max_episodes=2, drain_timeout_s=0)
+    w._send_stats()
+    row = hub.status()["workers"][0]
+    assert (row["name"], row["episodes"], row["weights_version"], row["unacked"]) == ("pc1", 2, 0, 4)
+    trainer_side = [m for m in hub.trainer_link().receive(timeout=1) if m.kind == "stats"]
+    assert decode_stats_payload(trainer_side[-1].payload)["steps"] == 10
+    w.close()
+
+
+def test_run_local_threads_trains_and_workers_follow(tmp_path):
+    from rulka.trainer.local import run_local
+
+    result = run_local({"worker": {"segment_max_steps": 5}, "trainer": {"publish_every_updates": 5}}, n_workers=2,
+                       max_updates=20, max_seconds=60, agent=CountingAgent(), memory=ListMemory(),
+                       env_factory=lambda i: CountingEnv(6), actor_factory=lambda i: ConstActor(),
+                       run_dir=tmp_path / "run")
+    assert not result.worker_errors
+    assert result.trainer["updates"] == 20 and result.trainer["version"] == 1 + 4
+    assert set(result.workers) == {"local-0", "local-1"}
+    assert all(s.episodes > 0 and s.weights_version >= 1 for s in result.workers.values())
+    assert (tmp_path / "run" / "checkpoints" / "latest.json").exists()
+    assert np.isfinite(result.trainer["samples"])
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "no/such.yaml"], "config file no/such.yaml not found"),
+    (["run", "configs/cartpole_simple.yaml", "--workers", "0"], "--workers must be at least 1"),
+])
+def test_rulka_run_user_errors_are_one_line(argv, needle, capsys):
+    from rulka.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and err.startswith("error:")
+
+
+def test_role_commands_user_errors_are_one_line(tmp_path, capsys):
+    from rulka.trainer.cli import main as trainer_main
+    from rulka.worker.cli import main as worker_main
+
+    assert worker_main(["--server", "nonsense", "--keys", str(tmp_path)]) == 2
+    assert "expected HOST:PORT" in capsys.readouterr().err
+    assert worker_main(["--server", "127.0.0.1:5", "--keys", str(tmp_path / "none")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert trainer_main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    (tmp_path / "c.yaml").write_text("environment: {backend: gym, gym_id: CartPole-v1}\n")
+    assert trainer_main(["--config", str(tmp_path / "c.yaml"), "--resume", str(tmp_path / "nope")]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
