@@ -76,6 +76,7 @@ def _make_endpoint(settings: NetworkSettings, creds: Credentials, groups: list[s
                 serializer=serialize, deserializer=deserialize,
                 recon_initial_delay=settings.reconnect_backoff_s, recon_max_delay=settings.reconnect_backoff_max_s,
                 recon_factor=2.0, recon_jitter=0.1, deserializer_mode="asynchronous",
+                max_buf_len=1 << 20,  # tlspyo reads 4 KB at a time by default: slow for 256 KB chunks
             )
         except OSError as exc:
             last_exc = exc
@@ -103,6 +104,9 @@ class _TlsLink:
                                         partial_timeout_s=settings.partial_timeout_s)
         assert creds.signing_key is not None
         self._endpoint = _make_endpoint(settings, creds, [*groups, join_token(self.identity, creds.signing_key)])
+        # tlspyo writes each call to its child with an unlocked sendall: calls from two threads
+        # would interleave bytes and corrupt the stream, so every call goes through this lock
+        self._ep_lock = threading.Lock()
         self._obj_queue: queue.Queue[Any] = self._endpoint._Endpoint__obj_buffer  # tlspyo 0.3 internals
         self._last_log: dict[str, float] = {}
         self._threads = [threading.Thread(target=self._send_loop, name=f"rulka-send-{self.identity}", daemon=True),
@@ -202,12 +206,16 @@ class _TlsLink:
                 n = self._counter.next()
                 for env in make_envelopes(kind, self.identity, n, payload, signing_key=self.creds.signing_key,  # type: ignore[arg-type]
                                           target=target, chunk_bytes=self.settings.chunk_bytes):
-                    self._endpoint.send_object(env, {channel: count})
+                    self._ep_send(env, {channel: count})
                 self.counters["messages_sent"] += 1
                 self.counters["bytes_sent"] += len(payload)
             except (OSError, ValueError) as exc:  # endpoint gone (closing) or unsendable item
                 if not self._closed.is_set():
                     log.warning("%s: could not send a %s message: %s", self.identity, kind, exc)
+
+    def _ep_send(self, obj: Any, dest: dict[str, int]) -> None:
+        with self._ep_lock:
+            self._endpoint.send_object(obj, dest)
 
     def _beat_loop(self) -> None:
         # beat fast until the first answer so connected() turns True quickly; while the server is
@@ -216,7 +224,7 @@ class _TlsLink:
         while not self._closed.wait(0.1 if time.monotonic() - started < 10 and not self._last_pong
                                     else self.settings.heartbeat_s):
             try:
-                self._endpoint.send_object(None, {"ping": -1})
+                self._ep_send(None, {"ping": -1})
             except OSError:
                 return
 
@@ -362,7 +370,8 @@ class TlsTrainerLink(_TlsLink, TrainerLink):
     def _grant(self, n: int) -> None:
         if n > 0:
             try:
-                self._endpoint.notify({"trainer": n})
+                with self._ep_lock:
+                    self._endpoint.notify({"trainer": n})
             except OSError:
                 pass
 

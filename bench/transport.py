@@ -1,0 +1,222 @@
+"""Transport benchmark: payload MB/s through rulka-server over real TLS on loopback.
+
+Prints one JSON object:
+- ``relay_mb_s``: worker link -> rulka-server -> trainer link, for 64 KB, 1 MB and 26 MB messages
+  (each side's tlspyo endpoint and the server are separate processes; signing, chunking,
+  verification and reassembly included);
+- ``weights_26mb_to_4_workers_s``: one 26 MB ``weights`` broadcast until all 4 worker links have
+  the whole message;
+- ``raw_tls_mb_s``: the ceiling, one CPython TLS stream on loopback, measured in the same run;
+- ``tlspyo_pickle_mb_s``: the same sizes through plain tlspyo (its Relay, default pickle
+  serializer, no chunking): TMRL's path. Only this benchmark uses pickle, on data it made itself.
+
+Usage: python bench/transport.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import ssl
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SIZES = {"64KB": 64 * 1024, "1MB": 1024 * 1024, "26MB": 26 * 1024 * 1024}
+MB = 1e6
+TARGET_MB_S = 80.0
+TARGET_FANOUT_S = 1.5
+
+
+def relay_throughput(trainer: Any, worker: Any, size: int, total_bytes: int) -> float:
+    """MB/s of payload from ``worker`` to ``trainer`` for ``total_bytes`` in messages of ``size``."""
+    from rulka.net.link import OutboxFull
+
+    count = max(2, total_bytes // size)
+    payload = os.urandom(size)
+    got = 0
+    done = threading.Event()
+
+    def consume() -> None:
+        nonlocal got
+        while got < count:
+            got += len(trainer.receive(timeout=0.5))
+        done.set()
+
+    t = threading.Thread(target=consume, daemon=True)
+    t0 = time.perf_counter()
+    t.start()
+    sent = 0
+    while sent < count:
+        try:
+            worker.send("segment", payload)
+            sent += 1
+        except OutboxFull:
+            time.sleep(0.001)
+    if not done.wait(300):
+        raise RuntimeError(f"only {got}/{count} messages of {size} bytes arrived")
+    return count * size / MB / (time.perf_counter() - t0)
+
+
+def weights_fanout(trainer: Any, workers: list[Any], size: int) -> float:
+    """Seconds from ``broadcast`` of a ``size``-byte weights message until every worker has it."""
+    blob = os.urandom(size)
+    arrived: list[float] = []
+    lock = threading.Lock()
+
+    def wait(w: Any) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(m.kind == "weights" and len(m.payload) == size for m in w.receive(timeout=0.5)):
+                with lock:
+                    arrived.append(time.perf_counter())
+                return
+
+    threads = [threading.Thread(target=wait, args=(w,), daemon=True) for w in workers]
+    for th in threads:
+        th.start()
+    t0 = time.perf_counter()
+    trainer.broadcast("weights", blob)
+    for th in threads:
+        th.join()
+    if len(arrived) != len(workers):
+        raise RuntimeError("not every worker received the weights")
+    return max(arrived) - t0
+
+
+def raw_tls_ceiling(keys: Path, size: int, count: int) -> float:
+    """MB/s of one CPython TLS stream on loopback (sender and receiver threads)."""
+    sctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    sctx.load_cert_chain(str(keys / "server" / "certificate.pem"), str(keys / "server" / "key.pem"))
+    cctx = ssl.create_default_context(cafile=str(keys / "ca.pem"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    want = size * count
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with sctx.wrap_socket(conn, server_side=True) as s:
+            buf, total = bytearray(1 << 20), 0
+            while total < want:
+                total += s.recv_into(buf)
+            s.sendall(b"k")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    payload = os.urandom(size)
+    with cctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost") as c:
+        t0 = time.perf_counter()
+        for _ in range(count):
+            c.sendall(payload)
+        c.recv(1)
+        elapsed = time.perf_counter() - t0
+    t.join()
+    listener.close()
+    return want / MB / elapsed
+
+
+def tlspyo_pickle(keys: Path, sizes: dict[str, int], total_bytes: int) -> dict[str, float]:
+    """The TMRL path: tlspyo Relay + Endpoints with the default (pickle) serializer."""
+    from tlspyo import Endpoint, Relay
+
+    from rulka.net.tls import free_local_port
+
+    password = (keys / "password").read_text()
+    port = free_local_port()
+    relay = Relay(port=port, password=password, local_com_port=free_local_port(),
+                  keys_dir=str(keys / "server"))
+    common = {"ip_server": "127.0.0.1", "port": port, "password": password, "keys_dir": str(keys / "client"),
+              "hostname": "localhost", "recon_initial_delay": 0.2}
+    producer = Endpoint(groups="producers", local_com_port=free_local_port(), **common)
+    consumer = Endpoint(groups="consumers", local_com_port=free_local_port(), **common)
+    out: dict[str, float] = {}
+    try:
+        # make sure both are connected: a round of small messages first
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            producer.produce(b"warm", "consumers")
+            consumer.notify({"consumers": -1})
+            if consumer.receive_all(blocking=False):
+                break
+            time.sleep(0.2)
+        time.sleep(0.3)
+        consumer.receive_all(blocking=False)
+        for name, size in sizes.items():
+            count = max(1, min(total_bytes // size, 400)) if size < 20 * 1024 * 1024 else 1
+            payload = os.urandom(size)
+            t0 = time.perf_counter()
+            for _ in range(count):
+                producer.produce(payload, "consumers")
+            got = 0
+            while got < count:
+                consumer.notify({"consumers": -1})
+                got += len(consumer.receive_all(blocking=False)) if got < count else 0
+                if got < count:
+                    time.sleep(0.002)
+            out[name] = round(count * size / MB / (time.perf_counter() - t0), 1)
+    finally:
+        for ep in (producer, consumer):
+            ep.stop()
+        relay.stop()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="less data per size (noisier)")
+    parser.add_argument("--skip-baseline", action="store_true", help="do not measure the tlspyo-pickle path")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    # the bench must not trip the relay's own limits
+    total = (26 if args.quick else 78) * 1024 * 1024
+
+    from rulka.net.keys import add_worker, generate_keys
+    from rulka.net.tls import connect_trainer, connect_worker
+    from rulka.server.server import Server
+
+    result: dict[str, Any] = {"machine_cores": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="rulka-bench-") as tmp:
+        keys = Path(tmp) / "keys"
+        generate_keys(keys, ["localhost"])
+        names = [f"w{i}" for i in range(4)]
+        for n in names:
+            add_worker(keys, n)
+        result["raw_tls_mb_s"] = round(raw_tls_ceiling(keys, 26 * 1024 * 1024, 4), 1)
+        server = Server({}, keys, bind_host="127.0.0.1", port=0).start()
+        cfg = {"host": "localhost", "port": server.port, "outbox_messages": 512}
+        result["chunk_bytes"] = 256 * 1024
+        links: list[Any] = []
+        try:
+            trainer = connect_trainer(cfg, keys)
+            workers = [connect_worker(cfg, keys / "bundles" / n) for n in names]
+            links = [trainer, *workers]
+            if not all(link.wait_connected(60) for link in links):
+                raise RuntimeError("links did not connect")
+            relay_throughput(trainer, workers[0], 64 * 1024, 4 * 1024 * 1024)  # warm up
+            result["relay_mb_s"] = {name: round(relay_throughput(trainer, workers[0], size, total), 1)
+                                    for name, size in SIZES.items()}
+            weights_fanout(trainer, workers, 1024 * 1024)  # warm up
+            runs = [weights_fanout(trainer, workers, SIZES["26MB"]) for _ in range(1 if args.quick else 3)]
+            result["weights_26mb_to_4_workers_s"] = round(min(runs), 3)
+            result["weights_26mb_to_4_workers_s_all"] = [round(r, 3) for r in runs]
+        finally:
+            for link in links:
+                link.close()
+            server.stop()
+        if not args.skip_baseline:
+            result["tlspyo_pickle_mb_s"] = tlspyo_pickle(keys, SIZES, total)
+    result["targets"] = {"relay_mb_s_min": TARGET_MB_S, "weights_26mb_to_4_workers_s_max": TARGET_FANOUT_S}
+    result["meets_targets"] = (min(result["relay_mb_s"].values()) >= TARGET_MB_S
+                               and result["weights_26mb_to_4_workers_s"] <= TARGET_FANOUT_S)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
