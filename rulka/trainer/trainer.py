@@ -128,6 +128,7 @@ class Trainer:
         # runtime only
         self.verify_failures: list[str] = []
         self.worker_stats: dict[str, dict[str, Any]] = {}
+        self._last_heard: dict[str, float] = {}
         self._journal: JournalWriter | None = None
         self._last_weights: bytes | None = None
         self._was_connected = True  # publish() at start already reaches a connected server
@@ -312,6 +313,8 @@ class Trainer:
         except BadInput as exc:
             self._bad("segment", str(exc))
             return
+        if acks is not None:
+            self._last_heard[sender] = time.monotonic()
         if seg.worker_id != sender:
             self._bad("sender_mismatch", f"segment says worker {seg.worker_id!r}, sent by {sender!r}")
             return
@@ -431,8 +434,11 @@ class Trainer:
 
     # -- reporting --------------------------------------------------------------------------------
     def _connected_workers(self) -> int:
+        # workers heard from (segments or stats) in the last 30 s
         now = time.monotonic()
-        return sum(1 for s in self.worker_stats.values() if now - s["_t"] < 30)
+        seen = {w for w, t in self._last_heard.items() if now - t < 30}
+        seen |= {w for w, s in self.worker_stats.items() if now - s["_t"] < 30}
+        return len(seen)
 
     def _report(self, force: bool = False) -> None:
         now = time.monotonic()

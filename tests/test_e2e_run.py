@@ -1,0 +1,40 @@
+"""`rulka run`: the README's main command starts server, trainer and workers, stops cleanly on
+its own after --minutes, and leaves a resumable run folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_rulka_run_then_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    rulka = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
+    cmd = [*rulka, "run", str(ROOT / "configs" / "cartpole_simple.yaml"), "--workers", "2",
+           "--minutes", "0.5", "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false",
+           "--set", "logging.progress=never"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"outputs in {run_dir}" in out.stderr
+    for name in ("config.resolved.yaml", "metrics.jsonl", "accepted.log", "checkpoints/latest.json",
+                 "logs/worker0.log", "logs/worker1.log", "keys/trainer.key"):
+        assert (run_dir / name).exists(), name
+    accepted = (run_dir / "accepted.log").read_text().split("\n")
+    assert {line.split()[0] for line in accepted if line} == {"worker0", "worker1"}
+    first = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["number"]
+
+    # continue the same run: same keys, same run id, the version counter goes on
+    out = subprocess.run([*rulka, "run", str(ROOT / "configs" / "cartpole_simple.yaml"), "--workers", "1", "--minutes", "0.3", "--resume", str(run_dir),
+                          "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"],
+                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["number"] > first
+    assert "resumed from ckpt-" in out.stderr
