@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DIR = "keys"
+DEFAULT_DIR = "~/.rulka/keys"  # network.credentials_dir's default
 
 
 def register(subparsers: Any) -> None:
@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from rulka.net.keys import generate_keys
 
-    out = Path(args.out)
+    out = Path(args.out).expanduser()
     generate_keys(out, args.host, force=args.force)
     print(f"wrote keys to {out}/ (keep ca.key and trainer.key private)")
     print(f"next: rulka keys add-worker NAME --dir {out}")
@@ -66,16 +66,16 @@ def _generate(args: argparse.Namespace) -> int:
 def _add_worker(args: argparse.Namespace) -> int:
     from rulka.net.keys import add_worker
 
-    bundle = add_worker(Path(args.dir), args.name, force=args.force)
-    print(f"enrolled {args.name}; copy the folder {bundle}/ to that PC and start it with")
-    print(f"  rulka-worker --keys {bundle.name} ...")
+    bundle = add_worker(Path(args.dir).expanduser(), args.name, force=args.force)
+    print(f"enrolled {args.name}; copy the folder {bundle}/ to that PC and start the worker there with")
+    print("  rulka-worker --keys PATH/TO/THAT/FOLDER ...")
     return 0
 
 
 def _revoke_worker(args: argparse.Namespace) -> int:
     from rulka.net.keys import revoke_worker
 
-    revoke_worker(Path(args.dir), args.name)
+    revoke_worker(Path(args.dir).expanduser(), args.name)
     print(f"revoked {args.name}")
     return 0
 
@@ -84,7 +84,7 @@ def _list(args: argparse.Namespace) -> int:
     from rulka.errors import UserError
     from rulka.net.keys import list_workers
 
-    folder = Path(args.dir)
+    folder = Path(args.dir).expanduser()
     if not folder.is_dir():
         raise UserError(f"keys folder {folder} does not exist")
     workers = list_workers(folder)

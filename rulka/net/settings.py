@@ -47,7 +47,13 @@ class NetworkSettings:
 
     @classmethod
     def from_config(cls, cfg: Any = None, **overrides: Any) -> NetworkSettings:
-        """Read the known keys from ``cfg`` (object, mapping or None), then apply ``overrides``."""
+        """Read the known keys from ``cfg``, then apply ``overrides``.
+
+        ``cfg``: None, a mapping of these keys, a ``NetworkSettings``, or the run config's
+        ``network`` section (anything with ``transport_settings()``, which maps its YAML names
+        such as ``server_host`` and ``tls`` onto these)."""
+        if hasattr(cfg, "transport_settings"):
+            cfg = cfg.transport_settings()
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if isinstance(cfg, Mapping):
@@ -56,6 +62,9 @@ class NetworkSettings:
             elif cfg is not None and hasattr(cfg, f.name):
                 values[f.name] = getattr(cfg, f.name)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        for f in dataclasses.fields(cls):
+            if f.name in values:
+                values[f.name] = _coerce(f.name, values[f.name], type(f.default))
         out = cls(**values)
         out.validate()
         return out
@@ -72,3 +81,17 @@ class NetworkSettings:
             raise ConfigError(f"network.port must be 0..65535, got {self.port}")
         if self.chunk_bytes > 16 * 1024 * 1024:
             raise ConfigError("network.chunk_bytes above 16 MB brings back tlspyo's slow large frames")
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"network.{name} must be true or false, got {value!r}")
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"network.{name} must be a {kind.__name__}, got {value!r}")

@@ -189,6 +189,7 @@ class RelayProtocol(protocol.Protocol):
         self.alive = False
         self.closing = False
         self._buf = bytearray()
+        self._need: int | None = None  # length of the frame being received, once its header is read
         self._stamp = 0
         self._pw_len = len(core.password)
         self.conn_id = 0
@@ -230,20 +231,26 @@ class RelayProtocol(protocol.Protocol):
     # -- framing -------------------------------------------------------------------------------
     def _drain(self) -> None:
         head = HEADER + self._pw_len
-        while not self.closing and len(self._buf) >= head:
-            try:
-                length = int(bytes(self._buf[:HEADER]))
-            except ValueError:
-                return self._reject("malformed_header", "length header is not a number")
-            if length < 0 or length > self.core.max_frame_bytes:
-                return self._reject("oversized", f"frame of {length} bytes announced "
-                                                 f"(limit {self.core.max_frame_bytes})")
-            if not hmac.compare_digest(bytes(self._buf[HEADER:head]), self.core.password):
-                return self._reject("wrong_password")
-            if len(self._buf) < head + length:
+        while not self.closing:
+            if self._need is None:  # header and password are checked once per frame
+                if len(self._buf) < head:
+                    return None
+                try:
+                    length = int(bytes(self._buf[:HEADER]))
+                except ValueError:
+                    return self._reject("malformed_header", "length header is not a number")
+                if length < 0 or length > self.core.max_frame_bytes:
+                    return self._reject("oversized", f"frame of {length} bytes announced "
+                                                     f"(limit {self.core.max_frame_bytes})")
+                if not hmac.compare_digest(bytes(self._buf[HEADER:head]), self.core.password):
+                    return self._reject("wrong_password")
+                self._need = head + length
+            if len(self._buf) < self._need:
                 return None
-            body = bytes(self._buf[head:head + length])
-            del self._buf[:head + length]
+            with memoryview(self._buf) as view:
+                body = bytes(view[head:self._need])
+            del self._buf[:self._need]
+            self._need = None
             self._frame(body)
         return None
 
@@ -381,7 +388,9 @@ class RelayProtocol(protocol.Protocol):
         """Forward one envelope (already serialized by its sender) to this client."""
         if self.closing:
             return
-        self._write([self._next_stamp(), "OBJ", obj])
+        # msgpack of [stamp, "OBJ", obj] written around ``obj`` without copying it
+        prefix = b"\x93" + serialize(self._next_stamp()) + b"\xa3OBJ" + b"\xc6" + len(obj).to_bytes(4, "big")
+        self.transport.writeSequence([f"{len(prefix) + len(obj):<{HEADER}}".encode() + prefix, obj])
         self.counters.messages_out += 1
         self.counters.bytes_out += len(obj)
 

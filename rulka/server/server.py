@@ -80,8 +80,7 @@ class Server:
             raise RuntimeError("server already started")
         cmd = [sys.executable, "-m", "rulka.server.cli", "--keys", str(self.credentials_dir),
                "--host", self.bind_host]
-        for key, value in dataclasses.asdict(self.settings).items():
-            cmd += ["--set", f"network.{key}={json.dumps(value)}"]
+        cmd += ["--settings-json", json.dumps(dataclasses.asdict(self.settings))]
         self._process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         ready: queue.Queue[str] = queue.Queue()
         threading.Thread(target=_read_port_line, args=(self._process, ready), daemon=True).start()
