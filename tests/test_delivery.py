@@ -156,3 +156,32 @@ def test_ack_payload_is_validated():
     for bad in (pack({"a": 1}), pack([1, "2"]), pack([True]), b"\xc1"):
         with pytest.raises(BadInput):
             decode_ack(bad)
+
+
+def test_non_numeric_extras_are_left_out_and_a_failing_memory_is_counted(keys, tmp_path):
+    import numpy as np
+
+    class ChattyActor(ConstActor):
+        def act_with_info(self, obs, test=False):
+            return 0, {"note": "hello", "ok": np.float64(1.5)}
+
+    class BrokenMemory(ListMemory):
+        def append(self, segment):
+            raise ValueError("cannot handle this layout")
+
+    hub = LocalHub()
+    key, public = keys
+    trainer = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=BrokenMemory(), signing_key=key)
+    worker = Worker({"worker": {"segment_max_steps": 10}}, hub.worker_link("w"), env=CountingEnv(3),
+                    actor=ChattyActor(), weights_decoder=lambda d: decode_weights(d, public))
+    worker._ensure_ready(threading.Event())
+    worker._run_episode(threading.Event(), None)
+    worker._io_step()
+    msgs = [m for m in trainer.link.receive(timeout=1) if m.kind == "segment"]
+    seg = ZstdCompressor().decompress(msgs[0].payload)
+    assert "extra/note" not in seg.arrays and seg.arrays["extra/ok"].dtype.name == "float32"
+    trainer.ingest(msgs)
+    assert trainer.counters["bad_memory"] == 1 and trainer.samples == 0
+    worker._io_step()
+    assert len(worker.outbox) == 0  # acknowledged all the same: resending would not help
+    worker.close()

@@ -50,13 +50,15 @@ def run_local(
     trainer_compressor: SampleCompressor | None = None,
     worker_state_dir: str | Path | None = None,
     progress: Any = None,
+    worker_kwargs: dict[str, Any] | None = None,
 ) -> LocalRunResult:
     """Run a trainer and ``n_workers`` workers in this process until a limit is reached.
 
     ``env_factory(i)`` / ``actor_factory(i)`` build worker ``i``'s env / actor (default: from
     the config and from the weights' ``actor_spec``); ``compressor`` is used by the workers and
     ``trainer_compressor`` (default: the same) by the trainer. ``worker_state_dir`` keeps each
-    worker's sequence numbers and unacknowledged segments in ``<dir>/<name>``.
+    worker's sequence numbers and unacknowledged segments in ``<dir>/<name>``; ``worker_kwargs``
+    go to every ``Worker`` (e.g. ``{"max_steps_per_s": 500}``).
     """
     if mode != "threads":
         raise ValueError("run_local runs threads; use `rulka run` (rulka.cli.run.launch) for processes")
@@ -80,6 +82,7 @@ def run_local(
             compressor=compressor,
             weights_decoder=lambda data: decode_weights(data, public),
             state_dir=Path(worker_state_dir) / name if worker_state_dir is not None else None,
+            **(worker_kwargs or {}),
         )
 
         def body(w: Worker = worker, n: str = name) -> None:

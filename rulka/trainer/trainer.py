@@ -339,6 +339,11 @@ class Trainer:
         except BadInput as exc:
             self._bad("memory", f"{sender}/{seg.seq}: {exc}")
             added = 0
+        except Exception as exc:  # noqa: BLE001 - one odd segment must not stop a run; counted, logged
+            if self.counters["bad_memory"] < 3:
+                log.exception("memory refused segment %s/%d", sender, seg.seq)
+            self._bad("memory", f"{sender}/{seg.seq}: {type(exc).__name__}: {exc}")
+            added = 0
         self.samples += int(added)
         self.segments += 1
         self._window["samples"] += int(added)

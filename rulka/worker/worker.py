@@ -28,7 +28,7 @@ from rulka.compress import ZstdCompressor
 from rulka.errors import BadInput
 from rulka.interfaces import ActorModule, SampleCompressor
 from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
-from rulka.segment import Segment, pack, unpack
+from rulka.segment import ALLOWED_DTYPES, Segment, pack, unpack
 from rulka.worker.build import build_plugin, make_env, obs_to_arrays, opt
 from rulka.worker.outbox import Outbox, WorkerCounters
 
@@ -102,9 +102,16 @@ class _EpisodeBuffer:
         out["terminated"] = np.asarray(self.terminated, bool)
         out["truncated"] = np.asarray(self.truncated, bool)
         for k, vals in self.extras.items():
-            if len(vals) == len(self.actions):  # an extra missing at some step is not recorded
+            if len(vals) != len(self.actions):  # an extra missing at some step is not recorded
+                continue
+            try:
                 arr = np.asarray(vals)
-                out[f"extra/{k}"] = arr.astype(np.float32) if arr.dtype == np.float64 else arr
+            except ValueError:  # ragged: not an array
+                continue
+            if arr.dtype == np.float64:
+                arr = arr.astype(np.float32)
+            if arr.dtype.name in ALLOWED_DTYPES:  # strings and objects never cross the wire
+                out[f"extra/{k}"] = arr
         return out
 
 
