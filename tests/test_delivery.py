@@ -185,3 +185,39 @@ def test_non_numeric_extras_are_left_out_and_a_failing_memory_is_counted(keys, t
     worker._io_step()
     assert len(worker.outbox) == 0  # acknowledged all the same: resending would not help
     worker.close()
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.mkdir, ("/tmp/rulka-pickle-was-executed",))
+
+
+def test_pickle_payloads_are_refused_and_never_executed(keys):
+    import os
+    import pickle
+
+    import zstandard
+
+    marker = "/tmp/rulka-pickle-was-executed"
+    if os.path.exists(marker):
+        os.rmdir(marker)
+    key, _ = keys
+    trainer = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=key)
+    raw = pickle.dumps(_Evil())
+    trainer.ingest([Message("segment", "w", raw), Message("segment", "w", zstandard.ZstdCompressor().compress(raw)),
+                    Message("stats", "w", raw)])
+    assert trainer.counters["bad_segment"] == 2 and trainer.counters["bad_stats"] == 1
+    assert not os.path.exists(marker)
+    assert trainer.segments == 0
+
+
+def test_role_packages_export_lazily():
+    import rulka.trainer
+    import rulka.worker
+
+    assert rulka.worker.Worker is Worker and rulka.trainer.Trainer is Trainer
+    from rulka.trainer.local import run_local
+
+    assert rulka.trainer.run_local is run_local
