@@ -98,12 +98,24 @@ def test_worker_link_ignores_weights_not_signed_by_trainer(workers, keys):
 
     w1 = workers[0]
     evil = load_credentials(keys / "bundles" / "w2", "worker")
-    for env in make_envelopes("weights", "trainer", 2**62, b"evil", signing_key=evil.signing_key):
+    for env in make_envelopes("weights", "trainer", time.time_ns(), b"evil", signing_key=evil.signing_key):
         w1._handle(env)  # as if the relay had delivered it
-    for env in make_envelopes("weights", "w2", 2**62, b"evil", signing_key=evil.signing_key):
+    for env in make_envelopes("weights", "w2", time.time_ns(), b"evil", signing_key=evil.signing_key):
         w1._handle(env)
     assert w1.bad_inputs.get("bad_signature") == 1 and w1.bad_inputs.get("unknown_sender") == 1
     assert not [m for m in w1.receive(0.1) if m.payload == b"evil"]
+
+
+def test_replayed_segment_is_dropped_by_the_trainer(trainer, keys):
+    from rulka.net.keys import load_credentials
+
+    w1 = load_credentials(keys / "bundles" / "w1", "worker")
+    [env] = make_envelopes("segment", "w1", time.time_ns(), b"once", signing_key=w1.signing_key)
+    before = trainer.bad_inputs.get("replayed", 0)
+    trainer._handle(dict(env))
+    trainer._handle(dict(env))  # the same signed bytes again, as a replaying relay would send
+    got = [m for m in trainer.receive(0.5) if m.payload == b"once"]
+    assert len(got) == 1 and trainer.bad_inputs.get("replayed", 0) == before + 1
 
 
 def tls_socket(port, keys):
@@ -170,7 +182,7 @@ def test_revoked_worker_is_shut_out(trainer, cfg, keys):
         revoke_worker(keys, "doomed")
         # the trainer refuses its messages even if the relay still forwarded them
         trainer._keys_checked = 0.0  # skip the link's 2 s wait before it re-reads enrolled keys
-        for env in make_envelopes("segment", "doomed", 2**62, b"after", signing_key=bundle_creds.signing_key):
+        for env in make_envelopes("segment", "doomed", time.time_ns(), b"after", signing_key=bundle_creds.signing_key):
             trainer._handle(env)
         assert trainer.bad_inputs.get("unknown_sender", 0) >= 1
         # and the relay drops its connection within its 2 s reload and refuses it from then on

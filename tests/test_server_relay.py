@@ -250,3 +250,15 @@ def test_internal_error_costs_only_the_connection(core, keys, monkeypatch):
     monkeypatch.setattr(RelayProtocol, "_obj", lambda self, d, o: 1 / 0)
     w.send("OBJ", {"trainer": 1}, b"x")
     assert w.closed and core.bad["internal_error"] == 1
+
+
+def test_client_that_stops_reading_is_cut_off(core, keys):
+    _, creds = keys
+    t = connect(core, creds, "trainer")
+    w = connect(core, creds, "w1")
+    w.proto.pauseProducing()  # what Twisted does when w's socket buffer is full
+    core.max_backlog_bytes = 5000
+    send_message(t, creds["trainer"], "weights", b"q" * 8000, 40, "workers", -1)
+    assert w.closed and core.bad["slow_client"] == 1
+    w2 = connect(core, creds, "w2")  # others are not affected
+    assert not w2.closed

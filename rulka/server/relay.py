@@ -86,6 +86,9 @@ class RelayCore:
         self.creds = creds
         self.password = creds.password.encode()
         self.max_frame_bytes = settings.chunk_bytes + FRAME_OVERHEAD
+        # what may pile up for a client that does not read: two whole messages; beyond that the
+        # client is disconnected (it reconnects and gets the retained weights afresh)
+        self.max_backlog_bytes = 2 * settings.max_message_bytes + 16 * self.max_frame_bytes
         self.started = time.time()
         self.conn_serial = 0
         self.trainer: RelayProtocol | None = None
@@ -112,7 +115,7 @@ class RelayCore:
             for name, conn in list(self.workers.items()):
                 if name not in self._worker_keys:
                     log.warning("worker %s was revoked; closing its connection", name)
-                    conn.transport.loseConnection()
+                    conn._abort()
         return self._worker_keys
 
     def key_for(self, identity: str) -> Ed25519PublicKey | None:
@@ -194,6 +197,8 @@ class RelayProtocol(protocol.Protocol):
         self._pw_len = len(core.password)
         self.conn_id = 0
         self._hello_timer: Any = None
+        self._paused = False
+        self._backlog = 0
         self.observer = False  # authenticated, joined no channel: may only ping and ask for status
         self.counters = ClientCounters(address)
 
@@ -201,10 +206,22 @@ class RelayProtocol(protocol.Protocol):
     def connectionMade(self) -> None:
         self.core.conn_serial += 1
         self.conn_id = self.core.conn_serial
+        self.transport.registerProducer(self, True)  # Twisted says when its write buffer is full
         self._write([self._next_stamp(), "HELLO", None])
         self._hello_timer = self.core.clock.callLater(HELLO_TIMEOUT_S, self._hello_timeout)
 
+    # IPushProducer: between pause and resume, count what is written and cut a client that lags
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        self._paused, self._backlog = False, 0
+
+    def stopProducing(self) -> None:
+        self._paused = False
+
     def connectionLost(self, reason: Any = None) -> None:
+        self.transport.unregisterProducer()
         if self._hello_timer is not None and self._hello_timer.active():
             self._hello_timer.cancel()
         who = self.identity
@@ -306,7 +323,7 @@ class RelayProtocol(protocol.Protocol):
         old = core.trainer if identity == "trainer" else core.workers.get(identity)
         if old is not None and old is not self:
             log.info("%s connected again; closing its previous connection", identity)
-            old.transport.loseConnection()
+            old._abort()
         core.clients[identity] = self.counters
         if identity == "trainer":
             core.trainer, core.trainer_credit = self, 0
@@ -393,6 +410,10 @@ class RelayProtocol(protocol.Protocol):
         self.transport.writeSequence([f"{len(prefix) + len(obj):<{HEADER}}".encode() + prefix, obj])
         self.counters.messages_out += 1
         self.counters.bytes_out += len(obj)
+        if self._paused:
+            self._backlog += len(obj)
+            if self._backlog > self.core.max_backlog_bytes:
+                self._reject("slow_client", f"{self._backlog} bytes waiting to be read")
 
     # -- closing -------------------------------------------------------------------------------
     def _reject(self, reason: str, detail: str = "") -> None:
