@@ -31,17 +31,18 @@ def test_weights_broadcast_reaches_all_and_late_joiner_gets_latest_only():
     assert [(m.kind, m.sender, m.payload) for m in msgs] == [("weights", "trainer", b"v2")]
 
 
-def test_send_to_reaches_one_worker_and_waits_for_it():
+def test_send_to_reaches_one_connected_worker_only():
     hub = LocalHub()
     trainer = hub.trainer_link()
     a = hub.worker_link("a")
     b = hub.worker_link("b")
     trainer.send_to("b", "ack", b"\x91\x01")
-    trainer.send_to("c", "ack", b"queued")  # c connects later
+    trainer.send_to("c", "ack", b"lost")  # c is not connected: dropped, as by the relay
     assert a.receive(0.05) == []
     assert [m.payload for m in b.receive(0.5)] == [b"\x91\x01"]
     c = hub.worker_link("c")
-    assert [m.payload for m in c.receive(0.5)] == [b"queued"]
+    assert c.receive(0.05) == []
+    assert hub.status()["server"]["no_route"] == 1
 
 
 def test_worker_cannot_send_trainer_kinds():

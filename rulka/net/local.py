@@ -7,8 +7,9 @@ through it with the same semantics as the TLS links of ``rulka.net.tls``:
   (the id given is the authenticated identity here; there is nothing to forge in one process);
 - ``trainer_link().broadcast("weights", blob)`` reaches every worker and is retained: a worker
   link created later receives the latest weights at once;
-- ``trainer_link().send_to(id, kind, payload)`` reaches one worker (queued until that worker
-  connects, bounded);
+- ``trainer_link().send_to(id, kind, payload)`` reaches one worker if its link is open now;
+  otherwise it is dropped and counted (``no_route``), as the relay does (the worker resends
+  what was not acknowledged);
 - ``stats`` from any role are kept per sender for ``hub.status()`` (same schema as
   ``rulka.net.status.query_status``); worker stats also reach the trainer;
 - a full queue raises ``OutboxFull`` from ``send`` so the caller applies its block/drop policy.
@@ -166,6 +167,10 @@ class LocalHub:
                     self._retained_weights = payload
                 targets = [w for w, link in self._workers.items() if not link._closed]
             else:
+                link = self._workers.get(target)
+                if link is None or link._closed:
+                    self.counters["no_route"] += 1
+                    return
                 targets = [target]
             msg = Message(kind, "trainer", payload)
             for wid in targets:
