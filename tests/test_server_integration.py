@@ -111,11 +111,15 @@ def test_replayed_segment_is_dropped_by_the_trainer(trainer, keys):
 
     w1 = load_credentials(keys / "bundles" / "w1", "worker")
     [env] = make_envelopes("segment", "w1", time.time_ns(), b"once", signing_key=w1.signing_key)
-    before = trainer.bad_inputs.get("replayed", 0)
+    [old] = make_envelopes("segment", "w1", time.time_ns() - 10**9, b"older", signing_key=w1.signing_key)
+    before = trainer.bad_inputs.get("replayed", 0), trainer.bad_inputs.get("duplicate", 0)
     trainer._handle(dict(env))
-    trainer._handle(dict(env))  # the same signed bytes again, as a replaying relay would send
-    got = [m for m in trainer.receive(0.5) if m.payload == b"once"]
-    assert len(got) == 1 and trainer.bad_inputs.get("replayed", 0) == before + 1
+    trainer._handle(dict(env))  # the same signed bytes again
+    trainer._handle(dict(old))  # a message captured earlier, replayed after a newer one
+    got = [m for m in trainer.receive(0.5) if m.payload in (b"once", b"older")]
+    assert [m.payload for m in got] == [b"once"]
+    assert (trainer.bad_inputs.get("replayed", 0), trainer.bad_inputs.get("duplicate", 0)) == (
+        before[0] + 1, before[1] + 1)
 
 
 def tls_socket(port, keys):

@@ -63,6 +63,10 @@ def free_local_port() -> int:
 def _make_endpoint(settings: NetworkSettings, creds: Credentials, groups: list[str]) -> Any:
     from tlspyo import Endpoint
 
+    # tlspyo logs a warning for every message queued while the server is away; rulka reports
+    # the connection state itself, so keep tlspyo to errors unless rulka.net is debugging
+    if not log.isEnabledFor(logging.DEBUG):
+        logging.getLogger("tlspyo").setLevel(logging.ERROR)
     if settings.allow_plain_tcp:
         log.warning("network.allow_plain_tcp is true: traffic to %s:%d is NOT encrypted",
                     settings.host, settings.port)
@@ -287,6 +291,9 @@ class _TlsLink:
 
     def _count_bad(self, reason: str, detail: str) -> None:
         self.bad_inputs[reason] = self.bad_inputs.get(reason, 0) + 1
+        if reason == "duplicate":
+            log.debug("%s: %s", self.identity, detail)
+            return
         now = time.monotonic()
         if now - self._last_log.get(reason, 0.0) > 5.0:  # one line per reason every few seconds
             self._last_log[reason] = now

@@ -171,8 +171,9 @@ class Reassembler:
       the oldest (``evicted``). Partials idle over ``partial_timeout_s`` are dropped (``timeout``).
     - A chunk seen twice is ignored (``duplicate_chunk``); chunks may arrive in any order.
     - A completed message whose bytes do not hash to the signed digest is dropped (``tampered``).
-    - A message whose counter is not above the last accepted one of that (sender, kind) is
-      dropped (``replayed``).
+    - A message whose counter is below the last accepted one of that (sender, kind) is dropped
+      (``replayed``); the last accepted one seen again (the relay re-sends the retained weights
+      after a reconnect) is dropped as ``duplicate``, which is benign.
 
     ``feed`` returns a complete ``Message``, or None while one is incomplete; it raises BadInput
     with one of the reasons above. ``counters`` counts every reason.
@@ -216,7 +217,10 @@ class Reassembler:
         key = (sender, kind, n)
         part = self._partials.get(key)
         if part is None:
-            if n <= self._last_counter.get((sender, kind), -1):
+            last = self._last_counter.get((sender, kind), -1)
+            if n == last:  # the message just accepted, again: a relay re-delivering what it retains
+                raise self._bad("duplicate", f"{kind} #{n} from {sender!r} again")
+            if n < last:
                 raise self._bad("replayed", f"{kind} #{n} from {sender!r}")
             pub = self._sender_key(sender)
             if pub is None:
