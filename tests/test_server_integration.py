@@ -245,3 +245,21 @@ def test_server_restart_clients_reconnect(keys, tmp_path):
         trainer.close()
         proc.terminate()
         proc.wait(10)
+
+
+def test_unreachable_server_fills_the_outbox_without_blocking(keys):
+    from rulka.net.link import OutboxFull
+
+    port = free_local_port()  # nothing listens there
+    w = connect_worker({"host": "localhost", "port": port, "outbox_messages": 3}, keys / "bundles" / "w1")
+    try:
+        t0 = time.monotonic()
+        queued = 0
+        with pytest.raises(OutboxFull):
+            for _ in range(10):
+                w.send("segment", b"x")
+                queued += 1
+        assert queued in (3, 4)  # three in the outbox, perhaps one held by the sender thread
+        assert time.monotonic() - t0 < 1.0 and not w.connected()
+    finally:
+        w.close()

@@ -213,7 +213,7 @@ class _TlsLink:
                     self._ep_send(env, {channel: count})
                 self.counters["messages_sent"] += 1
                 self.counters["bytes_sent"] += len(payload)
-            except (OSError, ValueError) as exc:  # endpoint gone (closing) or unsendable item
+            except Exception as exc:  # endpoint gone (closing) or a bug: lose this message, not the thread
                 if not self._closed.is_set():
                     log.warning("%s: could not send a %s message: %s", self.identity, kind, exc)
 
@@ -253,7 +253,11 @@ class _TlsLink:
                     break
             chunks = 0
             for o in batch:
-                chunks += self._handle(o)
+                try:
+                    chunks += self._handle(o)
+                except Exception as exc:  # a bug must cost one message, never the receiver thread
+                    chunks += 1
+                    self._count_bad("internal_error", f"{type(exc).__name__}: {exc}")
             if chunks:
                 self._on_delivered(chunks)
 
