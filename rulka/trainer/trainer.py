@@ -144,7 +144,8 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if resume:
                 self._restore()
-            elif (self.run_dir / "checkpoints" / "latest.json").exists():
+            elif (self.run_dir / "checkpoints" / "latest.json").exists() or any(
+                    (self.run_dir / "journal").glob("journal-*.bin")):
                 raise UserError(f"{self.run_dir} already holds a run; pass --resume to continue it "
                                 "or choose another --run-dir")
             self._save_config()
