@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from rulka.compress import ZstdCompressor
 from rulka.errors import BadInput
 from rulka.interfaces import ActorModule, SampleCompressor
 from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
@@ -351,10 +350,8 @@ class Worker:
             if self.env is None and self.cfg is not None:
                 self.env = make_env(self.cfg)
             if self.compressor is None and (self.cfg is not None or self.actor is not None):
-                name = str(opt(self.cfg, "worker.compressor", "zstd"))
-                self.compressor = (ZstdCompressor() if name == "zstd" and not opt(self.cfg, "worker.compressor_kwargs")
-                                   else build_plugin("compressor", name, opt(self.cfg, "worker.compressor_kwargs"),
-                                                     self.cfg))
+                self.compressor = build_plugin("compressor", str(opt(self.cfg, "worker.compressor", "zstd")),
+                                               opt(self.cfg, "worker.compressor_kwargs"), self.cfg)
                 self.segment_max_steps = int(opt(self.cfg, "worker.segment_max_steps", self.segment_max_steps))
             if self.env is not None and self.compressor is not None and (
                     self.actor is not None or self.act_before_weights == "random"):
