@@ -263,3 +263,28 @@ def test_unreachable_server_fills_the_outbox_without_blocking(keys):
         assert time.monotonic() - t0 < 1.0 and not w.connected()
     finally:
         w.close()
+
+
+def test_plain_tcp_only_when_asked_and_with_a_warning(keys, caplog):
+    srv = Server({"allow_plain_tcp": True}, keys, bind_host="127.0.0.1", port=0).start()
+    cfg = {"host": "localhost", "port": srv.port, "allow_plain_tcp": True, "heartbeat_s": 0.3}
+    try:
+        with caplog.at_level("WARNING", logger="rulka.net"):
+            trainer = connect_trainer(cfg, keys)
+        worker = connect_worker(cfg, keys / "bundles" / "w2")
+        try:
+            assert any("NOT encrypted" in r.getMessage() for r in caplog.records)
+            assert trainer.wait_connected(30) and worker.wait_connected(30)
+            worker.send("segment", b"plain")
+            assert [m.payload for m in receive_until(trainer, lambda g: bool(g))] == [b"plain"]
+        finally:
+            worker.close()
+            trainer.close()
+        # a TLS client cannot talk to a plain server: it never connects
+        tls_worker = connect_worker({"host": "localhost", "port": srv.port}, keys / "bundles" / "w1")
+        try:
+            assert not tls_worker.wait_connected(2)
+        finally:
+            tls_worker.close()
+    finally:
+        srv.stop()
