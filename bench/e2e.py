@@ -58,6 +58,33 @@ def first_finish(run_root: Path) -> dict[str, Any] | None:
     return None
 
 
+def run_summary(run_root: Path) -> dict[str, Any]:
+    """Where the run got to: the last logged counters and the mean throughput over the run."""
+    records = []
+    for log_file in sorted(run_root.rglob("metrics.jsonl")):
+        with open(log_file, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("metrics"), dict):
+                    records.append(record["metrics"])
+    if not records:
+        return {}
+    out: dict[str, Any] = {"metric_records": len(records)}
+    for name in ("charts/samples_received", "charts/batches_trained", "charts/episodes", "charts/weights_version",
+                 "charts/episodic_return"):
+        values = [r[name] for r in records if isinstance(r.get(name), int | float)]
+        if values:
+            out[f"last {name}"] = round(values[-1], 3)
+    for name in ("perf/samples_per_s", "perf/batches_per_s", "perf/ingest_mb_per_s"):
+        values = [r[name] for r in records if isinstance(r.get(name), int | float)]
+        if values:
+            out[f"mean {name}"] = round(sum(values) / len(values), 3)
+    return out
+
+
 def stop(proc: subprocess.Popen[str], grace_s: float = 30.0) -> int:
     """Ctrl-C the run's process group (its clean shutdown path), then kill what is left."""
     if proc.poll() is None:
@@ -112,6 +139,7 @@ def main() -> int:
             finally:
                 exit_code = proc.poll()
                 stop(proc)
+                summary = run_summary(run_root) if run_root.exists() else {}
         if finish is None and exit_code is not None:
             tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
             print(f"`rulka run` exited with code {exit_code} before a finish: " + " / ".join(tail), file=sys.stderr)
@@ -125,6 +153,7 @@ def main() -> int:
         "first_race_time_ms": finish["race_time_ms"] if finish else None,
         "time_to_first_metrics_s": None if first_log_s is None else round(first_log_s, 1),
         "time_limit_s": limit_s,
+        "run": summary,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }

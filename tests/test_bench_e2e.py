@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.e2e import first_finish
+from bench.e2e import first_finish, run_summary
 from rulka.telemetry import MetricsLogger
 from rulka.telemetry import metrics as m
 
@@ -27,3 +27,12 @@ def test_a_finish_rate_alone_counts(tmp_path: Path) -> None:
         logger.log({m.FINISH_RATE: 0.25}, step=700)
     found = first_finish(tmp_path)
     assert found is not None and found["step"] == 700 and found["race_time_ms"] is None
+
+
+def test_run_summary_reports_last_counters_and_mean_rates(tmp_path: Path) -> None:
+    assert run_summary(tmp_path) == {}
+    with MetricsLogger(tmp_path / "run", run_name="r", tensorboard=False) as logger:
+        logger.log({m.SAMPLES_RECEIVED: 100, m.SAMPLES_PER_S: 10.0}, step=100)
+        logger.log({m.SAMPLES_RECEIVED: 300, m.SAMPLES_PER_S: 30.0, m.BATCHES_TRAINED: 7}, step=300)
+    assert run_summary(tmp_path) == {"metric_records": 2, "last charts/samples_received": 300.0,
+                                     "last charts/batches_trained": 7.0, "mean perf/samples_per_s": 20.0}
