@@ -176,6 +176,7 @@ def test_hostile_inputs_leave_the_server_serving(server, trainer, workers, keys,
     assert any(m.sender == "w1" for m in got)
 
 
+@pytest.mark.slow  # several seconds of waiting for (re)connections
 def test_revoked_worker_is_shut_out(trainer, cfg, keys):
     doomed = connect_worker(cfg, keys / "bundles" / "doomed")
     try:
@@ -212,6 +213,7 @@ def test_status_lists_workers_and_counters(workers, cfg, keys):
     assert st["server"]["clients"]["w2"]["messages_in"] > 0
 
 
+@pytest.mark.slow  # several seconds of waiting for (re)connections
 def test_server_restart_clients_reconnect(keys, tmp_path):
     port = free_local_port()
     cmd = [sys.executable, "-m", "rulka.server.cli", "--keys", str(keys), "--host", "127.0.0.1",
@@ -265,6 +267,7 @@ def test_unreachable_server_fills_the_outbox_without_blocking(keys):
         w.close()
 
 
+@pytest.mark.slow  # several seconds of waiting for (re)connections
 def test_plain_tcp_only_when_asked_and_with_a_warning(keys, caplog):
     srv = Server({"allow_plain_tcp": True}, keys, bind_host="127.0.0.1", port=0).start()
     cfg = {"host": "localhost", "port": srv.port, "allow_plain_tcp": True, "heartbeat_s": 0.3}

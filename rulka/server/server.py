@@ -46,7 +46,10 @@ class Server:
 
     # -- in this process -----------------------------------------------------------------------
     def serve_forever(self) -> None:
-        """Run the relay here until SIGINT/SIGTERM; prints ``listening on HOST:PORT`` once bound."""
+        """Run the relay here until SIGINT/SIGTERM; prints ``listening on HOST:PORT`` once bound.
+
+        Call it from the main thread (Twisted's reactor installs the signal handlers and runs
+        once per process); from a script that does other things, use ``start()``/``stop()``."""
         from twisted.internet import reactor, ssl, task
 
         from rulka.server.relay import RelayCore, RelayFactory
