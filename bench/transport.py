@@ -8,7 +8,10 @@ Prints one JSON object:
   the whole message;
 - ``raw_tls_mb_s``: the ceiling, one CPython TLS stream on loopback, measured in the same run;
 - ``tlspyo_pickle_mb_s``: the same sizes through plain tlspyo (its Relay, default pickle
-  serializer, no chunking): TMRL's path. Only this benchmark uses pickle, on data it made itself.
+  serializer, no chunking): TMRL's path. Only this benchmark uses pickle, on data it made itself;
+- ``cpu_s_per_100mb``: CPU seconds per 100 MB of payload in each process of the relay path
+  (server, the two tlspyo endpoint children, this process's link threads): a figure that other
+  load on a shared machine distorts much less than MB/s.
 
 Usage: python bench/transport.py [--quick]
 """
@@ -62,6 +65,18 @@ def relay_throughput(trainer: Any, worker: Any, size: int, total_bytes: int) -> 
     if not done.wait(300):
         raise RuntimeError(f"only {got}/{count} messages of {size} bytes arrived")
     return count * size / MB / (time.perf_counter() - t0)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User+system CPU seconds of a process so far (Linux /proc; 0.0 elsewhere)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def weights_fanout(trainer: Any, workers: list[Any], size: int) -> float:
@@ -199,8 +214,17 @@ def main(argv: list[str] | None = None) -> int:
             if not all(link.wait_connected(60) for link in links):
                 raise RuntimeError("links did not connect")
             relay_throughput(trainer, workers[0], 64 * 1024, 4 * 1024 * 1024)  # warm up
-            result["relay_mb_s"] = {name: round(relay_throughput(trainer, workers[0], size, total), 1)
-                                    for name, size in SIZES.items()}
+            pids = {"server": server.pid, "worker_endpoint": workers[0]._endpoint._p.pid,
+                    "trainer_endpoint": trainer._endpoint._p.pid, "link_threads": None}
+            result["relay_mb_s"] = {}
+            result["cpu_s_per_100mb"] = {}
+            for name, size in SIZES.items():
+                before = {k: cpu_seconds(p) for k, p in pids.items()}
+                result["relay_mb_s"][name] = round(relay_throughput(trainer, workers[0], size, total), 1)
+                # CPU per byte is far less sensitive to other load on the machine than MB/s
+                scale = 100 * 1024 * 1024 / (max(2, total // size) * size)
+                result["cpu_s_per_100mb"][name] = {k: round((cpu_seconds(p) - before[k]) * scale, 2)
+                                                   for k, p in pids.items()}
             weights_fanout(trainer, workers, 1024 * 1024)  # warm up
             runs = [weights_fanout(trainer, workers, SIZES["26MB"]) for _ in range(1 if args.quick else 3)]
             result["weights_26mb_to_4_workers_s"] = round(min(runs), 3)
@@ -211,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         if not args.skip_baseline:
             result["tlspyo_pickle_mb_s"] = tlspyo_pickle(keys, SIZES, total)
+    result["relay_vs_raw_tls"] = {k: round(v / result["raw_tls_mb_s"], 3) for k, v in result["relay_mb_s"].items()}
     result["targets"] = {"relay_mb_s_min": TARGET_MB_S, "weights_26mb_to_4_workers_s_max": TARGET_FANOUT_S}
     result["meets_targets"] = (min(result["relay_mb_s"].values()) >= TARGET_MB_S
                                and result["weights_26mb_to_4_workers_s"] <= TARGET_FANOUT_S)
