@@ -28,6 +28,15 @@ def test_run_config_section_is_mapped():
         "10.1.2.3", True, 0.25, 4.0)
 
 
+def test_dumped_run_config_section_is_mapped():
+    from rulka.config import load_config
+
+    net = load_config(None, overrides=["network.server_host=box", "network.port=7000"], env_file=None).network
+    s = NetworkSettings.from_config(dict(net.model_dump()))
+    assert (s.host, s.port, s.reconnect_backoff_s, s.allow_plain_tcp) == ("box", 7000, 0.5, False)
+    assert s.reconnect_backoff_max_s == net.reconnect_backoff_s[1]
+
+
 @pytest.mark.parametrize("bad", [{"port": "x"}, {"chunk_bytes": 0}, {"allow_plain_tcp": "yes"},
                                  {"port": 70000}, {"chunk_bytes": 64 << 20}, {"heartbeat_s": -1}])
 def test_bad_values_are_config_errors(bad):

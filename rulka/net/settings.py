@@ -51,9 +51,11 @@ class NetworkSettings:
 
         ``cfg``: None, a mapping of these keys, a ``NetworkSettings``, or the run config's
         ``network`` section (anything with ``transport_settings()``, which maps its YAML names
-        such as ``server_host`` and ``tls`` onto these)."""
+        such as ``server_host`` and ``tls`` onto these), or that section dumped to a dict."""
         if hasattr(cfg, "transport_settings"):
             cfg = cfg.transport_settings()
+        elif isinstance(cfg, Mapping):
+            cfg = _from_config_names(cfg)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if isinstance(cfg, Mapping):
@@ -95,3 +97,18 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
     if kind is str and isinstance(value, str):
         return value
     raise ConfigError(f"network.{name} must be a {kind.__name__}, got {value!r}")
+
+
+def _from_config_names(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Accept the run config's YAML names in a plain mapping (``server_host``, ``tls``, a
+    ``[min, max]`` ``reconnect_backoff_s``) next to this module's own."""
+    out = dict(cfg)
+    if "host" not in out and "server_host" in out:
+        out["host"] = out["server_host"]
+    if out.get("tls") is False:
+        out["allow_plain_tcp"] = True
+    backoff = out.get("reconnect_backoff_s")
+    if isinstance(backoff, (list, tuple)) and len(backoff) == 2:
+        out["reconnect_backoff_s"] = backoff[0]
+        out.setdefault("reconnect_backoff_max_s", backoff[1])
+    return out
