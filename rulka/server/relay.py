@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import hmac
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +91,9 @@ class RelayCore:
         # client is disconnected (it reconnects and gets the retained weights afresh)
         self.max_backlog_bytes = 2 * settings.max_message_bytes + 16 * self.max_frame_bytes
         self.started = time.time()
-        self.conn_serial = 0
+        # connection ids differ across relay restarts too: a link that sees a new id in its
+        # heartbeat reply knows it has a new connection (and, for the trainer, must grant credit)
+        self.conn_serial = secrets.randbelow(1 << 48)
         self.trainer: RelayProtocol | None = None
         self.workers: dict[str, RelayProtocol] = {}
         self.trainer_queue: collections.deque[bytes] = collections.deque()
