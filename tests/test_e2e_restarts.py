@@ -135,10 +135,10 @@ def test_kill_and_restart_every_role_loses_and_duplicates_nothing(tmp_path):
 
         # 3. a worker dies in the middle of an episode and restarts from its state folder
         kill_group(procs.workers["w1"])
-        n = len(accepted(procs.run_dir))
+        before = max(int(s) for s in (tmp_path / "produced-w1.txt").read_text().split())
         procs.start_worker("w1")
-        wait_for(lambda: len([a for a in accepted(procs.run_dir)[n:] if a[0] == "w1"]) >= 10, 60,
-                 "segments from the restarted worker")
+        wait_for(lambda: len([1 for w, seq in accepted(procs.run_dir) if w == "w1" and seq > before]) >= 10, 90,
+                 "segments produced by the restarted worker")
 
         # stop the workers cleanly: they wait for their last acknowledgements
         for p in procs.workers.values():

@@ -3,7 +3,8 @@
 The same three commands a user would start on three machines (``rulka-server``,
 ``rulka-trainer``, ``rulka-worker``), on loopback with real TLS: throwaway keys are generated in
 the run folder unless ``--keys`` names a folder from ``rulka keys generate``. The trainer's
-progress line is shown; every process logs to ``<run>/logs/``. Ctrl-C (or ``--minutes``) stops
+progress line is shown; workers and server log to ``<run>/logs/``. Each role runs in its own
+session, so a Ctrl-C reaches only ``rulka run``, which stops them in order. Ctrl-C (or ``--minutes``) stops
 the workers, lets the trainer write its final checkpoint, then stops the server.
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +33,7 @@ class LocalRun:
     run_dir: Path
     keys: Path
     port: int
-    server: Any
+    server: ServerProcess
     trainer: subprocess.Popen
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
     log_files: list[Any] = field(default_factory=list)
@@ -70,6 +73,42 @@ def _python_cmd(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
+class ServerProcess:
+    """``rulka-server`` on loopback in its own session (so a Ctrl-C in the terminal reaches only
+    ``rulka run``, which then stops the roles in order). ``port`` is known once it listens."""
+
+    def __init__(self, keys: Path, log_file: Any, allow_plain_tcp: bool = False, timeout: float = 60.0) -> None:
+        cmd = _python_cmd("rulka.server.cli") + ["--keys", str(keys), "--host", "127.0.0.1", "--port", "0"]
+        if allow_plain_tcp:
+            cmd += ["--set", "network.allow_plain_tcp=true"]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True)
+        self.pid = self.process.pid
+        ready: queue.Queue[int] = queue.Queue()
+        threading.Thread(target=self._pump, args=(ready, log_file), daemon=True).start()
+        try:
+            self.port = ready.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            raise UserError("rulka-server did not start (see logs/server.log in the run folder)") from None
+
+    def _pump(self, ready: queue.Queue[int], log_file: Any) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            text = line.decode(errors="replace")
+            if text.startswith("listening on "):
+                ready.put(int(text.strip().rsplit(":", 1)[1]))
+            try:
+                log_file.write(line)
+                log_file.flush()
+            except ValueError:  # the log was closed at stop
+                return
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        _wait_or_kill(self.process, timeout)
+
+
 def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None = None,
            keys: str | Path | None = None, overrides: Sequence[str] = (), resume: bool = False,
            trainer_output: Any = None, worker_args: Sequence[str] = ()) -> LocalRun:
@@ -79,7 +118,6 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     """
     from rulka.config import load_config
     from rulka.net.keys import add_worker, generate_keys
-    from rulka.server.server import Server
     from rulka.trainer.cli import default_run_dir
 
     cfg = load_config(config, overrides)  # fail here, with the config's own message
@@ -98,18 +136,17 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     for name in names:
         if not (keys / "bundles" / name / "worker.key").exists():
             raise UserError(f"{keys} has no bundle for {name}: run `rulka keys add-worker {name} --dir {keys}`")
-    net = {}
-    if cfg.network.allow_plain_tcp:
-        net["allow_plain_tcp"] = True
-    server = Server(net, keys, bind_host="127.0.0.1", port=0).start()
+    server_log = open(run_dir / "logs" / "server.log", "ab")  # noqa: SIM115 - closed by LocalRun.stop
+    log_files = [server_log]
+    server = ServerProcess(keys, server_log, allow_plain_tcp=bool(cfg.network.allow_plain_tcp))
     address = f"127.0.0.1:{server.port}"
     sets = [a for o in overrides for a in ("--set", o)]
-    log_files = []
     try:
         trainer_cmd = _python_cmd("rulka.trainer.cli") + ["--config", str(config), *sets, "--keys", str(keys),
                                                            "--server", address]
         trainer_cmd += ["--resume", str(run_dir)] if resume else ["--run-dir", str(run_dir)]
-        trainer = subprocess.Popen(trainer_cmd, stdout=trainer_output, stderr=subprocess.STDOUT if trainer_output else None)
+        trainer = subprocess.Popen(trainer_cmd, stdout=trainer_output, start_new_session=True,
+                                   stderr=subprocess.STDOUT if trainer_output else None)
         procs = {}
         for name in names:
             f = open(run_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - closed by LocalRun.stop
@@ -117,9 +154,12 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
             procs[name] = subprocess.Popen(
                 _python_cmd("rulka.worker.cli") + ["--server", address, "--keys", str(keys / "bundles" / name),
                                                    "--state-dir", str(run_dir / "workers" / name), *worker_args],
-                stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True)
     except BaseException:
         server.stop()
+        for f in log_files:
+            f.close()
         raise
     return LocalRun(run_dir, keys, server.port, server, trainer, procs, log_files)
 
@@ -159,6 +199,7 @@ def _main(args: argparse.Namespace) -> int:
           file=sys.stderr)
     deadline = time.monotonic() + args.minutes * 60 if args.minutes is not None else None
     interrupted = False
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as cleanly as Ctrl-C
     try:
         while run.alive():
             if deadline is not None and time.monotonic() >= deadline:

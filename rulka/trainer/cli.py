@@ -65,6 +65,9 @@ def _run(args: argparse.Namespace) -> int:
     from rulka.net.keys import load_credentials
     from rulka.worker.build import network_settings, opt, parse_address
 
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     cfg = load_config(args.config, args.overrides)
     resume = args.resume is not None
     if isinstance(args.resume, str):
@@ -95,9 +98,6 @@ def _run(args: argparse.Namespace) -> int:
         pass
     link = connect_trainer(network_settings(cfg, host=host, port=port), keys)
     trainer = Trainer(cfg, link, run_dir=run_dir, signing_key=creds.signing_key, resume=resume, progress=progress)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     log.info("trainer: run %s in %s", trainer.run_id, run_dir)
     try:
         summary = trainer.run(max_updates=args.max_updates,

@@ -61,6 +61,10 @@ def _run(args: argparse.Namespace) -> int:
     from rulka.net.keys import load_credentials
     from rulka.worker.build import network_settings, opt, parse_address
 
+    # from the very start: a stop request during the (slow) start-up must stop cleanly too
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     host, port = parse_address(args.server)
     cfg = None
     if args.config or args.overrides:
@@ -85,9 +89,6 @@ def _run(args: argparse.Namespace) -> int:
                     act_before_weights="random" if args.random_until_weights else "wait", produced_log=args.produced_log,
                     max_steps_per_s=args.max_steps_per_s,
                     weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     monitor = threading.Thread(target=_show_progress, args=(worker, stop, cfg), daemon=True)
     monitor.start()
     log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
