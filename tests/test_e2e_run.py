@@ -4,8 +4,10 @@ its own after --minutes, and leaves a resumable run folder."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,12 +31,25 @@ def test_rulka_run_then_resume(tmp_path):
         assert (run_dir / name).exists(), name
     accepted = (run_dir / "accepted.log").read_text().split("\n")
     assert {line.split()[0] for line in accepted if line} == {"worker0", "worker1"}
+    assert "resumed from" not in out.stderr
     first = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["number"]
 
-    # continue the same run: same keys, same run id, the version counter goes on
-    out = subprocess.run([*rulka, "run", str(ROOT / "configs" / "cartpole_simple.yaml"), "--workers", "1", "--minutes", "0.3", "--resume", str(run_dir),
-                          "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"],
-                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
+    # continue the same run (same keys, same run id), then stop it the way a user does: Ctrl-C
+    lines_before = len(accepted)
+    proc = subprocess.Popen([*rulka, "run", str(ROOT / "configs" / "cartpole_simple.yaml"), "--workers", "1",
+                             "--resume", str(run_dir), "--set", "logging.wandb.enabled=false",
+                             "--set", "logging.progress=never"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while len((run_dir / "accepted.log").read_text().split("\n")) < lines_before + 5:
+            assert time.monotonic() < deadline and proc.poll() is None, "the resumed run took no new segment"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "stopping" in err and f"--resume {run_dir}" in err
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["number"] > first
-    assert "resumed from ckpt-" in out.stderr
