@@ -317,3 +317,23 @@ def test_from_config_uses_the_real_config_and_its_scaled_suffix_schedule(tmp_pat
     logger.log({m.EPISODIC_RETURN: 1.0}, step=150)
     logger.close()
     assert (tmp_path / "run" / f"tensorboard{expected}").is_dir()
+
+
+def test_logging_from_several_threads_keeps_every_line_whole(tmp_path: Path) -> None:
+    import threading
+
+    logger = MetricsLogger(tmp_path, run_name="r", tensorboard=False)
+
+    def worker(k: int) -> None:
+        for i in range(200):
+            logger.log({m.per_worker(m.SAMPLES_PER_S, f"w{k}"): float(i)}, step=i)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    logger.close()
+    logger.log({m.EPISODIC_RETURN: 1.0}, step=999)  # after close: ignored, no error
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 800 and all(json.loads(line)["metrics"] for line in lines)

@@ -13,6 +13,7 @@ import math
 import os
 import secrets
 import string
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -247,6 +248,7 @@ class MetricsLogger:
         self._tb_pending = tensorboard
         self._closed = False
         self._logged = False
+        self._lock = threading.RLock()  # ingest and training threads may both log
         self.dropped_values = 0  # values that were not numbers
         self.wandb_sink: WandbSink | None = None
         wandb_cfg = dict(wandb or {})
@@ -319,30 +321,38 @@ class MetricsLogger:
                                 name, value)
         if not values:
             return
-        self._first_log(int(step))
-        self._each_sink("write", values, int(step), time.time())
+        with self._lock:
+            if self._closed:
+                return
+            self._first_log(int(step))
+            self._each_sink("write", values, int(step), time.time())
 
     def log_text(self, name: str, text: str, step: int) -> None:
         """Record a short text (e.g. the run's command line, a warning worth keeping)."""
         if self._closed:
             return
-        self._first_log(int(step))
-        self._each_sink("write_text", name, str(text), int(step), time.time())
+        with self._lock:
+            if self._closed:
+                return
+            self._first_log(int(step))
+            self._each_sink("write_text", name, str(text), int(step), time.time())
 
     def flush(self) -> None:
-        self._each_sink("flush")
+        with self._lock:
+            self._each_sink("flush")
 
     def close(self) -> None:
         """Flush and close every sink (finishes the wandb run). Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        for sink in self._sinks:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sinks, self._sinks = self._sinks, []
+        for sink in sinks:
             try:
                 sink.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("%s did not close cleanly: %s", sink.name, exc)
-        self._sinks = []
 
     def __enter__(self) -> MetricsLogger:
         return self
