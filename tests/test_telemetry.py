@@ -337,3 +337,24 @@ def test_logging_from_several_threads_keeps_every_line_whole(tmp_path: Path) -> 
     logger.log({m.EPISODIC_RETURN: 1.0}, step=999)  # after close: ignored, no error
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 800 and all(json.loads(line)["metrics"] for line in lines)
+
+
+def test_episode_stats_from_segments() -> None:
+    from types import SimpleNamespace
+
+    stats = EpisodeStats()
+    mid = SimpleNamespace(episode_done=False, map_name="A01", info={})
+    done = SimpleNamespace(episode_done=True, map_name="A01",
+                           info={"episode_return": 12.5, "race_time_ms": 41_230, "finished": True})
+    crashed = SimpleNamespace(episode_done=True, map_name="", info={"episode_return": 2.0, "race_time_ms": 9_000,
+                                                                     "finished": False, "track": "hairpins"})
+    nameless = SimpleNamespace(episode_done=True, map_name="", info={"episode_return": 4.0})
+    assert [stats.add_segment(s) for s in (mid, done, crashed, nameless)] == [False, True, True, True]
+    out = stats.pop_metrics()
+    assert out[m.EPISODIC_RETURN] == pytest.approx((12.5 + 2.0 + 4.0) / 3)
+    assert out[m.RACE_TIME_MS] == 41_230  # only the finished episode has a race time
+    assert out[m.FINISH_RATE] == pytest.approx(1 / 3)
+    assert out["charts/A01/race_time_ms"] == 41_230
+    assert out["charts/hairpins/finish_rate"] == 0.0
+    assert "charts/hairpins/race_time_ms" not in out
+    assert out[m.EPISODES] == 3.0

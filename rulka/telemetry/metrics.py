@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 # -- what the policy does -------------------------------------------------------------------------
 EPISODIC_RETURN = "charts/episodic_return"
@@ -67,6 +68,10 @@ def _scoped(metric: str, scope: str) -> str:
     if not scope or "/" in scope:
         raise ValueError(f"scope name {scope!r} must be non-empty and contain no '/'")
     return f"{namespace}/{scope}/{leaf}"
+
+
+def _valid_scope(scope: str) -> bool:
+    return bool(scope) and "/" not in scope
 
 
 def per_map(metric: str, map_name: str) -> str:
@@ -184,7 +189,22 @@ class EpisodeStats:
         self._pending: dict[str, list[tuple[float, float | None, bool]]] = {}
         self._episodes: dict[str, int] = {}
 
+    def add_segment(self, segment: Any) -> bool:
+        """Record the episode a ``rulka.segment.Segment`` ends (``episode_done``), from the info the
+        worker attaches (``episode_return``, ``race_time_ms``, ``finished``); the map is the
+        segment's ``map_name`` (else info ``map_name``/``track``). Returns whether it counted."""
+        info = getattr(segment, "info", None) or {}
+        ret = info.get("episode_return")
+        if not getattr(segment, "episode_done", False) or not isinstance(ret, int | float) or isinstance(ret, bool):
+            return False
+        map_name = getattr(segment, "map_name", "") or info.get("map_name") or info.get("track") or ""
+        race_time = info.get("race_time_ms")
+        race_time = float(race_time) if isinstance(race_time, int | float) and not isinstance(race_time, bool) else None
+        self.add(str(map_name), float(ret), race_time, bool(info.get("finished", False)))
+        return True
+
     def add(self, map_name: str, episodic_return: float, race_time_ms: float | None, finished: bool) -> None:
+        """One finished episode; ``map_name`` may be empty (then it counts only in the overall figures)."""
         with self._lock:
             self._pending.setdefault(map_name, []).append(
                 (float(episodic_return), None if race_time_ms is None else float(race_time_ms), bool(finished))
@@ -211,10 +231,12 @@ class EpisodeStats:
         if every:
             out.update(self._summarise(every))
         for map_name, rows in pending.items():
-            for name, value in self._summarise(rows).items():
-                out[per_map(name, map_name)] = value
+            if _valid_scope(map_name):
+                for name, value in self._summarise(rows).items():
+                    out[per_map(name, map_name)] = value
         if episodes:
             out[EPISODES] = float(sum(episodes.values()))
             for map_name, count in episodes.items():
-                out[per_map(EPISODES, map_name)] = float(count)
+                if _valid_scope(map_name):
+                    out[per_map(EPISODES, map_name)] = float(count)
         return out
