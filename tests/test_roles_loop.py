@@ -111,7 +111,15 @@ def test_run_local_threads_trains_and_workers_follow(tmp_path):
     assert set(result.workers) == {"local-0", "local-1"}
     assert all(s.episodes > 0 and s.weights_version >= 1 for s in result.workers.values())
     assert (tmp_path / "run" / "checkpoints" / "latest.json").exists()
-    assert np.isfinite(result.trainer["samples"])
+    first = result.trainer
+
+    again = run_local({"worker": {"segment_max_steps": 5}, "trainer": {"publish_every_updates": 5}}, n_workers=1,
+                      max_updates=30, max_seconds=60, agent=CountingAgent(), memory=ListMemory(),
+                      env_factory=lambda i: CountingEnv(6), actor_factory=lambda i: ConstActor(),
+                      run_dir=tmp_path / "run", resume=True)
+    assert again.trainer["run_id"] == first["run_id"]
+    assert again.trainer["updates"] == 30 and again.trainer["version"] == first["version"] + 1 + 2
+    assert np.isfinite(again.trainer["samples"]) and again.trainer["samples"] > first["samples"]
 
 
 @pytest.mark.parametrize("argv, needle", [

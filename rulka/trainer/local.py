@@ -51,6 +51,7 @@ def run_local(
     worker_state_dir: str | Path | None = None,
     progress: Any = None,
     worker_kwargs: dict[str, Any] | None = None,
+    resume: bool = False,
 ) -> LocalRunResult:
     """Run a trainer and ``n_workers`` workers in this process until a limit is reached.
 
@@ -58,7 +59,8 @@ def run_local(
     the config and from the weights' ``actor_spec``); ``compressor`` is used by the workers and
     ``trainer_compressor`` (default: the same) by the trainer. ``worker_state_dir`` keeps each
     worker's sequence numbers and unacknowledged segments in ``<dir>/<name>``; ``worker_kwargs``
-    go to every ``Worker`` (e.g. ``{"max_steps_per_s": 500}``).
+    go to every ``Worker`` (e.g. ``{"max_steps_per_s": 500}``); ``resume`` continues the run in
+    ``run_dir``.
     """
     if mode != "threads":
         raise ValueError("run_local runs threads; use `rulka run` (rulka.cli.run.launch) for processes")
@@ -69,7 +71,8 @@ def run_local(
     key = Ed25519PrivateKey.generate()
     public = key.public_key()
     trainer = Trainer(cfg, hub.trainer_link(), agent=agent, memory=memory, run_dir=run_dir,
-                      compressor=trainer_compressor or compressor, signing_key=key, progress=progress)
+                      compressor=trainer_compressor or compressor, signing_key=key, progress=progress,
+                      resume=resume)
     stop = threading.Event()
     result = LocalRunResult(trainer={})
     threads = []
