@@ -147,3 +147,24 @@ def test_role_commands_user_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("environment: {backend: gym, gym_id: CartPole-v1}\n")
     assert trainer_main(["--config", str(tmp_path / "c.yaml"), "--resume", str(tmp_path / "nope")]) == 2
     assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_test_mode_is_greedy_and_marks_evaluation_segments():
+    calls = []
+
+    class Spy(ConstActor):
+        def act_with_info(self, obs, test=False):
+            calls.append(test)
+            return 0, {}
+
+    hub = LocalHub()
+    w = Worker({"worker": {"segment_max_steps": 10}}, hub.worker_link("eval"), env=CountingEnv(4), actor=Spy(),
+               weights_decoder=lambda d: decode_weights(d, KEY.public_key()), test=True)
+    w.run(max_episodes=1, drain_timeout_s=0)
+    w._io_step()
+    segs = [m for m in hub.trainer_link().receive(timeout=1) if m.kind == "segment"]
+    from rulka.compress import ZstdCompressor
+
+    seg = ZstdCompressor().decompress(segs[0].payload)
+    assert calls == [True] * 4 and seg.evaluation is True and seg.episode_done
+    w.close()
