@@ -168,3 +168,33 @@ def test_test_mode_is_greedy_and_marks_evaluation_segments():
     seg = ZstdCompressor().decompress(segs[0].payload)
     assert calls == [True] * 4 and seg.evaluation is True and seg.episode_done
     w.close()
+
+
+def test_trainer_metrics_names_and_per_worker_rates():
+    from rulka.net.link import Message
+    from rulka.net.stats import encode_stats
+
+    class Sink:
+        def __init__(self):
+            self.records = []
+
+        def log(self, metrics, step):
+            self.records.append((step, dict(metrics)))
+
+        def close(self):
+            pass
+
+    sink = Sink()
+    t = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY,
+                metrics=sink)
+    t.publish()
+    t.ingest([seg_msg("pc1", 0), seg_msg("pc1", 0),
+              Message("stats", "pc1", encode_stats({"samples_per_s": 20.5, "unacked": 3}))])
+    t._report(force=True)
+    step, m = sink.records[-1]
+    assert step == 4
+    assert m["charts/samples_received"] == 4 and m["perf/segments_duplicate"] == 1
+    assert m["perf/workers_connected"] == 1 and m["charts/weights_version"] == 1
+    assert m["perf/pc1/samples_per_s"] == 20.5 and m["perf/pc1/unsent_segments"] == 3
+    assert m["perf/policy_lag_max"] == 1  # segment made with v0 while the trainer published v1
+    assert m["perf/ingest_mb_per_s"] > 0

@@ -473,6 +473,11 @@ class Trainer:
                             "perf/policy_lag_avg": float(np.mean(self._lags))})
         if self._window_returns:
             metrics["charts/episodic_return"] = float(np.mean(self._window_returns))
+        for worker, stats in self.worker_stats.items():
+            if now - stats["_t"] < 30 and isinstance(stats.get("samples_per_s"), (int, float)):
+                metrics[f"perf/{worker}/samples_per_s"] = float(stats["samples_per_s"])
+                if isinstance(stats.get("unacked"), int):
+                    metrics[f"perf/{worker}/unsent_segments"] = stats["unacked"]
         metrics.update(self._last_train_metrics)
         self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": now}
         self._lags, self._window_returns = [], []
