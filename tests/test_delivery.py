@@ -188,28 +188,28 @@ def test_non_numeric_extras_are_left_out_and_a_failing_memory_is_counted(keys, t
 
 
 class _Evil:
+    def __init__(self, path):
+        self.path = path
+
     def __reduce__(self):
         import os
 
-        return (os.mkdir, ("/tmp/rulka-pickle-was-executed",))
+        return (os.mkdir, (self.path,))
 
 
-def test_pickle_payloads_are_refused_and_never_executed(keys):
-    import os
+def test_pickle_payloads_are_refused_and_never_executed(keys, tmp_path):
     import pickle
 
     import zstandard
 
-    marker = "/tmp/rulka-pickle-was-executed"
-    if os.path.exists(marker):
-        os.rmdir(marker)
+    marker = tmp_path / "pickle-was-executed"
     key, _ = keys
     trainer = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=key)
-    raw = pickle.dumps(_Evil())
+    raw = pickle.dumps(_Evil(str(marker)))
     trainer.ingest([Message("segment", "w", raw), Message("segment", "w", zstandard.ZstdCompressor().compress(raw)),
                     Message("stats", "w", raw)])
     assert trainer.counters["bad_segment"] == 2 and trainer.counters["bad_stats"] == 1
-    assert not os.path.exists(marker)
+    assert not marker.exists()
     assert trainer.segments == 0
 
 
