@@ -67,6 +67,7 @@ class IQNAgent(TrainingAgent):
         self.device = torch.device(device)
         if seed is not None:
             torch.manual_seed(seed)
+        self._actor_seeds = np.random.default_rng(seed)  # exploration of actors made here
         self.online = IQNNetwork(spec).to(self.device).train()
         self.target = copy.deepcopy(self.online)
         for p in self.target.parameters():
@@ -210,7 +211,7 @@ class IQNAgent(TrainingAgent):
         return out
 
     def get_actor(self) -> IQNActor:
-        actor = IQNActor(**self.actor_spec()["kwargs"])
+        actor = IQNActor(**self.actor_spec()["kwargs"], seed=int(self._actor_seeds.integers(2**31)))
         actor.load_weights(self.actor_weights())
         return actor
 
