@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -108,6 +109,13 @@ def _tail(text: str, lines: int = 3) -> str:
     return " / ".join(kept)[:400]
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_script(name: str, bench_dir: Path, quick: bool, timeout_s: float) -> dict[str, Any]:
     """Run ``bench_dir/<name>.py``; returns a result dict with ``status`` ok|missing|failed|timeout|bad output."""
     script = bench_dir / f"{name}.py"
@@ -121,22 +129,30 @@ def run_script(name: str, bench_dir: Path, quick: bool, timeout_s: float) -> dic
     started = time.monotonic()
     for attempt in (args, []) if args else (args,):
         result["command"] = " ".join([shown, *attempt])
+        # own process group: a script's helpers (servers, workers) go with it on a timeout
+        proc = subprocess.Popen([sys.executable, str(script), *attempt], cwd=REPO_ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            proc = subprocess.run([sys.executable, str(script), *attempt], cwd=REPO_ROOT, env=env,
-                                  capture_output=True, text=True, timeout=timeout_s)
+            stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.communicate()
             return {**result, "status": "timeout", "seconds": round(time.monotonic() - started, 1),
                     "detail": f"no result within {timeout_s:g} s"}
-        if attempt and proc.returncode == 2 and "unrecognized arguments: --quick" in proc.stderr:
+        except BaseException:
+            _kill_group(proc)
+            raise
+        _kill_group(proc)  # stragglers a script left behind
+        if attempt and proc.returncode == 2 and "unrecognized arguments: --quick" in stderr:
             continue  # the script has no quick mode: run it in full
         break
     result["seconds"] = round(time.monotonic() - started, 1)
     if proc.returncode != 0:
         return {**result, "status": "failed",
-                "detail": f"exit code {proc.returncode}: {_tail(proc.stderr) or _tail(proc.stdout)}"}
-    figures = parse_json_output(proc.stdout)
+                "detail": f"exit code {proc.returncode}: {_tail(stderr) or _tail(stdout)}"}
+    figures = parse_json_output(stdout)
     if figures is None:
-        return {**result, "status": "bad output", "detail": f"no JSON object on stdout: {_tail(proc.stdout)!r}"}
+        return {**result, "status": "bad output", "detail": f"no JSON object on stdout: {_tail(stdout)!r}"}
     return {**result, "status": "ok", "figures": figures}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,12 @@ argparse.ArgumentParser().parse_args()
 print(json.dumps({"full_run": 1}))
 """
 SILENT = "print('no json here')\n"
-SLOW = "import time\ntime.sleep(30)\n"
+SLOW = """
+import pathlib, subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+pathlib.Path(sys.argv[0]).with_suffix(".pid").write_text(str(helper.pid))
+time.sleep(30)
+"""
 
 
 def _bench_dir(tmp_path: Path, **scripts: str) -> Path:
@@ -52,6 +58,9 @@ def test_quick_run_writes_figures_and_survives_bad_scripts(tmp_path: Path) -> No
     assert f"`python {folder / 'noquick.py'}`" in text
     assert "**bad output**: no JSON object on stdout" in text
     assert "**timeout**: no result within 3 s" in text
+    helper_pid = int((folder / "slow.pid").read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{helper_pid}").exists() or "Z" in Path(f"/proc/{helper_pid}/stat").read_text().split()[2]
     results = previous_results(out)
     assert {name: r["status"] for name, r in results.items()} == {
         "failing": "failed", "good": "ok", "noquick": "ok", "silent": "bad output", "slow": "timeout"}
