@@ -1,6 +1,6 @@
 """Benchmark: IQN learner throughput (training batches/s and samples/s) at batch 512.
 
-Two networks: the default run's (configs/sim_iqn.yaml: 64x48 image, dense 256) and a
+Two networks: the default run's (configs/sim_iqn.yaml: 48x36 image, dense 256) and a
 Linesight-size one (160x120 image, float hidden 256, dense 1024). Batches come from a
 ``MiniRaceReplayMemory`` filled with synthetic segments, so sampling + collate is included
 (also reported alone). Prints one JSON object per device (CPU always, CUDA when available).
@@ -27,7 +27,7 @@ FLOAT_DIM = 184  # the guide's float_input_dim with default environment settings
 N_ACTIONS = 12
 
 NETWORKS = {
-    "default_64x48_dense256": dict(image_height=48, image_width=64, float_hidden_dim=128, dense_hidden_dimension=256),
+    "default_48x36_dense256": dict(image_height=36, image_width=48, float_hidden_dim=128, dense_hidden_dimension=256),
     "linesight_160x120_dense1024": dict(image_height=120, image_width=160, float_hidden_dim=256,
                                         dense_hidden_dimension=1024),
 }
