@@ -147,3 +147,22 @@ def test_new_run_refuses_a_used_folder_and_resume_needs_a_folder(tmp_path):
     with pytest.raises(UserError):
         Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY,
                 resume=True)
+
+
+def test_checkpoint_writes_the_policy_file_that_render_loads(tmp_path):
+    from rulka.envs.sim.policy import load_policy
+
+    trainer = new_trainer(tmp_path)
+    trainer.ingest([seg_msg("w1", 0)])
+    trainer.checkpoint()
+    policy = tmp_path / "weights" / "policy.safetensors"
+    assert policy.is_file()
+    assert not list((tmp_path / "weights").glob(".*.tmp"))  # written atomically
+    actor, spec = load_policy(tmp_path)  # a run folder is enough
+    assert spec["actor"] == trainer.agent.actor_spec()["actor"]
+    expected = trainer.agent.get_actor().get_weights()
+    got = actor.get_weights()
+    assert set(got) == set(expected)
+    for name, value in expected.items():
+        assert torch.equal(torch.as_tensor(got[name]), torch.as_tensor(value))
+    trainer.close()

@@ -126,6 +126,13 @@ def cmd_render(args: argparse.Namespace) -> int:
 
         actor, spec = load_policy(args.policy)
         config = spec.get("run_config")
+        if config is None and isinstance(spec.get("run_config_json"), str):
+            # what rulka-trainer writes into <run>/weights/policy.safetensors
+            import json
+
+            from rulka.config import config_from_dict
+
+            config = config_from_dict(json.loads(spec["run_config_json"]))
     env = SimTrackEnv(config=config, track=args.track, render_mode="rgb_array",
                       image=None if config is not None else True)
     obs, _ = env.reset(seed=0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -174,17 +175,22 @@ class Trainer:
         full = self.cfg.to_dict() if hasattr(self.cfg, "to_dict") else dict(self.cfg)
         return {k: full[k] for k in WORKER_CONFIG_SECTIONS if k in full}
 
+    def _actor_spec_with_config(self) -> dict[str, Any]:
+        """The agent's actor spec plus, as ``run_config_json``, the config sections a worker needs
+        (a JSON string: a config tree is deeper than the blob header's plain-data check allows)."""
+        spec = dict(self.agent.actor_spec())
+        run_config = self.worker_config()
+        if run_config is not None:
+            spec["run_config_json"] = json.dumps(run_config, default=str)
+        return spec
+
     def publish(self) -> int:
         """Sign and broadcast the agent's current actor weights as the next version."""
         from rulka.net.weights import WeightsBlob
 
         self.version += 1
-        spec = dict(self.agent.actor_spec())
-        run_config = self.worker_config()
-        if run_config is not None:
-            # as a JSON string: a config tree is deeper than the blob header's plain-data check allows
-            spec["run_config_json"] = json.dumps(run_config, default=str)
-        blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(), spec)
+        blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(),
+                           self._actor_spec_with_config())
         self._last_weights = self._encode_weights(blob)
         self.link.broadcast("weights", self._last_weights)
         return self.version
@@ -241,9 +247,23 @@ class Trainer:
         for old in (self.run_dir / "journal").glob("journal-*.bin"):
             if int(old.stem.split("-")[1]) < self.journal_number:
                 old.unlink(missing_ok=True)
+        self._save_policy()
         self._last_checkpoint = time.monotonic()
         log.info("checkpoint %s (v%d, %d updates, %d samples)", folder.name, self.version, self.updates, self.samples)
         return folder
+
+    def _save_policy(self) -> None:
+        """The current actor as ``<run>/weights/policy.safetensors`` (for ``rulka sim render
+        --policy RUN_DIR`` and for sharing a driver); written atomically."""
+        assert self.run_dir is not None
+        from rulka.envs.sim.policy import POLICY_FILE, save_policy
+
+        spec = self._actor_spec_with_config()
+        folder = self.run_dir / "weights"
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{POLICY_FILE}.tmp"
+        save_policy(tmp, self.agent.get_actor().get_weights(), spec)
+        os.replace(tmp, folder / POLICY_FILE)
 
     def _restore(self) -> None:
         assert self.run_dir is not None

@@ -72,9 +72,14 @@ def make_env(cfg: Any) -> Any:
     return factory(config=cfg) if "config" in params else factory()
 
 
-def obs_to_arrays(obs: Any) -> dict[str, np.ndarray]:
+POTENTIAL_KEY = "obs/potential"
+
+
+def obs_to_arrays(obs: Any, info: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
     """One observation -> ``{"obs/<name>": array}``: a dict observation gives one array per key,
-    anything else ``obs/x``. float64 is narrowed to float32 (what networks use)."""
+    anything else ``obs/x``. float64 is narrowed to float32 (what networks use). When the env's
+    ``info`` carries a numeric ``potential`` (the TrackMania pipeline's shaping potential of this
+    observation), it is kept as ``obs/potential`` so the memory can add the shaping terms."""
     items = obs.items() if isinstance(obs, Mapping) else [("x", obs)]
     out = {}
     for key, value in items:
@@ -82,12 +87,16 @@ def obs_to_arrays(obs: Any) -> dict[str, np.ndarray]:
         if arr.dtype == np.float64:
             arr = arr.astype(np.float32)
         out[f"obs/{key}"] = arr
+    potential = info.get("potential") if isinstance(info, Mapping) else None
+    if isinstance(potential, (int, float, np.number)) and not isinstance(potential, bool):
+        out[POTENTIAL_KEY] = np.float32(potential)
     return out
 
 
 def arrays_to_obs(arrays: Mapping[str, np.ndarray], index: int) -> Any:
-    """Inverse of ``obs_to_arrays`` for step ``index`` of a segment."""
-    names = [k for k in arrays if k.startswith("obs/")]
+    """Inverse of ``obs_to_arrays`` for step ``index`` of a segment (``obs/potential``, the
+    shaping potential recorded beside each observation, is not part of the observation)."""
+    names = [k for k in arrays if k.startswith("obs/") and k != POTENTIAL_KEY]
     if names == ["obs/x"]:
         return arrays["obs/x"][index]
     return {k[4:]: arrays[k][index] for k in names}

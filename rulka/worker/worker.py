@@ -413,11 +413,11 @@ class Worker:
     def _run_episode(self, stop_event: threading.Event, step_budget: int | None) -> int:
         """One episode; returns its steps, or -1 if it was cut short by ``stop_event``."""
         episode_id = self.counters.take_episode()
-        obs, _ = self.env.reset()
+        obs, reset_info = self.env.reset()
         if self.actor is not None:
             self.actor.reset()
         buf = _EpisodeBuffer()
-        buf.start(obs_to_arrays(obs), 0)
+        buf.start(obs_to_arrays(obs, reset_info), 0)
         index = 0
         ret = 0.0
         step = 0
@@ -438,7 +438,7 @@ class Worker:
             self.stats.steps += 1
             self._rate_steps += 1
             done = bool(terminated or truncated)
-            buf.add(action, extras, float(reward), bool(terminated), bool(truncated), obs_to_arrays(obs))
+            buf.add(action, extras, float(reward), bool(terminated), bool(truncated), obs_to_arrays(obs, info))
             if done or len(buf) >= self.segment_max_steps:
                 seg_info: dict[str, Any] = {}
                 if done:
