@@ -92,3 +92,22 @@ def test_reference_time_of_a_bundled_track_comes_from_the_simulator(tmp_path: Pa
     assert _bundled_reference_ms("default") == float(expected)
     assert _bundled_reference_ms("no-such-track") is None
     assert _bundled_reference_ms("/etc/passwd.json") is None
+
+
+def test_single_track_sim_run_gets_the_reference_line_from_its_config(tmp_path: Path) -> None:
+    tracks = pytest.importorskip("rulka.envs.sim.tracks")
+    from rulka.telemetry.plot import run_track
+
+    with MetricsLogger(tmp_path, run_name="r", tensorboard=False) as logger:
+        for i in range(1, 5):
+            logger.log({m.RACE_TIME_MS: 40_000.0 - i}, step=i)
+    assert run_track(tmp_path) is None
+    (tmp_path / "config.resolved.yaml").write_text("environment:\n  backend: sim\n  track: hairpins\n")
+    assert run_track(tmp_path) == "hairpins"
+    assert tracks.load_track_spec("hairpins")["reference_time_ms"]
+    assert main(["plot", str(tmp_path), "--out", str(tmp_path / "with")]) == 0
+    assert _has_red(_pixels(tmp_path / "with" / "all_maps.png"))
+    (tmp_path / "config.resolved.yaml").write_text("environment:\n  backend: gym\n  track: hairpins\n")
+    assert run_track(tmp_path) is None
+    (tmp_path / "config.resolved.yaml").write_text("!!python/object:os.system {}\n")
+    assert run_track(tmp_path) is None  # safe_load refuses objects

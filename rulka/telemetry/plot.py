@@ -48,6 +48,23 @@ def _bundled_reference_ms(map_name: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def run_track(run_dir: Path) -> str | None:
+    """The simulator track a run drove, from its ``config.resolved.yaml`` (None for other envs)."""
+    path = run_dir / "config.resolved.yaml"
+    try:
+        import yaml
+
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)  # plain data only, never objects
+    except Exception:  # noqa: BLE001 - missing or damaged file (OSError, YAMLError): no reference line
+        return None
+    env = doc.get("environment") if isinstance(doc, dict) else None
+    if not isinstance(env, dict) or env.get("backend", "sim") != "sim":
+        return None
+    track = env.get("track")
+    return track if isinstance(track, str) else None
+
+
 def reference_times(series: Series, maps: list[str],
                     lookup: Callable[[str], float | None] = _bundled_reference_ms) -> dict[str, float]:
     """Reference time (ms) per map: logged ``charts/<map>/reference_time_ms`` first, else the
@@ -126,6 +143,12 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
     wall_scale, wall_unit = (3600.0, "hours") if span_s > 3 * 3600 else (60.0, "minutes")
     maps = _maps(series)
     refs = dict(reference_times(series, maps))
+    track = run_track(run_dir)
+    if track and OVERALL not in refs and [mp for mp in maps if mp != OVERALL] in ([], [track]):
+        # a single-track simulator run: its overall curve is that track's
+        found = _bundled_reference_ms(track)
+        if found is not None:
+            refs[OVERALL] = found
     refs.update(reference_ms or {})
     written: list[Path] = []
     for map_name in maps:
