@@ -22,7 +22,8 @@ def _report(trainer_seen: float | None = 1.0, worker_seen: tuple[float, ...] = (
     ]
     trainer = None if trainer_seen is None else {
         "weights_version": 7, "updates": 34_000, "samples": 1_200_000, "last_seen_s": trainer_seen}
-    return {"server": {"clients": len(workers) + (trainer is not None)}, "trainer": trainer, "workers": workers}
+    return {"server": {"uptime_s": 12.0, "workers_connected": [w["name"] for w in workers]},
+            "trainer": trainer, "workers": workers}
 
 
 def _args(tmp_path: Path, *extra: str) -> Any:
@@ -40,7 +41,7 @@ def test_table_lists_workers_and_trainer(tmp_path: Path) -> None:
     assert run_status(_args(tmp_path, "--timeout", "3"), query=query, out=out) == 0
     assert calls == [("127.0.0.1", 55555, tmp_path, 3.0)]
     lines = out.getvalue().splitlines()
-    assert lines[0] == "server   clients 3"
+    assert lines[0] == "server   uptime 12s  workers connected 2"
     assert lines[1] == "trainer  weights version 7  updates 34,000  samples 1,200,000  last seen 1.0s ago"
     header = lines[3].split()
     assert header == ["WORKER", "ADDRESS", "EPISODES", "SAMPLES/S", "VERSION", "LAST", "SEEN"]
@@ -56,7 +57,7 @@ def test_table_lists_workers_and_trainer(tmp_path: Path) -> None:
         (None, (0.5,), 1, "the trainer is not connected"),
         (45.0, (0.5,), 1, "the trainer has been silent for over 30 s"),
         (1.0, (), 1, "no worker is connected"),
-        (1.0, (40.0, 31.0), 1, "every worker has been silent for over 30 s"),
+        (1.0, (40.0, 31.0), 1, "every worker has disconnected or been silent for over 30 s"),
     ],
 )
 def test_exit_code(trainer_seen: float | None, worker_seen: tuple[float, ...], expected: int, reason: str) -> None:
@@ -98,3 +99,20 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("error: --server must look like HOST:PORT")
     assert err[1].startswith("error: credentials folder") and "rulka keys" in err[1]
+
+
+def test_the_servers_view_of_connections_counts() -> None:
+    report = _report()
+    report["server"] = {
+        "uptime_s": 75.5, "trainer_connected": True, "workers_connected": ["pc1"], "bad_inputs": {"auth": 2, "size": 1},
+        "clients": {"pc1": {"connected": True}, "pc2": {"connected": False}, "trainer": {"connected": True}},
+    }
+    text = format_status(report)
+    assert text.splitlines()[0] == "server   uptime 75.5s  trainer connected yes  workers connected 1  bad inputs 3"
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("pc")}
+    assert not rows["pc1"].endswith("GONE") and rows["pc2"].endswith("GONE")  # pc2 left, though seen 2 s ago
+    assert exit_code(report, 30.0) == (0, "")
+    report["server"]["clients"]["pc1"]["connected"] = False
+    assert exit_code(report, 30.0) == (1, "every worker has disconnected or been silent for over 30 s")
+    report["server"]["trainer_connected"] = False
+    assert exit_code(report, 30.0) == (1, "the trainer has disconnected")

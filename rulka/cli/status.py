@@ -55,23 +55,57 @@ def parse_server(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def _alive(row: Mapping[str, Any] | None, stale_s: float) -> bool:
-    if not row:
+def _connected(report: Mapping[str, Any], name: str) -> bool | None:
+    """What the server says about ``name``'s connection (None when it does not say)."""
+    server = report.get("server") or {}
+    if name == "trainer" and isinstance(server.get("trainer_connected"), bool):
+        return bool(server["trainer_connected"])
+    clients = server.get("clients")
+    client = clients.get(name) if isinstance(clients, Mapping) else None
+    if isinstance(client, Mapping) and isinstance(client.get("connected"), bool):
+        return bool(client["connected"])
+    return None
+
+
+def _alive(row: Mapping[str, Any] | None, stale_s: float, connected: bool | None = None) -> bool:
+    if not row or connected is False:
         return False
     last_seen = row.get("last_seen_s")
     return isinstance(last_seen, int | float) and last_seen <= stale_s
 
 
 def exit_code(report: Mapping[str, Any], stale_s: float) -> tuple[int, str]:
-    """``(code, reason)``: 1 with a reason when the trainer or every worker is gone."""
-    if not _alive(report.get("trainer"), stale_s):
-        return EXIT_DEGRADED, "the trainer is not connected" if not report.get("trainer") else (
-            f"the trainer has been silent for over {stale_s:g} s")
+    """``(code, reason)``: 1 with a reason when the trainer or every worker is gone (silent for
+    over ``stale_s`` seconds, or disconnected according to the server)."""
+    trainer = report.get("trainer")
+    if not trainer:
+        return EXIT_DEGRADED, "the trainer is not connected"
+    if not _alive(trainer, stale_s, _connected(report, "trainer")):
+        if _connected(report, "trainer") is False:
+            return EXIT_DEGRADED, "the trainer has disconnected"
+        return EXIT_DEGRADED, f"the trainer has been silent for over {stale_s:g} s"
     workers = report.get("workers") or []
-    if not any(_alive(w, stale_s) for w in workers):
-        return EXIT_DEGRADED, "no worker is connected" if not workers else (
-            f"every worker has been silent for over {stale_s:g} s")
+    if not workers:
+        return EXIT_DEGRADED, "no worker is connected"
+    if not any(_alive(w, stale_s, _connected(report, str(w.get("name")))) for w in workers):
+        return EXIT_DEGRADED, f"every worker has disconnected or been silent for over {stale_s:g} s"
     return EXIT_OK, ""
+
+
+def _server_line(server: Mapping[str, Any]) -> str:
+    parts = []
+    for key, value in server.items():
+        if key == "clients":
+            continue  # shown per row
+        if isinstance(value, Mapping):  # e.g. bad_inputs: reason -> count
+            value = sum(v for v in value.values() if isinstance(v, int | float))
+        elif isinstance(value, list | tuple):
+            value = len(value)
+        if key.endswith("_s") and isinstance(value, int | float):
+            parts.append(f"{key[:-2].replace('_', ' ')} {format_value(value)}s")
+        else:
+            parts.append(f"{key.replace('_', ' ')} {format_value(value)}")
+    return "server   " + "  ".join(parts)
 
 
 def _seconds(value: Any) -> str:
@@ -88,10 +122,10 @@ def format_status(report: Mapping[str, Any], stale_s: float = 30.0) -> str:
     lines = []
     server = report.get("server") or {}
     if server:
-        lines.append("server   " + "  ".join(f"{k} {format_value(v)}" for k, v in server.items()))
+        lines.append(_server_line(server))
     trainer = report.get("trainer")
     if trainer:
-        state = "" if _alive(trainer, stale_s) else "  (GONE)"
+        state = "" if _alive(trainer, stale_s, _connected(report, "trainer")) else "  (GONE)"
         known = ("weights_version", "updates", "samples", "memory_size", "updates_per_s")
         parts = [f"{k.replace('_', ' ')} {format_value(trainer[k])}" for k in known if k in trainer]
         lines.append("trainer  " + "  ".join(parts) + f"  last seen {_seconds(trainer.get('last_seen_s'))}{state}")
@@ -103,7 +137,8 @@ def format_status(report: Mapping[str, Any], stale_s: float = 30.0) -> str:
         rows = [[
             str(w.get("name", "?")), str(w.get("address") or "-"), format_value(w.get("episodes")),
             format_value(w.get("samples_per_s")), format_value(w.get("weights_version")),
-            _seconds(w.get("last_seen_s")), "" if _alive(w, stale_s) else "GONE",
+            _seconds(w.get("last_seen_s")),
+            "" if _alive(w, stale_s, _connected(report, str(w.get("name")))) else "GONE",
         ] for w in workers]
         lines.append("")
         lines.extend(_table(header, rows))
