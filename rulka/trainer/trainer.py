@@ -35,6 +35,7 @@ from rulka.errors import BadInput, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
 from rulka.net.link import LinkClosed, Message, TrainerLink
 from rulka.segment import Segment, pack
+from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.dedupe import Dedupe
 from rulka.trainer.journal import JournalWriter, journal_path, read_journal
@@ -139,7 +140,9 @@ class Trainer:
         self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": time.monotonic()}
         self._lags: list[int] = []
         self._returns: list[float] = []  # recent episode returns (progress line)
-        self._window_returns: list[float] = []  # since the last metrics record
+        # returns, race times and finish rates per map since the last metrics record
+        self.episode_stats = EpisodeStats()
+        self.last_race_time_ms: float | None = None  # latest finished race (progress line)
         self._last_train_metrics: dict[str, float] = {}
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -376,7 +379,10 @@ class Trainer:
             ret = seg.info.get("episode_return")
             if isinstance(ret, (int, float)):
                 self._returns = (self._returns + [float(ret)])[-100:]
-                self._window_returns.append(float(ret))
+            self.episode_stats.add_segment(seg)
+            race_time = seg.info.get("race_time_ms")
+            if seg.info.get("finished") is True and isinstance(race_time, (int, float)):
+                self.last_race_time_ms = float(race_time)
         if acks is not None:
             acks[sender].append(seg.seq)
 
@@ -472,7 +478,9 @@ class Trainer:
             try:
                 self.progress.update(samples=self.samples, updates=self.updates, version=self.version,
                                      workers=self._connected_workers(), episodes=self.episodes,
-                                     ret=round(float(np.mean(self._returns[-20:])), 1) if self._returns else None)
+                                     ret=round(float(np.mean(self._returns[-20:])), 1) if self._returns else None,
+                                     race_s=None if self.last_race_time_ms is None
+                                     else round(self.last_race_time_ms / 1000, 2))
             except Exception:  # noqa: BLE001 - a display problem never stops training
                 self.progress = None
         if not force and now - self._last_log < self.log_every_s:
@@ -491,8 +499,8 @@ class Trainer:
         if self._lags:
             metrics.update({"perf/policy_lag_min": min(self._lags), "perf/policy_lag_max": max(self._lags),
                             "perf/policy_lag_avg": float(np.mean(self._lags))})
-        if self._window_returns:
-            metrics["charts/episodic_return"] = float(np.mean(self._window_returns))
+        metrics.update(self.episode_stats.pop_metrics())
+        metrics["charts/episodes"] = self.episodes  # the run's total (restored on resume)
         for worker, stats in self.worker_stats.items():
             if now - stats["_t"] < 30 and isinstance(stats.get("samples_per_s"), (int, float)):
                 metrics[f"perf/{worker}/samples_per_s"] = float(stats["samples_per_s"])
@@ -500,7 +508,7 @@ class Trainer:
                     metrics[f"perf/{worker}/unsent_segments"] = stats["unacked"]
         metrics.update(self._last_train_metrics)
         self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": now}
-        self._lags, self._window_returns = [], []
+        self._lags = []
         self._last_log = now
         if self.metrics is not None:
             try:

@@ -371,7 +371,7 @@ class Worker:
         seg = Segment(
             run_id=self.run_id, worker_id=self.name, episode_id=episode_id, seq=seq,
             index_in_episode=index, first_step=buf.first_step, policy_version=self.stats.weights_version,
-            arrays=buf.arrays(), episode_done=done, map_name=str(info.get("map_name", "")),
+            arrays=buf.arrays(), episode_done=done, map_name=str(info.get("map_name") or info.get("track") or ""),
             evaluation=self.test, info=info,
         )
         payload = self.compressor.compress(seg)
@@ -443,7 +443,7 @@ class Worker:
                 seg_info: dict[str, Any] = {}
                 if done:
                     seg_info = {"episode_return": ret, "episode_length": step}
-                    for key in ("race_time_ms", "finished", "map_name", "progress_m"):
+                    for key in ("race_time_ms", "finished", "map_name", "track", "progress_m", "reference_time_ms"):
                         value = info.get(key) if isinstance(info, dict) else None
                         if isinstance(value, (bool, int, float, str, np.generic)):
                             seg_info[key] = value.item() if isinstance(value, np.generic) else value
