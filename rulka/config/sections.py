@@ -1036,6 +1036,9 @@ class WorkerConfig(Section):
     """When the resend queue is full: pause collection, or drop the oldest segment (counted)."""
     num_envs: PositiveInt = 1
     """Environments this worker runs."""
+    max_steps_per_s: PositiveFloat | None = None
+    """Cap on env steps per second (null = as fast as the env goes). A fast simulator would
+    otherwise take the CPU a trainer on the same machine needs; a real game sets its own pace."""
 
 
 class TrainerConfig(Section):

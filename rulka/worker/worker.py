@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rulka.errors import BadInput
+from rulka.errors import BadInput, UserError
 from rulka.interfaces import ActorModule, SampleCompressor
 from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
 from rulka.segment import ALLOWED_DTYPES, Segment, pack, unpack
@@ -171,7 +171,9 @@ class Worker:
         self.stats_every_s = stats_every_s
         self.resend_after_s = resend_after_s
         self.max_in_flight = max_in_flight
-        self.min_step_s = 1.0 / max_steps_per_s if max_steps_per_s else 0.0
+        self._max_steps_per_s = max_steps_per_s
+        self.min_step_s = 0.0
+        self._apply_step_cap()
         self._next_step_t = 0.0
         self.run_id = ""
         self.stats = WorkerStats()
@@ -234,10 +236,19 @@ class Worker:
         if self.cfg is None and isinstance(spec.get("run_config_json"), str):
             try:
                 self.cfg = self._config_from_dict(json.loads(spec["run_config_json"]))
-            except ValueError as exc:  # bad JSON; a config that does not validate raises ConfigError
+            except (ValueError, UserError) as exc:  # bad JSON, or a config that does not validate
                 log.warning("weights v%d carry an unreadable run config: %s", blob.version, exc)
+                self.stats.weights_rejected += 1
+                return False
+            self._apply_step_cap()
         elif self.cfg is None and isinstance(spec.get("run_config"), dict):
-            self.cfg = self._config_from_dict(spec["run_config"])
+            try:
+                self.cfg = self._config_from_dict(spec["run_config"])
+            except UserError as exc:
+                log.warning("weights v%d carry an invalid run config: %s", blob.version, exc)
+                self.stats.weights_rejected += 1
+                return False
+            self._apply_step_cap()
         if self.actor is None:
             if "actor" not in spec:
                 log.warning("weights v%d carry no actor_spec; cannot build an actor", blob.version)
@@ -250,6 +261,11 @@ class Worker:
         self.run_id = str(blob.run_id)
         log.debug("loaded weights v%d", blob.version)
         return True
+
+    def _apply_step_cap(self) -> None:
+        # the command line wins over worker.max_steps_per_s (which may arrive with the weights)
+        cap = self._max_steps_per_s or opt(self.cfg, "worker.max_steps_per_s")
+        self.min_step_s = 1.0 / float(cap) if cap else 0.0
 
     @staticmethod
     def _config_from_dict(d: dict[str, Any]) -> Any:
