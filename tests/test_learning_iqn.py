@@ -48,6 +48,7 @@ def _greedy_return(env, actor, episodes: int, seed: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # about 5-11 minutes on 2 cores depending on load; the default is 900 s
 def test_cartpole_iqn_reaches_475():
     import gymnasium as gym
 
