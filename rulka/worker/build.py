@@ -102,23 +102,13 @@ def arrays_to_obs(arrays: Mapping[str, np.ndarray], index: int) -> Any:
     return {k[4:]: arrays[k][index] for k in names}
 
 
-def network_settings(cfg: Any, *, host: str | None = None, port: int | None = None) -> dict[str, Any]:
-    """The transport's settings (``rulka.net.settings.NetworkSettings`` keys) from the config's
-    ``network`` section, with ``host``/``port`` from the command line winning."""
-    net = opt(cfg, "network")
-    out: dict[str, Any] = {}
-    for key in ("chunk_bytes", "max_message_bytes", "allow_plain_tcp"):
-        value = opt(net, key)
-        if value is not None:
-            out[key] = value
-    backoff = opt(net, "reconnect_backoff_s")
-    if isinstance(backoff, (list, tuple)) and len(backoff) == 2:
-        out["reconnect_backoff_s"], out["reconnect_backoff_max_s"] = float(backoff[0]), float(backoff[1])
-    elif isinstance(backoff, (int, float)):
-        out["reconnect_backoff_s"] = float(backoff)
-    out["host"] = host or opt(net, "server_host") or opt(net, "host") or "127.0.0.1"
-    out["port"] = int(port if port is not None else opt(net, "port", 55555))
-    return out
+def network_settings(cfg: Any, *, host: str | None = None, port: int | None = None) -> Any:
+    """The transport's settings (``rulka.net.settings.NetworkSettings``) from the config's
+    ``network`` section (every key: TLS, chunking, backoff, outbox, heartbeat), with ``host`` and
+    ``port`` from the command line winning."""
+    from rulka.net.settings import NetworkSettings
+
+    return NetworkSettings.from_config(opt(cfg, "network"), host=host, port=port)
 
 
 def parse_address(text: str) -> tuple[str, int]:
