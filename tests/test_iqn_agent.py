@@ -132,7 +132,10 @@ def test_factories_from_config_files():
     assert make_memory(cfg).mini_race is None
     sim = load_config(configs / "sim_iqn.yaml")
     agent = make_agent(sim, device="cpu")
-    assert agent.spec.image_height > 0 and agent.spec.n_actions == 12
+    # the CPU default runs without the image; the image path builds from the same file
+    assert sim.nn.vis.no_image and agent.spec.image_height == 0 and agent.spec.n_actions == 12
+    with_img = make_agent(load_config(configs / "sim_iqn.yaml", ["nn.vis.no_image=false"]), device="cpu")
+    assert (with_img.spec.image_height, with_img.spec.image_width) == (36, 48)
     assert agent.spec.float_dim == sim.float_input_dim
     assert agent.spec.float_mean[0] == pytest.approx(sim.temporal_mini_race_duration_actions / 2)
     mem = make_memory(sim)
