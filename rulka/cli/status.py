@@ -166,7 +166,7 @@ def _query_server(host: str, port: int, keys: Path, timeout: float, config: Path
     except ImportError as exc:
         raise UserError(f"this rulka build cannot query servers ({exc})") from exc
     # the command line's host and port win over the config file's
-    network = {**_network_section(config), "host": host, "server_host": host, "port": port}
+    network = {**_network_section(config), "host": host, "port": port}  # "host" wins over server_host
     return query_status(network, keys, timeout)
 
 
