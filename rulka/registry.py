@@ -34,6 +34,11 @@ def registered(kind: str) -> list[str]:
     return sorted(_BUILTIN.get(kind, {}))
 
 
+def is_known(kind: str, name: str) -> bool:
+    """Whether ``name`` is registered for ``kind`` or has the ``module:Class`` form (nothing is imported)."""
+    return name in _BUILTIN.get(kind, {}) or (":" in name and all(name.partition(":")[::2]))
+
+
 def _import_target(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:

@@ -163,7 +163,54 @@ def test_check_plugins_names_the_key_of_a_missing_plugin(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "run.yaml").write_text("worker:\n  actor: nope\n")
+    (tmp_path / "run.yaml").write_text("trainer:\n  agent: nope\n")
     assert main(["config", "validate", "run.yaml", "--check-plugins"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: config key `worker.actor`: unknown actor plugin 'nope' (registered: ")
+    assert err.startswith("error: run.yaml: config key `trainer.agent`: unknown agent plugin 'nope' (registered: ")
+
+
+@pytest.mark.parametrize("check_plugins", [[], ["--check-plugins"]])
+@pytest.mark.parametrize(
+    "setting, key",
+    [
+        ("training.algorithm=ppo", "training.algorithm"),
+        ("environment.backend=tmnf", "environment.backend"),
+        ("trainer.memory=no_such_memory", "trainer.memory"),
+        ("worker.compressor=lz5", "worker.compressor"),
+    ],
+)
+def test_validate_answers_what_the_start_would_for_plugins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch, setting: str, key: str, check_plugins: list[str]
+) -> None:
+    """An algorithm or backend that validates must start: one that is not built fails validation,
+    with or without --check-plugins, naming the key."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "validate", str(REPO / "configs" / "default.yaml"), "--set", setting, *check_plugins]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"config key `{key}`" in err and "\n" not in err
+
+
+def test_validate_refuses_a_key_that_is_not_built_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text("performance:\n  running_speed: 80\n")
+    assert main(["config", "validate", "run.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "error: run.yaml: config key `performance` is not built yet (documented, but nothing acts on it); "
+        "remove it or use the default"
+    )
+    # the same value at its default is fine
+    (tmp_path / "run.yaml").write_text("performance:\n  running_speed: 160\n")
+    assert main(["config", "validate", "run.yaml"]) == 0
+
+
+def test_roles_refuse_to_start_with_a_key_that_is_not_built(tmp_path: Path) -> None:
+    """The trainer's start gives the same one-line refusal as validate (before it needs keys)."""
+    out = subprocess.run([sys.executable, "-m", "rulka.trainer.cli", "--config", str(REPO / "configs" / "sim_iqn.yaml"), "--set", "worker.num_envs=4",
+                          "--keys", str(tmp_path / "none")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].endswith(
+        "config key `worker.num_envs` is not built yet (documented, but nothing acts on it); remove it or use the default"
+    )

@@ -140,3 +140,23 @@ def test_factories_from_config_files():
     assert agent.spec.float_mean[0] == pytest.approx(sim.temporal_mini_race_duration_actions / 2)
     mem = make_memory(sim)
     assert mem.mini_race == sim.temporal_mini_race_duration_actions
+
+
+def test_trainer_device_decides_where_the_agent_trains(tmp_path):
+    """trainer.device (or RULKA_DEVICE in .env) picks the device; auto is cuda only when torch sees one."""
+    from rulka.agents.iqn.settings import make_agent
+    from rulka.config import load_config
+    from rulka.errors import ConfigError
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "cartpole_iqn.yaml"
+    assert make_agent(load_config(config, ["trainer.device=cpu"])).device == torch.device("cpu")
+    auto = make_agent(load_config(config))
+    assert auto.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    env_file = tmp_path / ".env"
+    env_file.write_text("RULKA_DEVICE=cpu\n")
+    assert load_config(config, env_file=env_file).trainer.device == "cpu"
+    with pytest.raises(ConfigError, match="trainer.device"):
+        load_config(config, ["trainer.device=gpu0"])
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="`trainer.device` is cuda but torch sees no CUDA device"):
+            make_agent(load_config(config, ["trainer.device=cuda"]))

@@ -54,44 +54,24 @@ def summary(cfg: RulkaConfig) -> str:
     return ", ".join(parts)
 
 
-def check_plugins(cfg: RulkaConfig) -> list[str]:
-    """Resolve every plugin the config names (imports them); returns the ``kind=name`` checked.
-
-    Raises UserError naming the config key of the first plugin that cannot be found.
-    """
-    from rulka import registry
-
-    wanted = [
-        ("worker.actor", "actor", cfg.worker.actor),
-        ("worker.compressor", "compressor", cfg.worker.compressor),
-        ("trainer.agent", "agent", cfg.trainer.agent),
-        ("trainer.memory", "memory", cfg.trainer.memory),
-    ]
-    if cfg.environment.backend in registry.registered("env"):
-        wanted.append(("environment.backend", "env", cfg.environment.backend))
-    checked = []
-    for key, kind, name in wanted:
-        try:
-            registry.resolve(kind, str(name))
-        except UserError as exc:
-            raise UserError(f"config key `{key}`: {exc}") from None
-        checked.append(f"{kind}={name}")
-    return checked
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
+    from rulka.config.built import check_startable
+
     failed = 0
     for file in args.files:
         try:
             cfg = _load(file, args)
-            plugins = check_plugins(cfg) if args.check_plugins else []
+            try:
+                plugins = check_startable(cfg, import_plugins=args.check_plugins)
+            except UserError as exc:
+                raise UserError(f"{file}: {exc}") from None
         except UserError as exc:
             # report every file, so `rulka config validate configs/*.yaml` lists all problems at once
             print(f"error: {exc}", file=sys.stderr)
             failed += 1
             continue
         extra = f", {len(args.overrides)} override(s)" if args.overrides else ""
-        extra += f", plugins found ({' '.join(plugins)})" if plugins else ""
+        extra += f", plugins found ({' '.join(plugins)})" if args.check_plugins else ""
         print(f"ok: {file} - {summary(cfg)}{extra}")
     return ConfigError.exit_code if failed else 0
 
@@ -172,7 +152,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check config files: one 'ok' line each, or the error and exit 2",
         description=(
             "Load each FILE (with the same overrides), check every key, type and cross-key rule, "
-            "and print one line per file. Exit 0 when all are valid, 2 otherwise."
+            "refuse keys that are documented but not built yet, check that the learner, memory, "
+            "compressor and environment backend it names exist, and print one line per file. "
+            "Exit 0 when all are valid (a role would start), 2 otherwise."
         ),
     )
     p.add_argument("files", metavar="FILE", nargs="+", help="run configuration YAML")
@@ -180,7 +162,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--check-plugins",
         action="store_true",
-        help="also import the actor, compressor, agent, memory and env plugins the config names",
+        help="also import the compressor, agent, memory and env plugins the config names",
     )
     p.set_defaults(func=cmd_validate)
 

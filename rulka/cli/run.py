@@ -117,10 +117,12 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     ``trainer_output``: a file for the trainer's stdout/stderr (None: this terminal).
     """
     from rulka.config import load_config
+    from rulka.config.built import check_startable
     from rulka.net.keys import add_worker, generate_keys
     from rulka.trainer.cli import default_run_dir
 
     cfg = load_config(config, overrides)  # fail here, with the config's own message
+    check_startable(cfg)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from rulka.config.built import NOT_BUILT
 from rulka.config.model import RulkaConfig
 
 # plugin names that default to training.algorithm; the reference keeps them null so a copy of it
@@ -60,17 +61,19 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _emit(model: type[BaseModel], values: dict[str, Any], indent: int, lines: list[str]) -> None:
+def _emit(model: type[BaseModel], values: dict[str, Any], indent: int, lines: list[str], prefix: str) -> None:
     pad = " " * indent
     for name, info in model.model_fields.items():
         key = info.serialization_alias or name
         value = values[key]
         doc = field_docs().get((model.__name__, name), "")
+        if f"{prefix}{key}" in NOT_BUILT:
+            doc = f"[not built yet] {doc}"
         comment = f"  # {doc}" if doc else ""
         sub = _submodel(info.annotation)
         if sub is not None and isinstance(value, dict):
             lines.append(f"{pad}{key}:{comment}")
-            _emit(sub, value, indent + 2, lines)
+            _emit(sub, value, indent + 2, lines, f"{prefix}{key}.")
         else:
             lines.append(f"{pad}{key}: {_flow(value)}{comment}")
 
@@ -93,8 +96,10 @@ def reference_yaml(cfg: RulkaConfig | None = None) -> str:
         section_model = _submodel(info.annotation)
         assert section_model is not None
         summary = (section_model.__doc__ or "").strip().splitlines()[0]
+        if name in NOT_BUILT:
+            summary = f"[not built yet] {summary}"
         lines.append("")
         lines.append(f"# {name}: {summary}")
         lines.append(f"{name}:")
-        _emit(section_model, data[name], 2, lines)
+        _emit(section_model, data[name], 2, lines, f"{name}.")
     return "\n".join(lines) + "\n"

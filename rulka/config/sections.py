@@ -16,6 +16,7 @@ made, so importing stays fast).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -1061,7 +1062,37 @@ class TrainerConfig(Section):
     verify: bool = False
     """Check that the memory rebuilds exactly what workers saw."""
     device: str = "auto"
-    """Torch device: auto, cpu, cuda, cuda:1, ..."""
+    """Torch device the learner trains on: auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:1, mps."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|(cuda|xpu)(:\d+)?", value):
+            raise ValueError(f"must be auto, cpu, cuda, cuda:N, xpu, xpu:N or mps, got {value!r}")
+        return value
+
+    def torch_device(self) -> str:
+        """The device to train on: ``device`` with ``auto`` resolved (imports torch).
+
+        Raises ConfigError when a named accelerator is not available here.
+        """
+        import torch
+
+        from rulka.errors import ConfigError
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        kind, _, index = self.device.partition(":")
+        if kind == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError(f"config key `trainer.device` is {self.device} but torch sees no CUDA device")
+            if index and int(index) >= torch.cuda.device_count():
+                raise ConfigError(
+                    f"config key `trainer.device` is {self.device} but torch sees {torch.cuda.device_count()} CUDA device(s)"
+                )
+        if kind == "mps" and not torch.backends.mps.is_available():
+            raise ConfigError("config key `trainer.device` is mps but torch sees no MPS device")
+        return self.device
 
 
 class WandbConfig(Section):

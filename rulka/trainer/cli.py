@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from rulka.config import load_config
+    from rulka.config.built import check_startable
     from rulka.net.keys import load_credentials
     from rulka.worker.build import network_settings, opt, parse_address
 
@@ -69,6 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     cfg = load_config(args.config, args.overrides)
+    check_startable(cfg)
     resume = args.resume is not None
     if isinstance(args.resume, str):
         if args.run_dir and Path(args.run_dir) != Path(args.resume):

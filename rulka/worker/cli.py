@@ -69,8 +69,10 @@ def _run(args: argparse.Namespace) -> int:
     cfg = None
     if args.config or args.overrides:
         from rulka.config import load_config
+        from rulka.config.built import check_startable
 
         cfg = load_config(args.config, args.overrides)
+        check_startable(cfg)
     creds = load_credentials(args.keys, "worker")
     name = args.name or creds.identity
     if name != creds.identity:

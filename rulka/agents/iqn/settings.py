@@ -142,12 +142,10 @@ def make_agent(cfg: Any = None, device: str | None = None, seed: int | None = No
     ``overrides`` replace ``IQNHyper`` fields (``trainer.agent_kwargs``)."""
     import dataclasses
 
-    import torch
-
     if cfg is None:
         raise ValueError("the iqn agent needs the run config")
     hyper = dataclasses.replace(hyper_from_config(cfg), **overrides)
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = device or cfg.trainer.torch_device()
     agent = IQNAgent(network_spec_from_config(cfg), hyper, device=dev,
                      seed=seed if seed is not None else _get(cfg, "training.seed"))
     agent.batch_size = int(_get(cfg, "training.batch_size", 512))
