@@ -170,7 +170,9 @@ class RulkaConfig(Section):
         """
         if self.nn.float_input_dim is not None:
             return self.nn.float_input_dim
-        return self.environment.float_input_dim
+        env = self.environment
+        extra = env.tm2020.lidar_float_inputs if env.backend == "tm2020" else 0
+        return env.float_input_dim + extra
 
     @property
     def w_downsized(self) -> int:
@@ -397,16 +399,22 @@ def check_consistency(cfg: RulkaConfig) -> None:
             f"config key `environment.temporal_mini_race_duration_ms` ({env.temporal_mini_race_duration_ms}) "
             f"is shorter than one decision ({env.ms_per_block} ms)"
         )
+    if env.backend == "tm2020" and env.tm2020.observation == "lidar" and not nn.vis.no_image:
+        raise ConfigError(
+            "config key `environment.tm2020.observation` is lidar: set `nn.vis.no_image: true` "
+            "(the beams go into the float inputs; there is no image)"
+        )
     if env.backend == "gym" and not env.gym_id:
         raise ConfigError("config key `environment.gym_id` is required when `environment.backend` is gym")
+    tm_dim = env.float_input_dim + (env.tm2020.lidar_float_inputs if env.backend == "tm2020" else 0)
     if (
         nn.float_input_dim is not None
         and env.backend in _TM_BACKENDS
-        and nn.float_input_dim != env.float_input_dim
+        and nn.float_input_dim != tm_dim
     ):
         raise ConfigError(
             f"config key `nn.float_input_dim` ({nn.float_input_dim}) disagrees with the {env.backend} observation "
-            f"({env.float_input_dim}, from environment.n_zone_centers_in_inputs, n_prev_actions_in_inputs and "
+            f"({tm_dim}, from environment.n_zone_centers_in_inputs, n_prev_actions_in_inputs and "
             "n_contact_material_physics_behavior_types); remove it to use the computed value"
         )
     for i, (_, (size, start)) in enumerate(cfg.memory.memory_size_schedule):

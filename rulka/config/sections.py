@@ -85,6 +85,56 @@ class Section(BaseModel):
 # --------------------------------------------------------------------------------------------
 
 
+class Tm2020Config(Section):
+    """TrackMania 2020 through Openplanet, screen capture and a virtual gamepad (backend: tm2020)."""
+
+    plugin_host: str = "127.0.0.1"
+    """Where rulka's Openplanet plugin listens (the game's own PC)."""
+    plugin_port: Annotated[int, Field(ge=1, le=65535)] = 9010
+    """TCP port of rulka's Openplanet plugin (its Port setting in Openplanet)."""
+    window_title: str = "Trackmania"
+    """Exact title of the game window to capture."""
+    window_width: Annotated[int, Field(ge=8)] = 256
+    """Client-area width the game window is resized to (set the game's windowed resolution to match)."""
+    window_height: Annotated[int, Field(ge=8)] = 128
+    """Client-area height the game window is resized to."""
+    capture: Literal["auto", "windows", "linux", "fake"] = "auto"
+    """Screen capture: auto (by platform), windows (GDI), linux (X11 + mss, for Proton), fake (rulka's fake game)."""
+    control: Literal["gamepad", "keyboard", "fake"] = "gamepad"
+    """How actions reach the game: virtual gamepad (analog), keyboard (binary, window focused), fake."""
+    observation: Literal["image", "lidar"] = "image"
+    """image: the window as a grayscale nn.vis.image_size frame; lidar: TMRL's 19 beams appended to the float inputs."""
+    lidar_history: PositiveInt = 4
+    """LIDAR scans (this one and the previous ones) in the float inputs (observation: lidar)."""
+    lidar_dark_threshold: Annotated[int, Field(ge=1, le=255)] = 55
+    """A LIDAR beam stops at the first pixel darker than this on all channels (road borders)."""
+    start_obs_capture_ms: NonNegativeInt = 40
+    """rtgym start_obs_capture: ms into each action step at which telemetry and the frame are read."""
+    time_step_timeout_factor: PositiveFloat = 1.0
+    """rtgym elasticity: a step may start this many step durations late before the clock restarts."""
+    telemetry_timeout_s: PositiveFloat = 2.0
+    """Telemetry older than this mid-race ends the episode as a fault (plugin silent)."""
+    reset_timeout_s: PositiveFloat = 10.0
+    """After pressing respawn, wait this long for the start signal before pressing again."""
+    recover_timeout_s: PositiveFloat = 600.0
+    """A reset waits this long for the game to come back (plugin, window, unpaused) before failing."""
+    reference_line: Path | None = None
+    """Reference line file the rewards follow (rulka tm record-line --game tm2020); null with the fake game."""
+    fake_fps: PositiveFloat = 60.0
+    """Fake game: telemetry records per second."""
+    fake_time_scale: PositiveFloat = 1.0
+    """Fake game: game seconds per wall-clock second (1 = real time, like the game)."""
+    fake_countdown_s: NonNegativeFloat = 1.5
+    """Fake game: game seconds between respawn and the start signal."""
+    fake_fixed_port: bool = False
+    """Fake game: listen on plugin_port instead of a free port (one fake per machine then)."""
+
+    @property
+    def lidar_float_inputs(self) -> int:
+        """Floats LIDAR adds to the float inputs (0 in image mode)."""
+        return 19 * self.lidar_history if self.observation == "lidar" else 0
+
+
 class EnvironmentConfig(Section):
     """Environment, timing, track geometry and timeouts (guide: Environment Configuration)."""
 
@@ -95,7 +145,7 @@ class EnvironmentConfig(Section):
     gym_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for gymnasium.make (backend: gym)."""
     track: str = "default"
-    """Simulator track name (backend: sim)."""
+    """Simulator track name (backend: sim; backend: tm2020 with the fake game)."""
     continuous_actions: bool = False
     """Continuous gas/brake/steer actions instead of the discrete action set."""
     tm_engine_step_per_action: PositiveInt = 5
@@ -140,6 +190,8 @@ class EnvironmentConfig(Section):
     """Game camera: 1 behind, 2 first person, 3 top."""
     sync_virtual_and_real_checkpoints: bool = True
     """Keep virtual checkpoint progress in step with the game's checkpoints."""
+    tm2020: Tm2020Config = Field(default_factory=Tm2020Config)
+    """TrackMania 2020 worker settings (backend: tm2020)."""
 
     @field_validator("rl_action_offsets_ms")
     @classmethod

@@ -506,6 +506,9 @@ class Trainer:
                 metrics[f"perf/{worker}/samples_per_s"] = float(stats["samples_per_s"])
                 if isinstance(stats.get("unacked"), int):
                     metrics[f"perf/{worker}/unsent_segments"] = stats["unacked"]
+                for key, value in stats.items():  # the env's own timing (tm2020: step jitter, overruns)
+                    if key.startswith("env/") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                        metrics[f"perf/{worker}/{key[4:]}"] = float(value)
         metrics.update(self._last_train_metrics)
         self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": now}
         self._lags = []

@@ -327,6 +327,12 @@ class Worker:
             "unacked": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resends,
             "steps": self.stats.steps, "test": self.test,
         }
+        perf = getattr(self.env, "perf_stats", None)  # real-time envs report their loop timing
+        if callable(perf):
+            try:
+                stats.update({f"env/{k}": float(v) for k, v in perf().items()})
+            except Exception as exc:  # noqa: BLE001 - stats are best effort
+                log.debug("env perf stats unavailable: %s", exc)
         try:
             self.link.send("stats", encode_stats(stats))
         except (OutboxFull, LinkClosed):

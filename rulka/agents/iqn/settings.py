@@ -66,6 +66,9 @@ def network_spec_from_config(cfg: Any) -> IQNNetworkSpec:
         else:
             m, s = default_normalization(params)
             mean, std = m.tolist(), s.tolist()
+        if len(mean) < float_dim:  # inputs a backend appends after the pipeline's (tm2020 LIDAR beams in [0, 1])
+            extra = float_dim - len(mean)
+            mean, std = list(mean) + [0.5] * extra, list(std) + [0.3] * extra
     mean, std = float_normalisation(float_dim, mini, mean, std)
     cnn = _get(cfg, "nn.vis.cnn")
     btr = _get(cfg, "btr")

@@ -1,0 +1,252 @@
+"""Frames of the game window: a small capture interface, its Windows and Linux implementations,
+and the conversion to what the learner sees (grayscale image at the configured size, or
+TMRL-style LIDAR beams).
+
+A ``FrameSource`` returns the window's client area as a BGRA ``uint8`` array ``(h, w, 4)``, or
+raises ``WindowLost`` when the window is gone or minimised. Windows-only and Linux-only modules
+(pywin32, mss) are imported when a source is built, never at import time, so this module imports
+anywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import shutil
+import subprocess
+import sys
+from typing import Protocol
+
+import cv2
+import numpy as np
+
+from rulka.errors import UserError
+
+DEFAULT_TITLE = "Trackmania"
+
+
+class WindowLost(Exception):
+    """The game window cannot be captured now (closed, minimised, size 0)."""
+
+
+class FrameSource(Protocol):
+    """Where frames come from."""
+
+    def grab(self) -> np.ndarray:
+        """The client area as BGRA uint8 ``(h, w, 4)``; ``WindowLost`` when it cannot."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------- conversion
+def to_image(frame: np.ndarray, width: int, height: int, grayscale: bool = True) -> np.ndarray:
+    """A captured BGRA (or BGR / gray) frame -> ``(height, width)`` gray uint8, or
+    ``(height, width, 3)`` RGB when ``grayscale`` is False. Downscaling uses area averaging."""
+    if frame.ndim == 3 and frame.shape[2] == 4:
+        frame = frame[:, :, :3]
+    h, w = frame.shape[:2]
+    if (w, h) != (width, height):
+        interp = cv2.INTER_AREA if width <= w and height <= h else cv2.INTER_LINEAR
+        frame = cv2.resize(frame, (width, height), interpolation=interp)
+    if frame.ndim == 2:
+        return frame if grayscale else np.repeat(frame[:, :, None], 3, axis=2)
+    if grayscale:
+        return cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
+    return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+
+
+# TMRL's LIDAR: 19 beams from a point near the bottom centre of the frame, from 90 to 270
+# degrees in 10 degree steps (pointing left, up, right in image terms), each stopping at the first
+# pixel darker than a threshold on all three channels (road borders are dark in TM2020).
+LIDAR_ANGLES_DEG = tuple(range(90, 271, 10))
+N_BEAMS = len(LIDAR_ANGLES_DEG)
+
+
+class Lidar:
+    """Beam lengths (pixels) from a frame, as TMRL's LIDAR environment measures them.
+
+    The origin is ``(origin_x, origin_y)`` as fractions of the width and height (bottom centre
+    by default); beam ``k`` leaves at ``LIDAR_ANGLES_DEG[k]`` (0 = down, 180 = straight up in the
+    image, counterclockwise seen on screen: 90 points left). A beam stops at the first pixel whose
+    channels are all below ``dark``, or at the frame edge. ``measure`` returns lengths divided by
+    ``max_len`` (1 = no border within the frame) as float32 ``(N_BEAMS,)``.
+    """
+
+    def __init__(self, width: int, height: int, dark: int = 55, origin_x: float = 0.5,
+                 origin_y: float = 0.98) -> None:
+        self.width, self.height, self.dark = int(width), int(height), int(dark)
+        ox, oy = origin_x * (width - 1), origin_y * (height - 1)
+        self.max_len = float(math.hypot(width, height))
+        steps = np.arange(int(self.max_len) + 1, dtype=np.float64)
+        xs, ys = [], []
+        for a in LIDAR_ANGLES_DEG:
+            r = math.radians(a)
+            # angle 0 points down the image; 90 left; 180 up; 270 right
+            xs.append(np.rint(ox - np.sin(r) * steps))
+            ys.append(np.rint(oy + np.cos(r) * steps))
+        self._x = np.stack(xs).astype(np.int64)
+        self._y = np.stack(ys).astype(np.int64)
+        self._inside = (self._x >= 0) & (self._x < width) & (self._y >= 0) & (self._y < height)
+        self._xc = np.clip(self._x, 0, width - 1)
+        self._yc = np.clip(self._y, 0, height - 1)
+        self._steps = steps
+
+    def measure(self, frame: np.ndarray) -> np.ndarray:
+        if frame.shape[0] != self.height or frame.shape[1] != self.width:
+            raise ValueError(f"lidar expects a {self.width}x{self.height} frame, got {frame.shape[1]}x{frame.shape[0]}")
+        pix = frame[self._yc, self._xc]
+        if pix.ndim == 3:
+            dark = np.all(pix[..., :3] < self.dark, axis=-1)
+        else:
+            dark = pix < self.dark
+        stop = dark | ~self._inside
+        first = np.where(stop.any(axis=1), stop.argmax(axis=1), stop.shape[1] - 1)
+        return (self._steps[first] / self.max_len).astype(np.float32)
+
+
+# ---------------------------------------------------------------------- Windows
+class WindowsCapture:
+    """The client area of the top-level window titled ``title`` (exactly), through GDI.
+
+    The process is made DPI aware first, so sizes are physical pixels. ``resize`` moves the
+    window to the top-left corner and sizes its client area to ``width`` x ``height`` (set the
+    game's windowed resolution to the same).
+    """
+
+    def __init__(self, title: str = DEFAULT_TITLE, width: int | None = None, height: int | None = None,
+                 resize: bool = True) -> None:
+        if sys.platform != "win32":
+            raise UserError("Windows screen capture needs Windows; on Linux use environment.tm2020.capture: linux")
+        try:
+            import win32con  # noqa: F401
+            import win32gui
+            import win32ui
+        except ImportError as exc:
+            raise UserError(
+                f"screen capture on Windows needs pywin32 ({exc}): pip install rulka[trackmania]"
+            ) from None
+        self._win32gui, self._win32ui = win32gui, win32ui
+        try:  # per-monitor DPI awareness: physical pixels, no blurry scaled capture
+            ctypes.windll.shcore.SetProcessDpiAwareness(2)
+        except (AttributeError, OSError):
+            try:
+                ctypes.windll.user32.SetProcessDPIAware()
+            except (AttributeError, OSError):
+                pass
+        self.title = title
+        self.hwnd = self._find()
+        if resize and width and height:
+            self.move_and_resize(width, height)
+
+    def _find(self) -> int:
+        hwnd = self._win32gui.FindWindow(None, self.title)
+        if not hwnd:
+            raise WindowLost(
+                f"{self.title} window not found (the title must be exactly '{self.title}'); "
+                "start the game in windowed mode"
+            )
+        return hwnd
+
+    def move_and_resize(self, width: int, height: int) -> None:
+        g = self._win32gui
+        wl, wt, wr, wb = g.GetWindowRect(self.hwnd)
+        _, _, cw, ch = g.GetClientRect(self.hwnd)
+        g.MoveWindow(self.hwnd, 0, 0, width + (wr - wl - cw), height + (wb - wt - ch), True)
+
+    def grab(self) -> np.ndarray:
+        g, ui = self._win32gui, self._win32ui
+        if not g.IsWindow(self.hwnd):
+            self.hwnd = self._find()
+        if g.IsIconic(self.hwnd):
+            raise WindowLost(f"{self.title} window is minimised: restore it (the game stops rendering)")
+        _, _, w, h = g.GetClientRect(self.hwnd)
+        if w <= 0 or h <= 0:
+            raise WindowLost(f"{self.title} window has no client area ({w}x{h})")
+        hdc = g.GetDC(self.hwnd)  # client-area DC: no border arithmetic needed
+        try:
+            src = ui.CreateDCFromHandle(hdc)
+            mem = src.CreateCompatibleDC()
+            bmp = ui.CreateBitmap()
+            bmp.CreateCompatibleBitmap(src, w, h)
+            mem.SelectObject(bmp)
+            mem.BitBlt((0, 0), (w, h), src, (0, 0), 0x00CC0020)  # SRCCOPY
+            data = bmp.GetBitmapBits(True)
+            frame = np.frombuffer(data, dtype=np.uint8).reshape(h, w, 4).copy()
+            g.DeleteObject(bmp.GetHandle())
+            mem.DeleteDC()
+            src.DeleteDC()
+        finally:
+            g.ReleaseDC(self.hwnd, hdc)
+        return frame
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------- Linux (Proton / X11)
+class LinuxCapture:
+    """The window titled ``title`` on an X11 (or XWayland) desktop, for the game under Proton.
+
+    The window is found with ``xdotool`` (exact name), optionally moved to (0, 0) and resized,
+    and its area grabbed with ``mss``. Window decorations are not part of the grab when the
+    window manager reports the client geometry (``xdotool getwindowgeometry``).
+    """
+
+    def __init__(self, title: str = DEFAULT_TITLE, width: int | None = None, height: int | None = None,
+                 resize: bool = True) -> None:
+        if not sys.platform.startswith("linux"):
+            raise UserError("Linux screen capture needs Linux with X11/XWayland")
+        if shutil.which("xdotool") is None:
+            raise UserError("Linux screen capture needs xdotool (apt install xdotool)")
+        try:
+            import mss
+        except ImportError as exc:
+            raise UserError(f"Linux screen capture needs mss ({exc}): pip install rulka[trackmania]") from None
+        self._mss = mss.mss()
+        self.title = title
+        self.window = self._find()
+        if resize and width and height:
+            subprocess.run(["xdotool", "windowmove", self.window, "0", "0"], check=False, timeout=5)
+            subprocess.run(["xdotool", "windowsize", self.window, str(width), str(height)], check=False, timeout=5)
+        self.width, self.height = width, height
+
+    def _find(self) -> str:
+        out = subprocess.run(["xdotool", "search", "--onlyvisible", "--name", f"^{self.title}$"],
+                             capture_output=True, text=True, timeout=5)
+        ids = out.stdout.split()
+        if not ids:
+            raise WindowLost(f"{self.title} window not found (visible, title exactly '{self.title}')")
+        return ids[0]
+
+    def _geometry(self) -> tuple[int, int, int, int]:
+        out = subprocess.run(["xdotool", "getwindowgeometry", "--shell", self.window],
+                             capture_output=True, text=True, timeout=5)
+        vals = dict(line.split("=", 1) for line in out.stdout.split() if "=" in line)
+        try:
+            return int(vals["X"]), int(vals["Y"]), int(vals["WIDTH"]), int(vals["HEIGHT"])
+        except KeyError:
+            self.window = self._find()
+            raise WindowLost(f"{self.title} window geometry unavailable") from None
+
+    def grab(self) -> np.ndarray:
+        x, y, w, h = self._geometry()
+        if w <= 0 or h <= 0:
+            raise WindowLost(f"{self.title} window is minimised or has no area")
+        shot = self._mss.grab({"left": x, "top": y, "width": w, "height": h})
+        return np.asarray(shot, dtype=np.uint8).reshape(h, w, 4)
+
+    def close(self) -> None:
+        self._mss.close()
+
+
+def make_capture(kind: str, title: str, width: int, height: int) -> FrameSource:
+    """``"windows"``, ``"linux"`` or ``"auto"`` (by platform). The fake source is built by the
+    fake game (``rulka.envs.tm2020.fake``)."""
+    if kind == "auto":
+        kind = "windows" if sys.platform == "win32" else "linux"
+    if kind == "windows":
+        return WindowsCapture(title, width, height)
+    if kind == "linux":
+        return LinuxCapture(title, width, height)
+    raise UserError(f"environment.tm2020.capture must be auto, windows, linux or fake; got {kind!r}")

@@ -1,0 +1,327 @@
+"""A fake TrackMania 2020 for tests and CI: rulka's simulator behind a faithful fake of the
+Openplanet plugin, a fake window and a fake gamepad.
+
+``FakeTM2020`` runs the built-in simulator's car in real time (10 ms physics ticks paced by the
+wall clock, optionally ``time_scale`` times faster) and, like rulka's plugin:
+
+- listens on 127.0.0.1 (port 0 picks a free one: ``port`` tells which) for one client and writes
+  one telemetry record per "rendered frame" at ``fps``, each in a single send; a failed send
+  drops the client and it listens again;
+- restarts the race on the reset button: countdown of ``countdown_s`` (records flow with a
+  negative race time, the car is held), then go;
+- sets the finished flag from the finish-line crossing until the next reset.
+
+``FakeGamepad`` (a ``Controller``) sets the fake car's inputs; ``FakeWindow`` (a
+``FrameSource``) renders the simulator's camera at the window size as BGRA.
+
+Failure modes, each switched on and off by a test (or by ``faults`` in the config):
+``silence(seconds)`` (plugin alive but writes nothing), ``drop_client()`` (a plugin reload closes
+the socket), ``lose_window(seconds)`` (window closed or minimised), ``pause(seconds)`` (the in-game
+menu: the race clock and the car stop, records carry ``paused = 1``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from rulka.envs.sim.camera import Camera
+from rulka.envs.sim.physics import CarPhysics, Controls
+from rulka.envs.sim.tracks import Track, get_track
+from rulka.envs.tm2020 import telemetry as T
+from rulka.envs.tm2020.capture import WindowLost
+from rulka.envs.tm2020.control import Controller
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.01
+
+
+class FakeTM2020:
+    """The fake game. ``start()`` opens the port and starts the clock; ``close()`` stops both.
+
+    Args:
+        track: a simulator track name (or ``Track``).
+        port: TCP port (0: any free port).
+        fps: telemetry records per second of wall time.
+        time_scale: game seconds per wall-clock second (1 = real time, like the game).
+        countdown_s: game seconds between a reset and the start signal.
+        window_size: (width, height) of the fake window in pixels.
+    """
+
+    def __init__(
+        self,
+        track: str | Track = "default",
+        port: int = 0,
+        fps: float = 60.0,
+        time_scale: float = 1.0,
+        countdown_s: float = 1.5,
+        window_size: tuple[int, int] = (256, 128),
+    ) -> None:
+        self.track = get_track(track) if isinstance(track, str) else track
+        self.fps = float(fps)
+        self.time_scale = float(time_scale)
+        self.countdown_ms = int(round(countdown_s * 1000))
+        self.window_size = (int(window_size[0]), int(window_size[1]))
+        self.car = CarPhysics(self.track)
+        self._controls = Controls()
+        self._lock = threading.RLock()
+        self._race_ms = -self.countdown_ms  # game ms since the start signal
+        self._finished = False
+        self._frame = 0
+        self._silent_until = 0.0
+        self._window_lost_until = 0.0
+        self._paused_until = 0.0
+        self._drop = False
+        self._stop = threading.Event()
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", int(port)))
+        self.port = self._server.getsockname()[1]
+        self._threads: list[threading.Thread] = []
+        self.events: list[tuple[float, str]] = []  # (time, what): resets, finishes, faults, clients
+        self.clients = 0
+        self.resets = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> FakeTM2020:
+        self._server.listen(1)
+        self._server.settimeout(0.1)
+        for target, name in ((self._physics_loop, "fake-tm2020-physics"), (self._serve_loop, "fake-tm2020-plugin")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2.0)
+        self._server.close()
+
+    def __enter__(self) -> FakeTM2020:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _event(self, what: str) -> None:
+        self.events.append((time.monotonic(), what))
+
+    # ------------------------------------------------------------------ inputs (the pad)
+    def set_inputs(self, gas: float, brake: float, steer: float) -> None:
+        """Trigger and stick values, like a pad (steer -1 left .. +1 right)."""
+        with self._lock:
+            # the simulator's steer is positive to the left
+            self._controls = Controls(gas=gas, brake=brake, steer=-steer)
+
+    @property
+    def inputs(self) -> tuple[float, float, float]:
+        c = self._controls
+        return (c.gas, c.brake, -c.steer)
+
+    def press_reset(self) -> None:
+        """Restart the race: car back on the start line, countdown, finished flag cleared."""
+        with self._lock:
+            self.car.reset()
+            self._race_ms = -self.countdown_ms
+            self._finished = False
+            self.resets += 1
+            self._event("reset")
+
+    # ------------------------------------------------------------------ faults
+    def silence(self, seconds: float) -> None:
+        """The plugin stays connected but writes nothing (a script error, a loading screen)."""
+        self._silent_until = time.monotonic() + seconds
+        self._event(f"silence {seconds}")
+
+    def drop_client(self) -> None:
+        """Close the client's socket (a plugin reload); the plugin listens again."""
+        self._drop = True
+        self._event("drop_client")
+
+    def lose_window(self, seconds: float) -> None:
+        """The window is gone (closed or minimised) for ``seconds``."""
+        self._window_lost_until = time.monotonic() + seconds
+        self._event(f"lose_window {seconds}")
+
+    def pause(self, seconds: float) -> None:
+        """Open the in-game menu for ``seconds``: clock and car stop, records say paused."""
+        self._paused_until = time.monotonic() + seconds
+        self._event(f"pause {seconds}")
+
+    @property
+    def paused(self) -> bool:
+        return time.monotonic() < self._paused_until
+
+    @property
+    def window_lost(self) -> bool:
+        return time.monotonic() < self._window_lost_until
+
+    # ------------------------------------------------------------------ physics
+    def _physics_loop(self) -> None:
+        t0 = time.monotonic()
+        game_ticks = 0
+        carry = 0.0
+        last = t0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            dt = now - last
+            last = now
+            if not self.paused:
+                carry += dt * self.time_scale / TICK_S
+            n = int(carry)
+            if n > 0:
+                carry -= n
+                n = min(n, 50)  # a stalled thread does not teleport the car
+                with self._lock:
+                    self._advance(n)
+                game_ticks += n
+            self._stop.wait(TICK_S / max(self.time_scale, 1.0))
+
+    def _advance(self, n: int) -> None:
+        for _ in range(n):
+            if self._finished:
+                self._race_ms += 10  # the clock runs on behind the finish screen
+                continue
+            if self._race_ms < 0:
+                self._race_ms += 10
+                continue
+            self.car.step(self._controls, 1)
+            self._race_ms += 10
+            if self.car.finished:
+                self._finished = True
+                self._race_ms = int(self.car.finish_time_ms or self._race_ms)
+                self._event("finish")
+
+    def record_values(self) -> np.ndarray:
+        """The telemetry fields of the car now (what the plugin would write)."""
+        with self._lock:
+            car = self.car
+            h = car.heading
+            s, c = math.sin(h), math.cos(h)
+            v = np.zeros(T.N_FIELDS, dtype=np.float32)
+            v[0] = self._race_ms
+            v[1] = car.forward_speed
+            v[2:5] = (car.x, 0.0, car.z)
+            v[5:8] = (car.vx, 0.0, car.vz)
+            v[8:11] = (s, 0.0, c)  # forward
+            v[11:14] = (0.0, 1.0, 0.0)  # up
+            v[14:17] = (c, 0.0, -s)  # left (the simulator's lateral axis)
+            gas, brake, steer = self.inputs
+            v[17:20] = (steer, gas, 1.0 if brake > 0 else 0.0)
+            v[20] = 1.0 if self._finished else 0.0
+            v[21] = car.gear
+            v[22] = car.rpm
+            v[23:27] = [_material(code) for code in car.wheel_codes]
+            v[27:31] = 1.0 if car.sliding else 0.0
+            v[31:35] = 0.1
+            v[35] = 1.0 if self.paused else 0.0
+            return v
+
+    # ------------------------------------------------------------------ plugin
+    def _serve_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.clients += 1
+            self._drop = False
+            self._event("client")
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                self._stream(client)
+            finally:
+                client.close()
+
+    def _stream(self, client: socket.socket) -> None:
+        period = 1.0 / self.fps
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            if self._drop:
+                self._drop = False
+                return
+            now = time.monotonic()
+            if now < next_t:
+                time.sleep(next_t - now)
+            next_t = max(next_t + period, time.monotonic() - period)
+            if time.monotonic() < self._silent_until:
+                continue
+            rec = T.encode_record(self._frame, self.record_values())
+            self._frame += 1
+            try:
+                client.sendall(rec)
+            except OSError:
+                return
+
+
+def _material(code: int) -> float:
+    from rulka.envs.sim.physics import MATERIAL_ID
+
+    return float(MATERIAL_ID.get(code, 16))
+
+
+class FakeGamepad(Controller):
+    """The fake game's pad: sets its inputs, presses its reset button."""
+
+    name = "fake"
+
+    def __init__(self, game: FakeTM2020) -> None:
+        self.game = game
+        super().__init__()
+
+    def _send(self, gas: float, brake: float, steer: float) -> None:
+        self.game.set_inputs(gas, brake, steer)
+
+    def _reset_button(self, down: bool) -> None:
+        if down:
+            self.game.press_reset()
+
+
+class FakeWindow:
+    """The fake game window: the simulator's camera at the window size, as BGRA."""
+
+    def __init__(self, game: FakeTM2020) -> None:
+        self.game = game
+        w, h = game.window_size
+        self.camera = Camera(game.track, w, h)
+        self._bgra = np.full((h, w, 4), 255, dtype=np.uint8)
+        self.grabs = 0
+
+    def grab(self) -> np.ndarray:
+        if self.game.window_lost:
+            raise WindowLost("Trackmania window not found (fake: window lost)")
+        car = self.game.car
+        with self.game._lock:
+            x, z, heading = car.x, car.z, car.heading
+        gray = self.camera.render(x, z, heading)
+        out = self._bgra.copy()
+        out[:, :, 0] = gray
+        out[:, :, 1] = gray
+        out[:, :, 2] = gray
+        self.grabs += 1
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def build_fake(cfg: Any, track: str, window_size: tuple[int, int]) -> FakeTM2020:
+    """The fake game a ``environment.tm2020`` section describes (``fake_*`` keys)."""
+    return FakeTM2020(
+        track=track,
+        port=int(cfg.plugin_port) if cfg.fake_fixed_port else 0,
+        fps=float(cfg.fake_fps),
+        time_scale=float(cfg.fake_time_scale),
+        countdown_s=float(cfg.fake_countdown_s),
+        window_size=window_size,
+    ).start()

@@ -1,0 +1,327 @@
+"""TrackMania 2020 backend: telemetry framing, capture conversion, control mapping, neutral on
+exit, and the fake game's failure modes (the worker recovers, nothing is lost, a clear log line)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from rulka.envs.actions import N_ACTIONS, discrete_to_flags
+from rulka.envs.tm2020 import telemetry as T
+from rulka.envs.tm2020.capture import LIDAR_ANGLES_DEG, Lidar, to_image
+from rulka.envs.tm2020.control import NEUTRAL, Controller, NeutralOnExit, to_analog
+from rulka.envs.tm2020.fake import FakeGamepad, FakeTM2020, FakeWindow
+
+
+def _values(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=T.N_FIELDS).astype(np.float32)
+
+
+# ---------------------------------------------------------------------- framing
+def test_record_round_trip_and_layout() -> None:
+    vals = _values()
+    rec = T.encode_record(7, vals)
+    assert len(rec) == T.RECORD_SIZE == 12 + 4 * T.N_FIELDS
+    assert rec[:4] == b"RLK2" and int.from_bytes(rec[4:6], "little") == T.VERSION
+    out = T.RecordDecoder().feed(rec)
+    assert len(out) == 1 and out[0].frame == 7
+    np.testing.assert_array_equal(out[0].values, vals)
+
+
+def test_decoder_any_split_and_merge_keeps_every_record_in_order() -> None:
+    stream = b"".join(T.encode_record(i, _values(i)) for i in range(5))
+    for cut in range(1, T.RECORD_SIZE + 3):
+        dec = T.RecordDecoder()
+        got = []
+        for start in range(0, len(stream), cut):
+            got += dec.feed(stream[start : start + cut])
+        assert [r.frame for r in got] == list(range(5)), cut
+        assert dec.skipped_bytes == 0
+
+
+def test_decoder_resyncs_after_garbage_and_counts_it() -> None:
+    good = T.encode_record(3, _values(3))
+    dec = T.RecordDecoder()
+    # a client joining mid-record sees the tail of one record first
+    got = dec.feed(good[17:] + b"\x00RL" + good)
+    assert [r.frame for r in got] == [3]
+    assert dec.skipped_bytes == len(good) - 17 + 3
+
+
+def test_decoder_refuses_another_version_with_a_clear_message() -> None:
+    bad = bytearray(T.encode_record(1, _values()))
+    bad[4] = 9
+    with pytest.raises(T.TelemetryError, match="reinstall the plugin"):
+        T.RecordDecoder().feed(bytes(bad))
+
+
+def test_car_state_from_telemetry_uses_left_up_dir_as_orientation_columns() -> None:
+    v = np.zeros(T.N_FIELDS, np.float32)
+    v[T.INDEX["race_time_ms"]] = 1234
+    v[2:5] = (1, 2, 3)
+    v[8:11] = (0, 0, 1)  # dir
+    v[11:14] = (0, 1, 0)  # up
+    v[14:17] = (1, 0, 0)  # left
+    v[23:27] = (16, 16, T.NO_CONTACT_MATERIAL, 2)
+    v[27:31] = (0.9, 0.1, 0, 0)
+    v[T.INDEX["finished"]] = 1
+    cs = T.Telemetry(0, v).car_state()
+    np.testing.assert_array_equal(cs.orientation, np.eye(3))
+    assert cs.race_time_ms == 1234 and cs.finished
+    assert cs.wheel_contact.tolist() == [True, True, False, True]
+    assert cs.wheel_sliding.tolist() == [True, False, False, False]
+
+
+def test_client_reconnects_after_a_plugin_reload(caplog: pytest.LogCaptureFixture) -> None:
+    with FakeTM2020(fps=100) as game, T.TelemetryClient(port=game.port, retry_s=0.05) as client:
+        first = client.wait_newer(None, 5.0)
+        assert first is not None
+        with caplog.at_level(logging.WARNING):
+            game.drop_client()
+            deadline = time.monotonic() + 5
+            while client.connects < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert client.connects == 2 and client.disconnects == 1
+        assert "connection to 127.0.0.1" in caplog.text and "reconnecting" in caplog.text
+        later = client.wait_newer(client.latest().frame, 5.0)
+        assert later is not None and later.frame > first.frame
+
+
+def test_client_retries_until_the_plugin_listens(caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with caplog.at_level(logging.WARNING), T.TelemetryClient(port=port, retry_s=0.05) as client:
+        time.sleep(0.3)
+        assert client.latest() is None and not client.connected
+        assert "not listening on 127.0.0.1" in caplog.text and "(re)load the rulka plugin" in caplog.text
+        with FakeTM2020(port=port, fps=100):
+            assert client.wait_newer(None, 5.0) is not None
+
+
+# ---------------------------------------------------------------------- capture
+def test_to_image_resizes_and_converts_bgra_to_gray() -> None:
+    frame = np.zeros((128, 256, 4), np.uint8)
+    frame[:, :128] = (255, 0, 0, 255)  # blue left half (BGRA)
+    frame[:, 128:] = (0, 0, 255, 255)  # red right half
+    img = to_image(frame, 64, 32)
+    assert img.shape == (32, 64) and img.dtype == np.uint8
+    # ITU-R 601 luma: 0.114 B, 0.299 R
+    assert abs(int(img[5, 5]) - round(0.114 * 255)) <= 1
+    assert abs(int(img[5, 60]) - round(0.299 * 255)) <= 1
+    rgb = to_image(frame, 64, 32, grayscale=False)
+    assert rgb.shape == (32, 64, 3) and tuple(rgb[0, 0]) == (0, 0, 255)
+
+
+def test_lidar_beams_stop_at_dark_borders() -> None:
+    w, h = 201, 101
+    frame = np.full((h, w, 3), 200, np.uint8)
+    frame[:, :50] = 0  # dark border 50 px left of the origin column (x = 100)
+    frame[:, 171:] = 0  # 71 px right
+    frame[:20] = 0  # top rows dark
+    lidar = Lidar(w, h, origin_x=0.5, origin_y=1.0)
+    beams = lidar.measure(frame) * lidar.max_len
+    assert len(beams) == len(LIDAR_ANGLES_DEG) == 19
+    left, up, right = beams[0], beams[9], beams[18]  # 90, 180, 270 degrees
+    assert left == pytest.approx(100 - 49, abs=1)
+    assert right == pytest.approx(171 - 100, abs=1)
+    assert up == pytest.approx(100 - 19, abs=1)
+    # the 130-degree beam hits the left wall first: x drops by 51 -> length 51 / sin(130 deg)
+    assert beams[4] == pytest.approx(51 / math.sin(math.radians(130)), abs=1.5)
+
+
+# ---------------------------------------------------------------------- control
+class _Recorder(Controller):
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, float, float]] = []
+        self.buttons: list[bool] = []
+        super().__init__()
+
+    def _send(self, gas: float, brake: float, steer: float) -> None:
+        self.sent.append((gas, brake, steer))
+
+    def _reset_button(self, down: bool) -> None:
+        self.buttons.append(down)
+
+
+def test_discrete_actions_map_to_full_pad_values() -> None:
+    for a in range(N_ACTIONS):
+        acc, brk, left, right = discrete_to_flags(a)
+        assert to_analog(a) == (float(acc), float(brk), float(right - left))
+    assert to_analog(np.int64(2)) == (1.0, 0.0, 1.0)
+    assert to_analog([0.3, 2.0, -4.0]) == pytest.approx((0.3, 1.0, -1.0))
+    assert to_analog([float("nan"), 0, 0]) == NEUTRAL
+
+
+def test_controller_neutral_on_context_exit_and_reset_press() -> None:
+    c = _Recorder()
+    with pytest.raises(RuntimeError), NeutralOnExit(c):
+        c.apply(0)
+        raise RuntimeError("policy crashed")
+    assert c.sent[-1] == NEUTRAL and c.last == NEUTRAL
+    c.press_reset(hold_s=0.0)
+    assert c.buttons == [True, False] and c.sent[-1] == NEUTRAL
+
+
+def test_keyboard_thresholds_match_tmrl() -> None:
+    from rulka.envs.tm2020.control import KeyboardController
+
+    kb = KeyboardController.__new__(KeyboardController)
+    pressed: list[tuple[str, bool]] = []
+    kb._press = lambda key, down: pressed.append((key, down))
+    kb._down = set()
+    Controller.__init__(kb)
+    kb.apply(np.array([0.2, 0.0, 0.4]))
+    assert pressed == [("gas", True)]
+    kb.apply(np.array([0.0, 0.7, -0.6]))
+    assert set(pressed[1:]) == {("gas", False), ("brake", True), ("left", True)}
+    kb.neutral()
+    assert kb._down == set()
+
+
+@pytest.mark.slow
+def test_a_crashing_process_leaves_the_pad_neutral(tmp_path) -> None:
+    """The interpreter exits on an uncaught exception while the car accelerates: atexit releases."""
+    log_file = tmp_path / "pad.txt"
+    script = textwrap.dedent(f"""
+        from rulka.envs.tm2020.control import Controller
+        class FilePad(Controller):
+            def _send(self, gas, brake, steer):
+                with open({str(log_file)!r}, "a") as f:
+                    f.write(f"{{gas}} {{brake}} {{steer}}\\n")
+            def _reset_button(self, down):
+                pass
+        pad = FilePad()
+        pad.apply(0)  # full gas
+        raise SystemExit("crash") if False else ValueError("worker crashed mid-race")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "worker crashed mid-race" in proc.stderr
+    lines = log_file.read_text().split("\n")
+    assert lines[0] == "1.0 0.0 0.0" and lines[-2] == "0.0 0.0 0.0"
+
+
+def test_fake_gamepad_drives_the_fake_car() -> None:
+    with FakeTM2020(countdown_s=0.0, fps=100) as game:
+        pad = FakeGamepad(game)
+        pad.apply(0)
+        time.sleep(0.5)
+        assert game.car.speed > 2.0 and game.inputs == (1.0, 0.0, 0.0)
+        pad.close()
+        assert game.inputs == NEUTRAL
+        frame = FakeWindow(game).grab()
+        assert frame.shape == (128, 256, 4) and frame.dtype == np.uint8
+
+
+# ---------------------------------------------------------------------- env on the fake
+FAST = {"fake_countdown_s": 0.2, "telemetry_timeout_s": 0.5, "reset_timeout_s": 5.0, "recover_timeout_s": 30.0}
+
+
+def _env(fake: FakeTM2020, **tm2020):
+    from rulka.envs.tm2020.env import TM2020Env
+
+    cfg = {"environment": {"backend": "tm2020", "tm2020": {"capture": "fake", "control": "fake", **FAST, **tm2020}},
+           "nn": {"vis": {"image_size": {"width": 32, "height": 32}}}}
+    return TM2020Env(cfg, fake=fake)
+
+
+def _drive(env, steps: int, action: int = 0) -> list[tuple]:
+    out = []
+    for _ in range(steps):
+        obs, r, te, tr, info = env.step(action)
+        out.append((obs, r, te, tr, info))
+        if te or tr:
+            break
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["plugin_silent", "window_lost", "game_paused"])
+def test_fault_ends_the_episode_cleanly_and_the_next_one_runs(fault: str, caplog: pytest.LogCaptureFixture) -> None:
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        env = _env(game)
+        try:
+            obs, info = env.reset()
+            assert obs["img"].shape == (32, 32) and info["fault"] == ""
+            before = _drive(env, 10)
+            assert len(before) == 10 and not any(s[2] or s[3] for s in before)
+            assert before[-1][4]["progress_m"] > 0.5  # the car moves
+            with caplog.at_level(logging.WARNING):
+                {"plugin_silent": lambda: game.silence(1.5), "window_lost": lambda: game.lose_window(1.5),
+                 "game_paused": lambda: game.pause(1.5)}[fault]()
+                steps = _drive(env, 100)
+                obs, r, te, tr, info = steps[-1]
+                assert info["fault"] == fault and tr and not te and r == 0.0
+                assert np.isfinite(obs["float"]).all()  # the last good observation, not garbage
+                assert game.inputs == NEUTRAL  # the car is not left accelerating
+                message = {"plugin_silent": "telemetry silent", "window_lost": "game window lost",
+                           "game_paused": "game paused"}[fault]
+                assert message in caplog.text
+                obs, info = env.reset()  # waits for the game, then respawns
+            assert "game is back" in caplog.text
+            assert info["fault"] == "" and info["progress_m"] < 1.0
+            after = _drive(env, 10)
+            assert not any(s[4]["fault"] for s in after) and after[-1][4]["progress_m"] > 0.5
+            assert env.perf_stats()[f"faults_{fault}"] == 1.0
+        finally:
+            env.close()
+        assert game.inputs == NEUTRAL
+
+
+@pytest.mark.slow
+def test_plugin_reload_mid_episode_is_invisible_to_the_learner() -> None:
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        env = _env(game)
+        try:
+            env.reset()
+            _drive(env, 5)
+            game.drop_client()
+            steps = _drive(env, 20)
+            assert len(steps) == 20 and not any(s[4]["fault"] for s in steps)
+            assert env.telemetry.connects == 2
+        finally:
+            env.close()
+
+
+def test_env_previous_action_slots_end_with_the_action_just_sent() -> None:
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        env = _env(game, observation="image")
+        try:
+            env.reset()
+            obs, *_ = env.step(6)  # brake
+            prev = obs["float"][env.pipeline.slices["prev_actions"]].reshape(-1, 4)
+            np.testing.assert_array_equal(prev[-1], discrete_to_flags(6))
+            np.testing.assert_array_equal(prev[-2], discrete_to_flags(0))  # the default before
+        finally:
+            env.close()
+
+
+def test_lidar_mode_appends_beams_to_the_float_inputs() -> None:
+    from rulka.config import config_from_dict
+
+    cfg = config_from_dict({"environment": {"backend": "tm2020", "tm2020": {"observation": "lidar"}},
+                            "nn": {"vis": {"no_image": True}}})
+    assert cfg.float_input_dim == cfg.environment.float_input_dim + 19 * 4
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        from rulka.envs.tm2020.env import TM2020Env
+
+        env = TM2020Env({"environment": {"backend": "tm2020", "tm2020": {"capture": "fake", "observation": "lidar",
+                                                                         **FAST}},
+                         "nn": {"vis": {"no_image": True}}}, fake=game)
+        try:
+            obs, _ = env.reset()
+            assert set(obs) == {"float"} and obs["float"].shape == (cfg.float_input_dim,)
+            beams = obs["float"][-19:]
+            assert ((beams >= 0) & (beams <= 1)).all()
+        finally:
+            env.close()
