@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rulka.agents.iqn import IQNAgent, IQNHyper, IQNNetworkSpec
-from rulka.memory.replay import MiniRaceReplayMemory
+from rulka.agents.iqn.replay import MiniRaceReplayMemory
 from rulka.segment import Segment
 
 FLOAT_DIM = 184  # the guide's float_input_dim with default environment settings

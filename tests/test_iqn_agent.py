@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rulka.agents.iqn import IQNActor, IQNAgent, IQNHyper, IQNNetworkSpec
-from rulka.memory.replay import ReplayBatch
+from rulka.agents.iqn.replay import ReplayBatch
 
 SPEC = IQNNetworkSpec(float_dim=3, n_actions=4, float_hidden_dim=16, dense_hidden_dimension=32,
                       embedding_dimension=8)

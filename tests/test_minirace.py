@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rulka.memory.minirace import NO_FINISH, build_n_step, collate, draw_mini_race_times, mini_race_time_pmf
+from rulka.agents.iqn.minirace import collate, draw_mini_race_times, mini_race_time_pmf
+from rulka.memory.nstep import NO_FINISH, build_n_step
 
 
 def test_time_distribution_of_guide_example_exact():

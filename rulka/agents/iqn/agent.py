@@ -14,9 +14,9 @@ import torch
 from rulka.agents.iqn.actor import EXPLORATION_KEY, IQNActor
 from rulka.agents.iqn.loss import quantile_huber_loss
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
+from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config.schedules import exponential_schedule, linear_schedule
 from rulka.interfaces import TrainingAgent
-from rulka.memory.replay import ReplayBatch
 
 
 @dataclasses.dataclass

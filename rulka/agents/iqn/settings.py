@@ -157,7 +157,7 @@ def make_agent(cfg: Any = None, device: str | None = None, seed: int | None = No
 
 def make_memory(cfg: Any = None, seed: int | None = None, **overrides: Any) -> Any:
     """Registry factory for memory ``"iqn"``: a ``MiniRaceReplayMemory`` from the run config."""
-    from rulka.memory.replay import MiniRaceReplayMemory
+    from rulka.agents.iqn.replay import MiniRaceReplayMemory
 
     if cfg is None:
         raise ValueError("the iqn memory needs the run config")

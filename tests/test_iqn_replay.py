@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rulka.agents.iqn.replay import MiniRaceReplayMemory
 from rulka.errors import BadInput
-from rulka.memory.replay import MiniRaceReplayMemory
 from rulka.segment import Segment
 
 

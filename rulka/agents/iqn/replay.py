@@ -1,10 +1,11 @@
 """``MiniRaceReplayMemory``: the trainer-side replay memory of the IQN agent.
 
-Every frame a worker sends is stored once, in a ring of frames addressed by a global serial
-number; a transition is a few integers (state frame, n-step next frame, action, n) plus its
-cumulative n-step rewards. Episodes may arrive as several segments, interleaved with other
-workers' segments: the last ``n_steps`` steps of an unfinished episode wait ("tail") until the
-next segment of that episode brings the frames they need.
+Every frame a worker sends is stored once, in a ``rulka.memory.FrameStore`` (a ring of frames
+addressed by a global serial number); a transition is a few integers (state frame, n-step next
+frame, action, n) plus its cumulative n-step rewards. Episodes may arrive as several segments,
+interleaved with other workers' segments: ``rulka.memory.EpisodeStitcher`` holds the last
+``n_steps`` steps of an unfinished episode until the next segment of that episode brings the
+frames they need.
 
 Training flow (what a trainer does)::
 
@@ -22,19 +23,21 @@ a ``test_batch`` on which the agent reports ``losses/test_loss``.
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rulka.agents.iqn.minirace import collate, draw_mini_race_times
 from rulka.config.schedules import linear_schedule
 from rulka.config.schedules import staircase_schedule as step_schedule
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
-from rulka.memory.minirace import build_n_step, collate, draw_mini_race_times
+from rulka.memory.episodes import EpisodeStitcher, Stretch
+from rulka.memory.files import read_replay, write_replay
+from rulka.memory.frames import FrameStore
+from rulka.memory.nstep import build_n_step
 from rulka.memory.sumtree import SumTree
 from rulka.segment import Segment
 
@@ -117,17 +120,6 @@ class _TransitionRing:
         return slots
 
 
-@dataclasses.dataclass
-class _Tail:
-    """Steps of an unfinished episode whose transitions still lack future frames."""
-
-    frames: np.ndarray  # (p + 1,) frame serials: states of the pending steps + latest frame
-    action: np.ndarray
-    reward: np.ndarray
-    greedy: np.ndarray
-    next_index: int  # index_in_episode expected next
-
-
 class MiniRaceReplayMemory(Memory):
     """Replay memory with n-step transitions, mini-race collate and optional PER.
 
@@ -177,20 +169,41 @@ class MiniRaceReplayMemory(Memory):
         self.test = _TransitionRing(max(1, int(size * self.test_ratio) + 1), self.n_max)
         self.tree: SumTree | None = SumTree(self.train.capacity) if self.prio_alpha > 0 else None
         self._prio_updated = False
-        # frame store: allocated on the first segment (shapes come from it)
-        self.frame_capacity = 0
-        self.frames_written = 0
-        self.img: np.ndarray | None = None
-        self.flt: np.ndarray | None = None
-        self.potential: np.ndarray | None = None
+        # frames ("float", "potential", optional "img"), laid out by the first segment
+        self.frames = FrameStore(self._frames_needed())
         self.obs_key = ""
-        self.tails: OrderedDict[tuple[str, str, int], _Tail] = OrderedDict()
+        self.episodes = EpisodeStitcher(self.n_max, self.max_pending)
         # counters
         self.frames_played = 0
         self.transitions_added = 0
         self.batches_sampled = 0
-        self.counters: dict[str, int] = {"segments": 0, "skipped_no_fill": 0, "episode_gaps": 0,
-                                         "dropped_pending": 0, "rejected": 0}
+        self._counters: dict[str, int] = {"segments": 0, "skipped_no_fill": 0, "rejected": 0}
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Segments stored, skipped, rejected; episode gaps and dropped tails."""
+        return {**self._counters, **self.episodes.counters}
+
+    # views of the frame store (read-only use: tests, verify mode, benchmarks)
+    @property
+    def frame_capacity(self) -> int:
+        return self.frames.capacity
+
+    @property
+    def frames_written(self) -> int:
+        return self.frames.written
+
+    @property
+    def flt(self) -> np.ndarray | None:
+        return self.frames["float"] if "float" in self.frames else None
+
+    @property
+    def img(self) -> np.ndarray | None:
+        return self.frames["img"] if "img" in self.frames else None
+
+    @property
+    def potential(self) -> np.ndarray | None:
+        return self.frames["potential"] if "potential" in self.frames else None
 
     # ------------------------------------------------------------------ schedules
     @classmethod
@@ -224,7 +237,7 @@ class MiniRaceReplayMemory(Memory):
                 logical = np.arange(self.train.count - n, self.train.count)
                 # priorities move with their transitions (the ring re-laid them by logical index)
                 self.tree.set(logical % self.train.capacity, old.get(logical % old.capacity))
-            self._ensure_frames(self._frames_needed())
+            self.frames.grow(self._frames_needed())
 
     def trainable_updates(self, frames_played: int | None = None) -> int:
         """Total number of updates (batches) the replay ratio allows so far:
@@ -247,40 +260,11 @@ class MiniRaceReplayMemory(Memory):
         # one frame per transition plus one final frame per episode: keep a 25% margin
         return int(1.25 * (self.train.capacity + self.test.capacity)) + self.max_pending * (self.n_max + 2) + 64
 
-    def _ensure_frames(self, capacity: int) -> None:
-        if self.flt is None or capacity <= self.frame_capacity:
-            return
-        old_cap = self.frame_capacity
-        n = min(self.frames_written, old_cap)
-        logical = np.arange(self.frames_written - n, self.frames_written)
-
-        def regrow(a: np.ndarray) -> np.ndarray:
-            b = np.zeros((capacity,) + a.shape[1:], a.dtype)
-            b[logical % capacity] = a[logical % old_cap]
-            return b
-
-        self.flt = regrow(self.flt)
-        self.potential = regrow(self.potential)
-        if self.img is not None:
-            self.img = regrow(self.img)
-        self.frame_capacity = capacity
-
-    def _store_frames(self, img: np.ndarray | None, flt: np.ndarray, pot: np.ndarray) -> np.ndarray:
-        m = len(flt)
-        serials = self.frames_written + np.arange(m, dtype=np.int64)
-        slots = serials % self.frame_capacity
-        self.flt[slots] = flt
-        self.potential[slots] = pot
-        if self.img is not None:
-            self.img[slots] = img
-        self.frames_written += m
-        return serials
-
-    def _valid(self, serials: np.ndarray) -> np.ndarray:
-        return serials >= self.frames_written - self.frame_capacity
-
     # ------------------------------------------------------------------ append
-    def _check(self, segment: Segment) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    def _valid(self, serials: np.ndarray) -> np.ndarray:
+        return self.frames.valid(serials)
+
+    def _check(self, segment: Segment) -> tuple[dict[str, np.ndarray], np.ndarray]:
         a = segment.arrays
         key = "obs/float" if "obs/float" in a else "obs/x" if "obs/x" in a else ""
         if not key:
@@ -302,77 +286,56 @@ class MiniRaceReplayMemory(Memory):
             raise BadInput("segment", "IQN memory needs discrete integer actions")
         if len(action) and (action.min() < 0 or (self.n_actions is not None and action.max() >= self.n_actions)):
             raise BadInput("segment", "action index out of range")
-        if self.flt is None:
+        t = len(action)
+        if len(flt) != t + 1 or (img is not None and len(img) != t + 1):
+            raise BadInput("segment", "observations must hold one more step than actions")
+        pot = np.asarray(a.get("obs/potential", np.zeros(t + 1)), np.float32).reshape(-1)
+        if len(pot) != t + 1:
+            pot = np.zeros(t + 1, np.float32)
+        frames = {"float": flt, "potential": pot}
+        if img is not None:
+            frames["img"] = img
+        try:
+            self.frames.check(frames)
+        except BadInput:
+            raise BadInput("segment", "observation shapes differ from the stored ones") from None
+        if not self.obs_key:
             self.obs_key = key
-            self.frame_capacity = self._frames_needed()
-            self.flt = np.zeros((self.frame_capacity, flt.shape[1]), np.float32)
-            self.potential = np.zeros(self.frame_capacity, np.float32)
-            if img is not None:
-                self.img = np.zeros((self.frame_capacity,) + img.shape[1:], np.uint8)
-        if flt.shape[1:] != self.flt.shape[1:] or (img is None) != (self.img is None) or (
-                img is not None and img.shape[1:] != self.img.shape[1:]):
-            raise BadInput("segment", "observation shapes differ from the stored ones")
-        return img, flt, action
+        return frames, action
 
     def append(self, segment: Segment) -> int:
         """Store one segment; return the number of transitions added (train + test)."""
         try:
-            img, flt, action = self._check(segment)
+            frames, action = self._check(segment)
         except BadInput:
-            self.counters["rejected"] += 1
+            self._counters["rejected"] += 1
             raise
-        self.counters["segments"] += 1
+        self._counters["segments"] += 1
         t = segment.num_transitions
         self.frames_played += t
         self.set_frames_played(self.frames_played)
         key = (segment.run_id, segment.worker_id, int(segment.episode_id))
         if segment.info.get("fill_buffer", True) is False:
-            self.counters["skipped_no_fill"] += 1
-            self.tails.pop(key, None)
+            self._counters["skipped_no_fill"] += 1
+            self.episodes.drop(key)
             return 0
         a = segment.arrays
         reward = np.asarray(a["reward"], np.float64)
         greedy = np.asarray(a.get("extra/greedy", np.ones(t, bool)), bool).reshape(-1)[:t]
-        pot = np.asarray(a.get("obs/potential", np.zeros(t + 1)), np.float32).reshape(-1)
-        if len(pot) != t + 1:
-            pot = np.zeros(t + 1, np.float32)
         finished = bool(segment.episode_done and t > 0 and bool(np.asarray(a["terminated"])[-1]))
+        stretches = self.episodes.join(
+            key, segment.index_in_episode, segment.episode_done, finished,
+            lambda first: self.frames.store({k: v[first:] for k, v in frames.items()}),
+            {"action": action, "reward": reward, "greedy": greedy})
+        return sum(self._emit(st) for st in stretches)
 
-        tail = self.tails.pop(key, None)
-        added = 0
-        if tail is not None and tail.next_index != segment.index_in_episode:
-            # a segment of this episode went missing: close what we have as a cut-off stretch
-            self.counters["episode_gaps"] += 1
-            added += self._emit(tail.frames, tail.action, tail.reward, tail.greedy, len(tail.action), False)
-            tail = None
-        if tail is not None:
-            # frame 0 of this segment is the tail's latest frame: store only the new ones
-            new_serials = self._store_frames(None if img is None else img[1:], flt[1:], pot[1:])
-            frames = np.concatenate([tail.frames, new_serials])
-            acts = np.concatenate([tail.action, action])
-            rews = np.concatenate([tail.reward, reward])
-            grd = np.concatenate([tail.greedy, greedy])
-        else:
-            frames = self._store_frames(img, flt, pot)
-            acts, rews, grd = action, reward, greedy
-        length = len(acts)
-        ready = length if segment.episode_done else max(0, length - self.n_max)
-        added += self._emit(frames, acts, rews, grd, ready, finished)
-        if not segment.episode_done:
-            self.tails[key] = _Tail(frames[ready:], acts[ready:], rews[ready:], grd[ready:],
-                                    segment.index_in_episode + 1)
-            while len(self.tails) > self.max_pending:
-                self.tails.popitem(last=False)
-                self.counters["dropped_pending"] += 1
-        return added
-
-    def _emit(self, frames: np.ndarray, acts: np.ndarray, rews: np.ndarray, grd: np.ndarray,
-              count: int, finished: bool) -> int:
+    def _emit(self, stretch: Stretch) -> int:
+        count, frames, acts = stretch.ready, stretch.frames, stretch.steps["action"]
         if count <= 0:
             return 0
         gamma = linear_schedule(self.gamma_schedule, self.frames_played)
-        built = build_n_step(rews, grd, n_max=self.n_max, gamma=gamma,
-                             discard_non_greedy=self.discard_non_greedy, count=count, finished=finished)
+        built = build_n_step(stretch.steps["reward"], stretch.steps["greedy"], n_max=self.n_max, gamma=gamma,
+                             discard_non_greedy=self.discard_non_greedy, count=count, finished=stretch.finished)
         fields = {
             "state": frames[built.state], "next_state": frames[built.next_state],
             "action": acts[:count].astype(np.int64), "n_steps": built.n_steps.astype(np.int16),
@@ -511,14 +474,7 @@ class MiniRaceReplayMemory(Memory):
     def save(self, directory: Path) -> None:
         """Write frames, transitions and counters to ``directory`` (npz + json, no pickle).
         Tails of unfinished episodes (at most ``n_steps`` steps each) are not saved."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, np.ndarray] = {}
-        if self.flt is not None:
-            arrays["frames_float"] = self.flt
-            arrays["frames_potential"] = self.potential
-            if self.img is not None:
-                arrays["frames_img"] = self.img
+        arrays: dict[str, np.ndarray] = self.frames.arrays("frames_")
         for name, ring in (("train", self.train), ("test", self.test)):
             for k, v in ring.arrays.items():
                 arrays[f"{name}_{k}"] = v
@@ -531,47 +487,31 @@ class MiniRaceReplayMemory(Memory):
                 "frames_played": self.frames_played, "transitions_added": self.transitions_added,
                 "batches_sampled": self.batches_sampled, "prio_updated": self._prio_updated,
                 "counters": self.counters}
-        tmp = directory / "replay.npz.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        tmp.replace(directory / "replay.npz")
-        (directory / "replay.json.tmp").write_text(json.dumps(meta))
-        (directory / "replay.json.tmp").replace(directory / "replay.json")
+        write_replay(directory, arrays, meta)
 
     def load(self, directory: Path) -> None:
         """Read back what ``save`` wrote (nothing is unpickled)."""
-        directory = Path(directory)
-        try:
-            meta = json.loads((directory / "replay.json").read_text())
-            data = np.load(directory / "replay.npz", allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise BadInput("replay", f"cannot read saved memory in {directory}: {exc}") from None
-        with data:
-            self.frame_capacity = int(meta["frame_capacity"])
-            self.frames_written = int(meta["frames_written"])
-            self.obs_key = str(meta["obs_key"])
-            if "frames_float" in data:
-                self.flt = data["frames_float"].copy()
-                self.potential = data["frames_potential"].copy()
-                self.img = data["frames_img"].copy() if "frames_img" in data else None
-            for name, ring in (("train", self.train), ("test", self.test)):
-                ring.capacity = int(meta[f"{name}_capacity"])
-                ring.count = int(meta[f"{name}_count"])
-                ring.size = int(meta[f"{name}_size"])
-                ring.arrays = {k: data[f"{name}_{k}"].copy() for k in _TransitionRing.FIELDS}
-            if self.prio_alpha > 0:
-                self.tree = SumTree(self.train.capacity)
-                if "priorities" in data:
-                    pr = data["priorities"]
-                    self.tree.set(np.arange(len(pr)), pr)
-                else:
-                    self.tree.set(self.train.valid_slots(), 1.0)
+        meta, data = read_replay(directory)
+        self.frames.restore(meta, data, "frames_")
+        self.obs_key = str(meta["obs_key"])
+        for name, ring in (("train", self.train), ("test", self.test)):
+            ring.capacity = int(meta[f"{name}_capacity"])
+            ring.count = int(meta[f"{name}_count"])
+            ring.size = int(meta[f"{name}_size"])
+            ring.arrays = {k: data[f"{name}_{k}"].copy() for k in _TransitionRing.FIELDS}
+        if self.prio_alpha > 0:
+            self.tree = SumTree(self.train.capacity)
+            if "priorities" in data:
+                pr = data["priorities"]
+                self.tree.set(np.arange(len(pr)), pr)
+            else:
+                self.tree.set(self.train.valid_slots(), 1.0)
         self.frames_played = int(meta["frames_played"])
         self.transitions_added = int(meta["transitions_added"])
         self.batches_sampled = int(meta["batches_sampled"])
         self._prio_updated = bool(meta["prio_updated"])
-        self.counters.update({k: int(v) for k, v in meta["counters"].items()})
-        self.tails.clear()
+        self._counters.update({k: int(v) for k, v in meta["counters"].items() if k in self._counters})
+        self.episodes.restart(meta["counters"])
 
     def stats(self) -> dict[str, float]:
         """Counters for logging (``memory/...``)."""
