@@ -34,6 +34,7 @@ SCRIPTS: dict[str, str] = {
     "learner": "IQN training batches/s and samples/s at batch 512",
     "e2e": "time for the default `rulka run` to first finish the track",
     "peer_tmrl": "TMRL 0.7.1 side by side: relay path on the same payloads, bytes on the wire per transition",
+    "tm2020_fake": "TM2020 worker loop on the fake game at 20 Hz: jitter p50/p99, capture+pipeline ms per step",
 }
 RESULTS_MARK = "<!-- bench-results:"
 

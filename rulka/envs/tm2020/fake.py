@@ -135,6 +135,30 @@ class FakeTM2020:
             self.resets += 1
             self._event("reset")
 
+    def start_autopilot(self) -> None:
+        """Drive like a person would: the simulator's scripted driver holds the pad (for
+        ``record-line`` demos and tests) until ``stop_autopilot``."""
+        from rulka.envs.sim.driver import ScriptedDriver
+
+        driver = ScriptedDriver(self.track)
+        self._autopilot = threading.Event()
+
+        def run() -> None:
+            while not self._autopilot.is_set() and not self._stop.is_set():
+                with self._lock:
+                    c = driver.controls(self.car)
+                self.set_inputs(c.gas, c.brake, -c.steer)
+                self._autopilot.wait(TICK_S / max(self.time_scale, 1.0))
+
+        t = threading.Thread(target=run, name="fake-tm2020-autopilot", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop_autopilot(self) -> None:
+        if getattr(self, "_autopilot", None) is not None:
+            self._autopilot.set()
+        self.set_inputs(0.0, 0.0, 0.0)
+
     # ------------------------------------------------------------------ faults
     def silence(self, seconds: float) -> None:
         """The plugin stays connected but writes nothing (a script error, a loading screen)."""

@@ -1,0 +1,119 @@
+"""``rulka tm``: tools for the TrackMania backends on a gaming PC: install the game-side plugin,
+check the setup, record the reference line the rewards follow (``--game tmnf`` or ``tm2020``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rulka.errors import UserError
+
+GAMES = ("tmnf", "tm2020")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "tm",
+        help="TrackMania tools: install the game plugin, check the setup, record a reference line",
+        description=("Tools for a gaming PC: install rulka's game-side plugin, check that the game, the plugin "
+                     "and the controls answer, and record the reference line (one lap) the rewards follow."),
+    )
+    sub = parser.add_subparsers(dest="tm_command", metavar="TM_COMMAND")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 0)[1])
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--game", choices=GAMES, required=True, help="tmnf (TMInterface) or tm2020 (Openplanet)")
+        p.add_argument("--config", default=None, metavar="YAML", help="run config whose environment section to use")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                       help="override a config key (repeatable)")
+
+    p = sub.add_parser("install-plugin", help="copy rulka's game plugin where the game loads it",
+                       description="tm2020: copy rulka's Openplanet plugin into OpenplanetNext/Plugins/rulka_telemetry.")
+    common(p)
+    p.add_argument("--dest", type=Path, default=None, metavar="DIR", help="plugin folder (default: the game's)")
+    p.set_defaults(func=cmd_install_plugin)
+
+    p = sub.add_parser("check", help="check the game window, the plugin and the controls",
+                       description="tm2020: the plugin streams telemetry, the window is found and sized, the gamepad "
+                                   "driver answers. Exits non-zero when something is missing.")
+    common(p)
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for telemetry (default 5)")
+    p.add_argument("--fake", action="store_true", help="check against rulka's fake game (plugin protocol only)")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("record-line", help="drive one lap; write the reference line the rewards follow",
+                       description=("tm2020: respawn, drive one lap to the finish; positions from the plugin are "
+                                    "resampled every environment.distance_between_checkpoints metres and written "
+                                    "as a rulka reference line (set environment.tm2020.reference_line to it)."))
+    common(p)
+    p.add_argument("--out", type=Path, required=True, metavar="FILE", help="output .json (or .npy)")
+    p.add_argument("--fake", action="store_true",
+                   help="record from rulka's fake game driven by the scripted driver (a demonstration)")
+    p.set_defaults(func=cmd_record_line)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from rulka.config import load_config
+
+    return load_config(args.config, overrides=list(args.overrides))
+
+
+def _tm2020_only(args: argparse.Namespace) -> None:
+    if args.game != "tm2020":
+        raise UserError(f"rulka tm {args.tm_command} --game {args.game} is not built yet (tm2020 is)")
+
+
+def cmd_install_plugin(args: argparse.Namespace) -> int:
+    _tm2020_only(args)
+    from rulka.envs.tm2020.tools import install_plugin
+
+    target = install_plugin(args.dest)
+    print(f"installed rulka's Openplanet plugin in {target}")
+    print("in the game: Openplanet (F3) -> Developer -> Load plugin -> 'rulka telemetry' "
+          "(unsigned plugins need Developer signature mode); then: rulka tm check --game tm2020")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    _tm2020_only(args)
+    from rulka.envs.tm2020.tools import check
+
+    tm = _config(args).environment.tm2020
+    if args.fake:
+        from rulka.envs.tm2020.fake import FakeTM2020
+
+        with FakeTM2020() as game:
+            results = check(tm, args.timeout, port=game.port)
+        results = [r for r in results if r.item == "plugin"]
+    else:
+        results = check(tm, args.timeout)
+    for r in results:
+        print(f"{'ok  ' if r.ok else 'FAIL'} {r.item}: {r.message}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+def cmd_record_line(args: argparse.Namespace) -> int:
+    _tm2020_only(args)
+    from rulka.envs.tm2020.telemetry import TelemetryClient
+    from rulka.envs.tm2020.tools import record_line
+
+    cfg = _config(args)
+    tm = cfg.environment.tm2020
+    spacing = cfg.environment.distance_between_checkpoints
+    if not args.fake:
+        with TelemetryClient(tm.plugin_host, tm.plugin_port) as client:
+            record_line(client, args.out, spacing, on_progress=print)
+        return 0
+    from rulka.envs.tm2020.fake import FakeTM2020
+
+    with FakeTM2020(track=cfg.environment.track, time_scale=4.0, countdown_s=0.5) as game, \
+            TelemetryClient(port=game.port) as client:
+        client.wait_newer(None, 10.0)
+        game.press_reset()
+        game.start_autopilot()
+        try:
+            record_line(client, args.out, spacing, start_timeout_s=30, lap_timeout_s=300, on_progress=print)
+        finally:
+            game.stop_autopilot()
+    return 0
