@@ -88,6 +88,10 @@ class Memory(ABC):
         """On-policy: remove and return the next batch of trajectories."""
         raise NotImplementedError(f"{type(self).__name__} is not a trajectory memory")
 
+    def set_policy_version(self, version: int) -> None:  # noqa: B027 - optional hook
+        """The trainer has just published weights ``version``. On-policy memories use it to drop
+        data collected by weights older than their policy-lag cap; replay memories ignore it."""
+
     def rebuild_transitions(self, segment: Segment) -> list[dict[str, np.ndarray]]:
         """Verify mode: the transitions this memory would build from ``segment``, in order,
         each as ``{"obs": ..., "action": ..., "reward": ..., "next_obs": ..., "done": ...}``."""

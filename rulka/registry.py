@@ -15,11 +15,20 @@ from rulka.errors import UserError
 _BUILTIN: dict[str, dict[str, str]] = {
     "env": {"sim": "rulka.envs.sim.env:SimTrackEnv", "tm2020": "rulka.envs.tm2020.env:TM2020Env"},
     "memory": {"simple": "rulka.agents.simple:SimpleReplayMemory",
-               "iqn": "rulka.agents.iqn.settings:make_memory"},
+               "iqn": "rulka.agents.iqn.settings:make_memory",
+               "ppo": "rulka.agents.policy.settings:make_memory",
+               "grpo": "rulka.agents.policy.settings:make_memory",
+               "dpo": "rulka.agents.policy.settings:make_memory"},
     "agent": {"simple_dqn": "rulka.agents.simple:SimpleDQNAgent",
-              "iqn": "rulka.agents.iqn.settings:make_agent"},
+              "iqn": "rulka.agents.iqn.settings:make_agent",
+              "ppo": "rulka.agents.policy.settings:make_agent",
+              "grpo": "rulka.agents.policy.settings:make_agent",
+              "dpo": "rulka.agents.policy.settings:make_agent"},
     "actor": {"simple_dqn": "rulka.agents.simple:SimpleDQNActor",
-              "iqn": "rulka.agents.iqn.actor:IQNActor"},
+              "iqn": "rulka.agents.iqn.actor:IQNActor",
+              "ppo": "rulka.agents.policy.actor:PolicyActor",
+              "grpo": "rulka.agents.policy.actor:PolicyActor",
+              "dpo": "rulka.agents.policy.actor:PolicyActor"},
     "compressor": {"zstd": "rulka.compress:ZstdCompressor", "none": "rulka.compress:PlainCompressor"},
 }
 

@@ -137,7 +137,7 @@ def test_defaults_are_built() -> None:
         ({"nn": {"encoder": {"fusion_encoder": "mlp"}}}, "nn.encoder"),
         ({"performance": {"running_speed": 80}}, "performance"),
         ({"worker": {"num_envs": 4}}, "worker.num_envs"),
-        ({"ppo": {"clip_coef": 0.1}}, "ppo"),
+        ({"grpo": {"grpo_num_minibatches": 2}}, "grpo.grpo_num_minibatches"),
         ({"nn": {"training": {"single_reset_flag": 1}}}, "nn.training.single_reset_flag"),
     ],
 )

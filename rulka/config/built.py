@@ -54,17 +54,15 @@ NOT_BUILT: frozenset[str] = frozenset(
         "nn.training.additional_transition_after_reset",
         "nn.training.last_layer_reset_factor",
         "nn.training.overall_reset_mul_factor",
-        # training: decoupled weight decay, on-policy rollout discount (PPO/GRPO/DPO learners)
+        # training: decoupled weight decay
         "training.weight_decay_lr_ratio",
-        "training.policy_rollout_gamma",
-        "training.policy_rollout_gamma_schedule",
         "exploration.multi_action_exploration",
         # sections for learners and features not built yet
         "map_cycle",
         "performance",
-        "ppo",
-        "dpo",
-        "grpo",
+        # reserved by the guide for within-pair / within-group minibatching
+        "dpo.dpo_num_minibatches",
+        "grpo.grpo_num_minibatches",
         "user",
         # rulka's own keys that nothing acts on yet
         "worker.num_envs",

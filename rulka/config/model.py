@@ -75,6 +75,8 @@ _SCHEDULE_FALLBACK: dict[str, str] = {
 }
 
 _TM_BACKENDS = ("sim", "tmnf", "tm2020")
+# learners that train on trajectories of the current policy: every update is published
+ON_POLICY_ALGORITHMS = ("ppo", "dpo", "grpo")
 
 
 class RulkaConfig(Section):
@@ -136,6 +138,9 @@ class RulkaConfig(Section):
             block = data.get(section, {})
             if isinstance(block, dict) and block.get(key) is None:
                 data[section] = {**block, key: algorithm}
+        block = data.get("trainer", {})
+        if isinstance(block, dict) and block.get("publish_every_updates") is None:
+            data["trainer"] = {**block, "publish_every_updates": 1 if algorithm in ON_POLICY_ALGORITHMS else 100}
         return data
 
     @model_validator(mode="after")

@@ -19,7 +19,7 @@ from rulka.config.model import RulkaConfig
 
 # plugin names that default to training.algorithm; the reference keeps them null so a copy of it
 # follows the algorithm the user picks
-_DERIVED = (("worker", "actor"), ("trainer", "agent"), ("trainer", "memory"))
+_DERIVED = (("worker", "actor"), ("trainer", "agent"), ("trainer", "memory"), ("trainer", "publish_every_updates"))
 
 
 @functools.cache

@@ -1089,6 +1089,11 @@ class WorkerConfig(Section):
     """When the resend queue is full: pause collection, or drop the oldest segment (counted)."""
     num_envs: PositiveInt = 1
     """Environments this worker runs."""
+    rollouts_per_start: PositiveInt = 1
+    """Episodes run from one start (same reset seed) before drawing another; GRPO groups by start.
+
+    Set it to grpo.grpo_group_size so each GRPO group compares rollouts from one start state;
+    1 = a fresh start each episode."""
     max_steps_per_s: PositiveFloat | None = None
     """Cap on env steps per second (null = as fast as the env goes). A fast simulator would
     otherwise take the CPU a trainer on the same machine needs; a real game sets its own pace."""
@@ -1107,8 +1112,13 @@ class TrainerConfig(Section):
     """Keyword arguments for the memory plugin."""
     max_updates_per_env_step: PositiveFloat | None = None
     """Pause training above this ratio of updates to received env steps (null = no limit but the memory's own)."""
-    publish_every_updates: PositiveInt = 100
-    """Publish weights to workers every N updates (over a network, rarer than the guide's shared-memory 8)."""
+    publish_every_updates: PositiveInt | None = None
+    """Publish weights every N updates (null = 1 for the on-policy ppo/grpo/dpo, 100 otherwise).
+
+    On-policy learners need every update to reach the workers; over a network IQN publishes rarer
+    than the guide's shared-memory 8."""
+    max_policy_lag: NonNegativeInt | None = 4
+    """ppo/grpo/dpo: drop (and count) data from weights more than N versions old (null = keep all)."""
     checkpoint_every_s: PositiveFloat = 300
     """Seconds between checkpoints."""
     verify: bool = False

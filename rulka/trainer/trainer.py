@@ -192,6 +192,7 @@ class Trainer:
         from rulka.net.weights import WeightsBlob
 
         self.version += 1
+        self.memory.set_policy_version(self.version)
         blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(),
                            self._actor_spec_with_config())
         self._last_weights = self._encode_weights(blob)

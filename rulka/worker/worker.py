@@ -200,6 +200,9 @@ class Worker:
         self._rate_t0 = time.monotonic()
         self._rate_steps = 0
         self._samples_per_s = 0.0
+        self._start_rng = np.random.default_rng()
+        self._start_seed = 0
+        self._start_left = 0
 
     # -- weights --------------------------------------------------------------------------------
     @staticmethod
@@ -432,10 +435,23 @@ class Worker:
         finally:
             self.stop_io()
 
+    def _next_start(self) -> int | None:
+        """The reset seed of the next episode when ``worker.rollouts_per_start`` > 1: the same
+        seed for that many episodes in a row (the same start state), then a fresh one."""
+        per_start = int(opt(self.cfg, "worker.rollouts_per_start", 1))
+        if per_start <= 1:
+            return None
+        if self._start_left <= 0:
+            self._start_seed = int(self._start_rng.integers(2**31 - 1))
+            self._start_left = per_start
+        self._start_left -= 1
+        return self._start_seed
+
     def _run_episode(self, stop_event: threading.Event, step_budget: int | None) -> int:
         """One episode; returns its steps, or -1 if it was cut short by ``stop_event``."""
         episode_id = self.counters.take_episode()
-        obs, reset_info = self.env.reset()
+        start_id = self._next_start()
+        obs, reset_info = self.env.reset(seed=start_id)
         if self.actor is not None:
             self.actor.reset()
         buf = _EpisodeBuffer()
@@ -465,6 +481,8 @@ class Worker:
                 seg_info: dict[str, Any] = {}
                 if done:
                     seg_info = {"episode_return": ret, "episode_length": step}
+                    if start_id is not None:  # episodes of one start: GRPO groups them
+                        seg_info["start_id"] = start_id
                     for key in ("race_time_ms", "finished", "map_name", "track", "progress_m", "reference_time_ms"):
                         value = info.get(key) if isinstance(info, dict) else None
                         if isinstance(value, (bool, int, float, str, np.generic)):

@@ -1,0 +1,184 @@
+"""Trajectory memories (PPO steps, GRPO groups, DPO pairs), staleness, files without pickle,
+checkpoints of the three learners, and PPO through the real trainer/worker loop."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rulka.agents.policy.episodes import append_pair, offline_pair_loader, read_episode, write_episode
+from rulka.agents.policy.memory import GroupMemory, PairMemory, StepsMemory
+from rulka.config import config_from_dict, load_config
+from rulka.errors import BadInput
+from rulka.segment import Segment
+
+
+def seg(worker="w", episode=0, index=0, t=4, version=1, done=True, reward=1.0, start=None, evaluation=False):
+    arrays = {"obs/x": np.zeros((t + 1, 4), np.float32), "action": np.zeros(t, np.int64),
+              "reward": np.full(t, reward, np.float32), "terminated": np.array([False] * (t - 1) + [done]),
+              "truncated": np.zeros(t, bool), "extra/logprob": np.full(t, -0.69, np.float32),
+              "extra/value": np.zeros(t, np.float32)}
+    info = {"start_id": start} if start is not None else {}
+    return Segment(run_id="r", worker_id=worker, episode_id=episode, seq=episode * 10 + index,
+                   index_in_episode=index, first_step=index * t, policy_version=version, arrays=arrays,
+                   episode_done=done, info=info, evaluation=evaluation)
+
+
+def test_steps_memory_waits_for_the_steps_of_all_workers_and_drops_stale_data():
+    mem = StepsMemory(rollout_steps_per_update=10, max_policy_lag=1)
+    mem.set_policy_version(3)
+    assert mem.append(seg("a", version=3)) == 4 and not mem.ready()
+    assert mem.append(seg("b", version=1)) == 0  # 2 versions old: over the lag cap
+    assert mem.counters["stale_dropped"] == 1 and mem.counters["stale_steps"] == 4
+    assert mem.append(seg("evaluation", version=3, evaluation=True)) == 0
+    mem.append(seg("b", version=2, done=False))
+    assert not mem.ready()
+    mem.append(seg("c", version=3))
+    assert mem.ready()
+    mem.set_policy_version(4)  # the version-2 rollout is now 2 behind: dropped before the take
+    assert not mem.ready() and len(mem) == 8
+    mem.append(seg("d", version=4))
+    batch = mem.take()
+    assert batch.steps == 12 and len(mem) == 0 and not mem.ready()
+    assert batch.stats["memory/stale_dropped"] == 2 and batch.stats["memory/skipped_evaluation"] == 1
+
+
+def test_group_memory_gives_exactly_k_episodes_of_one_start():
+    mem = GroupMemory(group_size=3)
+    # worker a runs start 7, worker b start 9; episodes come in two segments each
+    for ep in range(2):
+        for w, start in (("a", 7), ("b", 9)):
+            mem.append(seg(w, episode=ep, index=0, done=False))
+            mem.append(seg(w, episode=ep, index=1, start=start))
+    assert not mem.ready()
+    mem.append(seg("a", episode=2, index=0, start=7))
+    assert mem.ready()
+    batch = mem.take()
+    assert len(batch.rollouts) == 3 and {r.start_key for r in batch.rollouts} == {("a", 7)}
+    assert [len(r) for r in batch.rollouts] == [8, 8, 4]
+    assert not mem.ready()
+    # a lost middle segment drops its episode (counted), never a half trajectory
+    mem.append(seg("c", episode=0, index=0, done=False))
+    mem.append(seg("c", episode=0, index=2, start=1))
+    assert mem.counters["episode_gaps"] == 1
+
+
+def test_pair_memory_online_best_and_worst_then_removed():
+    mem = PairMemory(pair_buffer_max=3)
+    for ep, r in enumerate([1.0, 5.0]):
+        mem.append(seg(episode=ep, reward=r))
+    batch = mem.take()
+    assert [x.score for x in batch.rollouts] == [20.0, 4.0] and len(mem.buffer) == 0
+    for ep, r in enumerate([2.0, 2.0], start=2):
+        mem.append(seg(episode=ep, reward=r))
+    assert not mem.ready()  # best and worst coincide: no pair
+    for ep, r in enumerate([3.0, 4.0], start=4):
+        mem.append(seg(episode=ep, reward=r))  # FIFO of 3: the first 2.0 episode is evicted
+    assert len(mem.buffer) == 3 and mem.counters["fifo_evicted"] == 1
+    chosen, rejected = mem.take().rollouts
+    assert (chosen.score, rejected.score) == (16.0, 8.0) and [r.score for r in mem.buffer] == [12.0]
+
+
+def test_pair_memory_both_mode_alternates_offline_and_online(tmp_path):
+    good, bad = seg(episode=100, reward=3.0), seg(episode=101, reward=-1.0)
+    write_episode(tmp_path / "good.rulka-episode", [good])
+    write_episode(tmp_path / "bad.rulka-episode", [bad])
+    append_pair(tmp_path / "pairs.jsonl", tmp_path / "good.rulka-episode", tmp_path / "bad.rulka-episode")
+    line = json.loads((tmp_path / "pairs.jsonl").read_text())
+    assert line == {"chosen": "good.rulka-episode", "rejected": "bad.rulka-episode"}
+    mem = PairMemory(data_mode="both", offline_pairs=offline_pair_loader(tmp_path / "pairs.jsonl"))
+    assert mem.ready()  # fewer than two online episodes: offline
+    assert mem.take().rollouts[0].score == 12.0
+    mem.append(seg(episode=0, reward=1.0))
+    mem.append(seg(episode=1, reward=2.0))
+    assert mem.take().rollouts[0].score == 12.0  # odd pair-update index: offline again
+    assert mem.take().rollouts[0].score == 8.0  # even: online pair from the buffer
+    assert len(mem.buffer) == 0
+
+
+def test_episode_files_are_inert_and_refuse_garbage(tmp_path):
+    path = write_episode(tmp_path / "e.rulka-episode", [seg(index=0, done=False), seg(index=1)])
+    assert [s.index_in_episode for s in read_episode(path)] == [0, 1]
+    assert b"pickle" not in path.read_bytes()
+    bad = tmp_path / "bad.rulka-episode"
+    bad.write_bytes(b"\x80\x04K\x01.")  # a pickle of the integer 1
+    with pytest.raises(BadInput):
+        read_episode(bad)
+    (tmp_path / "pairs.jsonl").write_text('{"chosen": "bad.rulka-episode", "rejected": "e.rulka-episode"}\nnot json\n')
+    with pytest.raises(Exception, match="no readable pair"):
+        offline_pair_loader(tmp_path / "pairs.jsonl")(0.99)
+
+
+def test_memory_files_round_trip(tmp_path):
+    mem = GroupMemory(group_size=2)
+    mem.append(seg("a", episode=0, start=1))
+    mem.set_policy_version(5)
+    mem.save(tmp_path)
+    again = GroupMemory(group_size=2)
+    again.load(tmp_path)
+    assert again.policy_version == 5 and len(again) == 4 and again.frames_played == 4
+    again.append(seg("a", episode=1, start=1, version=5))
+    assert again.ready() and len(again.take().rollouts) == 2
+
+
+CARTPOLE = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"}, "nn": {"vis": {"no_image": True},
+            "float": {"mlp": {"hidden_dim": 16}}, "decoder": {"dense_hidden_dimension": 32}}}
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo", "dpo"])
+def test_each_learner_trains_and_checkpoints_without_pickle(tmp_path, algorithm):
+    from rulka.agents.policy.settings import make_agent, make_memory
+    from rulka.trainer import checkpoint as ckpt
+
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": algorithm, "seed": 1},
+                            "ppo": {"rollout_steps_per_update": 8}, "grpo": {"grpo_group_size": 2,
+                            "grpo_ref_kl_coef": 0.1, "grpo_ref_sync_every_updates": 2}})
+    assert cfg.trainer.publish_every_updates == 1  # on-policy: every update reaches the workers
+    agent, memory = make_agent(cfg, device="cpu"), make_memory(cfg)
+    for ep, r in enumerate([1.0, 3.0, 2.0, 0.5]):
+        memory.append(seg(episode=ep, reward=r))
+    batch = memory.take()
+    metrics = agent.train(batch)
+    assert all(np.isfinite(v) for v in metrics.values()) and agent.updates == 1
+    folder = ckpt.write_checkpoint(tmp_path, 1, agent.state_dict(), {"x": 1}, memory)
+    state, _ = ckpt.read_checkpoint(folder)
+    other = make_agent(cfg, device="cpu", seed=2)
+    other.load_state_dict(state)
+    for a, b in zip(agent.net.parameters(), other.net.parameters()):
+        assert torch.equal(a, b)
+    assert other.updates == 1 and not list(tmp_path.rglob("*.pkl"))
+
+
+def test_grpo_pushes_up_the_better_trajectory():
+    from rulka.agents.policy.settings import make_agent
+
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "grpo", "seed": 0,
+                            "lr_schedule": [[0, 1e-2]]}, "grpo": {"grpo_group_size": 2, "grpo_ent_coef": 0.0}})
+    agent = make_agent(cfg, device="cpu")
+    good, bad = seg(episode=0, reward=2.0), seg(episode=1, reward=1.0)
+    good.arrays["action"][:] = 1  # the better trajectory pushed action 1 everywhere
+    mem = GroupMemory(group_size=2)
+    mem.append(good)
+    mem.append(bad)
+    batch = mem.take()
+    p_before = agent.get_actor().distribution(np.zeros(4, np.float32))[0][1]
+    agent.train(batch)
+    assert agent.get_actor().distribution(np.zeros(4, np.float32))[0][1] > p_before
+
+
+def test_ppo_through_the_trainer_and_workers(tmp_path):
+    """The real worker -> link -> trainer path: actors record log pi and V, the trainer publishes
+    after every PPO update and reports policy lag; a resumed run keeps its learner state."""
+    from rulka.trainer.local import run_local
+
+    cfg = load_config("configs/cartpole_ppo.yaml").with_overrides(
+        ["ppo.rollout_steps_per_update=256", "worker.segment_max_steps=64"])
+    result = run_local(cfg, n_workers=2, run_dir=tmp_path / "run", max_updates=4, max_seconds=120)
+    assert result.trainer["updates"] >= 4 and result.trainer["version"] >= 5
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    metrics = [json.loads(line)["metrics"] for line in lines]
+    assert any("losses/approx_kl" in m for m in metrics) and any("perf/policy_lag_max" in m for m in metrics)
+    assert max(m.get("memory/segments", 0) for m in metrics) > 0
