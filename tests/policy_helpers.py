@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from test_learning_iqn import _greedy_return as greedy_return
 
 from rulka.segment import Segment
 
@@ -80,19 +81,6 @@ class SegmentCollector:
         if done:
             self.obs = None
         return seg
-
-
-def greedy_return(env: Any, actor: Any, episodes: int, seed: int) -> float:
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        done, total = False, 0.0
-        while not done:
-            obs, r, te, tr, _ = env.step(actor.act(obs, test=True))
-            total += float(r)
-            done = te or tr
-        returns.append(total)
-    return float(np.mean(returns))
 
 
 def train_on_policy(cfg: Any, *, n_envs: int, max_frames: int, target: float, eval_every: int,

@@ -53,22 +53,28 @@ def _env_spaces(cfg: Any) -> tuple[int, int, tuple[int, int] | None]:
     return int(cfg.float_input_dim), N_ACTIONS, hw
 
 
+def pipeline_normalization(cfg: Any, float_dim: int) -> tuple[list[float], list[float]]:
+    """Per-feature (mean, std) of the TrackMania-like float observation: ``state_normalization``
+    when set, else the pipeline's domain-derived defaults; inputs a backend appends after the
+    pipeline's (tm2020 LIDAR beams in [0, 1]) get mean 0.5, std 0.3."""
+    from rulka.envs.pipeline import PipelineParams, default_normalization
+
+    params = PipelineParams.from_config(cfg)
+    if params.float_inputs_mean is not None and params.float_inputs_std is not None:
+        mean, std = list(params.float_inputs_mean), list(params.float_inputs_std)
+    else:
+        m, s = default_normalization(params)
+        mean, std = m.tolist(), s.tolist()
+    if len(mean) < float_dim:
+        extra = float_dim - len(mean)
+        mean, std = mean + [0.5] * extra, std + [0.3] * extra
+    return mean, std
+
+
 def network_spec_from_config(cfg: Any) -> IQNNetworkSpec:
     float_dim, n_actions, hw = _env_spaces(cfg)
     mini = cfg.temporal_mini_race_duration_actions if uses_mini_races(cfg) else None
-    mean = std = None
-    if mini:
-        from rulka.envs.pipeline import PipelineParams, default_normalization
-
-        params = PipelineParams.from_config(cfg)
-        if params.float_inputs_mean is not None and params.float_inputs_std is not None:
-            mean, std = list(params.float_inputs_mean), list(params.float_inputs_std)
-        else:
-            m, s = default_normalization(params)
-            mean, std = m.tolist(), s.tolist()
-        if len(mean) < float_dim:  # inputs a backend appends after the pipeline's (tm2020 LIDAR beams in [0, 1])
-            extra = float_dim - len(mean)
-            mean, std = list(mean) + [0.5] * extra, list(std) + [0.3] * extra
+    mean, std = pipeline_normalization(cfg, float_dim) if mini else (None, None)
     mean, std = float_normalisation(float_dim, mini, mean, std)
     cnn = _get(cfg, "nn.vis.cnn")
     btr = _get(cfg, "btr")

@@ -85,6 +85,16 @@ class _PolicyMemory(Memory):
         self.counters["stale_dropped"] += 1
         self.counters["stale_steps"] += int(steps)
 
+    def _fresh(self, rollouts: list[Rollout]) -> list[Rollout]:
+        """``rollouts`` without the stale ones (counted)."""
+        keep = []
+        for r in rollouts:
+            if self.is_stale(r.policy_version):
+                self._count_stale(len(r))
+            else:
+                keep.append(r)
+        return keep
+
     def _drop_stale(self) -> None:
         for key in [k for k, segs in self.pending.items() if self.is_stale(min(s.policy_version for s in segs))]:
             self._count_stale(sum(s.num_transitions for s in self.pending.pop(key)))
@@ -209,13 +219,7 @@ class StepsMemory(_PolicyMemory):
 
     def _drop_stale(self) -> None:
         super()._drop_stale()
-        keep = []
-        for r in self.rollouts:
-            if self.is_stale(r.policy_version):
-                self._count_stale(len(r))
-            else:
-                keep.append(r)
-        self.rollouts = keep
+        self.rollouts = self._fresh(self.rollouts)
 
     def ready(self) -> bool:
         return len(self) >= self.rollout_steps_per_update
@@ -259,12 +263,7 @@ class GroupMemory(_PolicyMemory):
     def _drop_stale(self) -> None:
         super()._drop_stale()
         for key in list(self.buckets):
-            keep = []
-            for r in self.buckets[key]:
-                if self.is_stale(r.policy_version):
-                    self._count_stale(len(r))
-                else:
-                    keep.append(r)
+            keep = self._fresh(self.buckets[key])
             if keep:
                 self.buckets[key] = keep
             else:
@@ -351,10 +350,7 @@ class PairMemory(_PolicyMemory):
 
     def _drop_stale(self) -> None:
         super()._drop_stale()
-        keep = [r for r in self.buffer if not self.is_stale(r.policy_version)]
-        for r in self.buffer:
-            if self.is_stale(r.policy_version):
-                self._count_stale(len(r))
+        keep = self._fresh(list(self.buffer))
         self.buffer.clear()
         self.buffer.extend(keep)
 

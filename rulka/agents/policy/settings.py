@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rulka.agents.iqn.settings import _env_spaces as env_spaces
-from rulka.agents.iqn.settings import uses_mini_races
+from rulka.agents.iqn.settings import pipeline_normalization, uses_mini_races
 from rulka.agents.policy.base import OptimHyper, PolicyLearner
 from rulka.agents.policy.dpo import DPOAgent, DPOHyper
 from rulka.agents.policy.grpo import GRPOAgent, GRPOHyper
@@ -36,16 +36,8 @@ def network_spec_from_config(cfg: Any) -> PolicyNetworkSpec:
     """The actor-critic for the configured env: ``nn.vis`` (image head), ``nn.float`` (float MLP),
     ``nn.decoder`` (trunk width, policy head = ``advantage``, value head = ``value``)."""
     float_dim, n_actions, hw = env_spaces(cfg)
-    mean = std = None
-    if uses_mini_races(cfg):  # TrackMania-like floats: the pipeline's normalisation
-        from rulka.envs.pipeline import PipelineParams, default_normalization
-
-        params = PipelineParams.from_config(cfg)
-        if params.float_inputs_mean is not None and params.float_inputs_std is not None:
-            mean, std = list(params.float_inputs_mean), list(params.float_inputs_std)
-        else:
-            m, s = default_normalization(params)
-            mean, std = m.tolist(), s.tolist()
+    # TrackMania-like floats: the pipeline's normalisation (slot 0, the mini-race time, stays 0 here)
+    mean, std = pipeline_normalization(cfg, float_dim) if uses_mini_races(cfg) else (None, None)
     cnn = cfg.nn.vis.cnn
     dec = cfg.nn.decoder
     pol = dec.advantage.mlp
