@@ -32,35 +32,42 @@ def trainer_with(memory, ratio=None, publish_every=None):
 
 
 def test_allowed_updates_follow_threshold_and_ratio():
+    # 0.25 update per env step at batch 4 = 1 sample per insert; start size 10; window 10 +- 2
+    # (0.1 x 1 x 10 = 1, raised to half a batch): pre-learning inserts are not owed (Reverb)
     mem = RatioMemory(min_samples=10)
     t = trainer_with(mem, ratio=0.25)
+    assert (t.limiter.min_diff, t.limiter.max_diff) == (8, 12)
     assert t.allowed_updates() == 0  # empty memory: below the start threshold
 
     t.ingest([seg_msg("w", 0), seg_msg("w", 1)])  # 2 segments of 4 transitions = 8 < 10
     assert t.samples == 8 and t.allowed_updates() == 0
-    t.ingest([seg_msg("w", 2)])  # 12 transitions >= 10: 0.25 update per env step -> 3
-    assert t.allowed_updates() == 3
-    assert t.train_slice() == 3 and t.updates == 3
+    t.ingest([seg_msg("w", 2)])  # 12 transitions: cursor 12, one batch of 4 leaves 8 = min_diff
+    assert t.allowed_updates() == 1
+    assert t.train_slice() == 1 and t.updates == 1
     assert t.train_slice() == 0  # the ratio holds training back until more data comes
+    t.ingest([seg_msg("w", 3)])  # cursor 8 + 4 = 12
+    assert t.train_slice() == 1 and t.updates == 2
 
 
 def test_no_ratio_means_no_cap_and_threshold_at_least_a_batch():
     mem = RatioMemory(min_samples=0)
     t = trainer_with(mem, ratio=None)
+    assert t.limiter is None
     t.ingest([seg_msg("w", 0, t=3)])  # 3 transitions: less than one batch of 4
     assert t.allowed_updates() == 0
     t.ingest([seg_msg("w", 1, t=3)])
     assert t.allowed_updates() == math.inf
 
 
-def test_memory_that_counts_its_own_replay_ratio_decides():
+def test_memory_samples_per_insert_decides_over_max_updates_per_env_step():
     class Counted(ListMemory):
-        def trainable_updates(self, frames_played):
-            return frames_played // 10
+        samples_per_insert = 2.0
 
     t = trainer_with(Counted(), ratio=100.0)
-    t.samples = 35
-    assert t.allowed_updates() == 3
+    assert t.limiter.samples_per_insert == 2.0
+    cfg = {"trainer": {"max_updates_per_env_step": 100.0, "rate_limit": {"samples_per_insert": 3.0}}}
+    t = Trainer(cfg, LocalHub().trainer_link(), agent=CountingAgent(), memory=Counted(), signing_key=KEY)
+    assert t.limiter.samples_per_insert == 3.0  # the explicit key wins
 
 
 def test_publish_every_n_updates_and_on_demand():

@@ -109,6 +109,18 @@ class ServerProcess:
         _wait_or_kill(self.process, timeout)
 
 
+def role_thread_overrides(cfg: Any, workers: int, cores: int | None = None) -> list[str]:
+    """``trainer.torch_threads`` for a trainer sharing this machine's ``cores`` with ``workers``
+    workers (each running one torch thread, ``worker.torch_threads``): the cores they leave, at
+    least 1. Empty when the config sets it. Torch's default, one thread per core in every
+    process, made each of the trainer's ops wait for descheduled threads: ten times fewer
+    updates with 2 workers on 2 cores (BENCHMARKS.md, trainer loop)."""
+    if cfg.trainer.torch_threads is not None:
+        return []
+    cores = cores or os.cpu_count() or 1
+    return [f"trainer.torch_threads={max(1, cores - workers * cfg.worker.torch_threads)}"]
+
+
 def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None = None,
            keys: str | Path | None = None, overrides: Sequence[str] = (), resume: bool = False,
            trainer_output: Any = None, worker_args: Sequence[str] = ()) -> LocalRun:
@@ -142,6 +154,7 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     log_files = [server_log]
     server = ServerProcess(keys, server_log, allow_plain_tcp=bool(cfg.network.allow_plain_tcp))
     address = f"127.0.0.1:{server.port}"
+    overrides = [*overrides, *role_thread_overrides(cfg, workers)]
     sets = [a for o in overrides for a in ("--set", o)]
     try:
         trainer_cmd = _python_cmd("rulka.trainer.cli") + ["--config", str(config), *sets, "--keys", str(keys),

@@ -1097,6 +1097,37 @@ class WorkerConfig(Section):
     max_steps_per_s: PositiveFloat | None = None
     """Cap on env steps per second (null = as fast as the env goes). A fast simulator would
     otherwise take the CPU a trainer on the same machine needs; a real game sets its own pace."""
+    torch_threads: PositiveInt = 1
+    """CPU threads torch may use for inference in the worker (1: fastest for one observation).
+    One observation at a time: more threads only take cores from the game."""
+    pause_for_credit: bool = True
+    """Pause between segments while the trainer withholds credit (false: a real-time game).
+    The trainer withholds credit while its learner is behind the replay ratio. A real-time game
+    that cannot wait keeps acting; the trainer defers, then drops (counted), what its rate
+    limiter cannot admit."""
+
+
+class RateLimitConfig(Section):
+    """The trainer's rate limiter (after Reverb's SampleToInsertRatio): how many times a
+    transition is trained on, held within a window in both directions."""
+
+    mode: Literal["ratio", "throughput"] = "ratio"
+    """ratio: hold samples per insert both ways; throughput: never slow the workers.
+    ratio: the learner waits for data when ahead, and workers are slowed (credit withheld) when
+    it is behind. throughput: the learner trains as fast as it can up to the ratio, and the
+    achieved ratio sinks when data comes faster than it trains."""
+    samples_per_insert: PositiveFloat | None = None
+    """Mean times a transition is sampled (null = the memory's own, else max_updates_per_env_step x batch).
+    The memory's own: memory.number_times_single_memory_is_used_before_discard for IQN. Neither
+    set: no limit."""
+    error_buffer: PositiveFloat | None = None
+    """Half-width of the window, in samples (null = 0.1 x samples_per_insert x start size).
+    At least half a batch, so that a batch always fits in the window."""
+    credit_segments: PositiveInt = 4
+    """Segments each worker may produce beyond the last one the trainer received."""
+    max_deferred_segments: PositiveInt = 256
+    """Segments held back while the learner is behind; above this the oldest is dropped (counted).
+    Held back: received, journaled and acknowledged, not yet in the memory."""
 
 
 class TrainerConfig(Section):
@@ -1125,6 +1156,11 @@ class TrainerConfig(Section):
     """Check that the memory rebuilds exactly what workers saw."""
     device: str = "auto"
     """Torch device the learner trains on: auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:1, mps."""
+    torch_threads: PositiveInt | None = None
+    """CPU threads torch may use in the trainer (null = every core; `rulka run`: what workers leave).
+    `rulka run` gives it the cores its workers leave, at least 1."""
+    rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    """Samples per insert and backpressure to workers."""
 
     @field_validator("device")
     @classmethod

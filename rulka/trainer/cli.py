@@ -88,6 +88,11 @@ def _run(args: argparse.Namespace) -> int:
     keys = Path(args.keys or opt(cfg, "network.credentials_dir", "~/.rulka/keys")).expanduser()
     creds = load_credentials(keys, "trainer")
 
+    threads = opt(cfg, "trainer.torch_threads")
+    if threads:  # before any torch work: intra-op threads beyond the free cores make every op wait
+        import torch
+
+        torch.set_num_threads(int(threads))
     from rulka.net.tls import connect_trainer
     from rulka.trainer.trainer import Trainer
 

@@ -5,6 +5,18 @@ queued (each pass is short: decompress, dedupe, journal, ack, append), then trai
 ``train_slice_s`` seconds within what the replay ratio allows. Ingestion runs at least that
 often, and training never waits for more than one pass of ingestion.
 
+Rate limit (``trainer.rate_limit``, ``rulka.trainer.ratelimit``): samples per insert is held in
+a window in both directions. Ahead of it, the learner waits for data. Behind it (mode
+``ratio``), the trainer stops granting credit: each worker may produce only
+``credit_segments`` segments beyond the last one the trainer received (a ``credit`` message,
+msgpack ``{"limit": next seq allowed}``), and pauses between segments until more comes. What
+still arrives while the learner is behind (segments in flight, workers of a real-time game that
+cannot pause: ``worker.pause_for_credit: false``) is deferred: journaled and acknowledged at once,
+inserted into the memory when the limiter admits it, the oldest dropped and counted
+(``limiter_dropped``) above ``max_deferred_segments``; a checkpoint inserts what is deferred.
+Mode ``throughput`` sends no credit and inserts everything at once: the learner still waits when
+ahead, and the achieved ratio sinks when data comes faster than it trains.
+
 Delivery: a segment is acknowledged only after it is in the write-ahead journal, so a trainer
 killed at any moment loses nothing a worker has let go of. ``--resume`` loads the latest
 checkpoint, replays the journal written since, and continues the weights version counter.
@@ -23,7 +35,7 @@ import os
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +51,7 @@ from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.dedupe import Dedupe
 from rulka.trainer.journal import JournalWriter, journal_path, read_journal
+from rulka.trainer.ratelimit import SampleToInsertRatio, window_rate
 from rulka.trainer.verify import first_difference
 from rulka.worker.build import build_plugin, opt
 from rulka.worker.worker import WORKER_CONFIG_SECTIONS
@@ -46,6 +59,7 @@ from rulka.worker.worker import WORKER_CONFIG_SECTIONS
 log = logging.getLogger(__name__)
 
 ACCEPTED_LOG = "accepted.log"
+CREDIT_RESEND_S = 5.0  # a worker that hears no credit for 12x this resumes on its own (rulka.worker)
 
 
 def _default_agent_name(cfg: Any) -> str:
@@ -106,6 +120,10 @@ class Trainer:
         ratio = opt(cfg, "trainer.max_updates_per_env_step", None)
         self.max_updates_per_env_step = float(ratio) if ratio is not None else None
         self.batch_size = int(getattr(self.agent, "batch_size", None) or opt(cfg, "training.batch_size", 64))
+        self.rate_mode = str(opt(cfg, "trainer.rate_limit.mode", "ratio"))
+        self.credit_segments = int(opt(cfg, "trainer.rate_limit.credit_segments", 4))
+        self.max_deferred = int(opt(cfg, "trainer.rate_limit.max_deferred_segments", 256))
+        self.limiter = self._make_limiter()
         self.train_slice_s = train_slice_s
         self.log_every_s = float(log_every_s if log_every_s is not None else opt(cfg, "logging.log_every_s", 10))
         if weights_encoder is None:
@@ -144,6 +162,11 @@ class Trainer:
         self.episode_stats = EpisodeStats()
         self.last_race_time_ms: float | None = None  # latest finished race (progress line)
         self._last_train_metrics: dict[str, float] = {}
+        # rate limit: segments held back while the learner is behind, credit granted per worker
+        self._deferred: deque[Segment] = deque()
+        self._next_seq: dict[str, int] = {}  # worker -> 1 + highest seq received
+        self._credit_sent: dict[str, tuple[int, float]] = {}  # worker -> (limit, when)
+        self._train_s = 0.0  # time inside agent.train since the last metrics record
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if resume:
@@ -163,6 +186,27 @@ class Trainer:
                     self.metrics = None
         elif resume:
             raise UserError("--resume needs a run folder")
+
+    def _make_limiter(self) -> SampleToInsertRatio | None:
+        """The rate limiter from ``trainer.rate_limit`` and the memory (None: no ratio to hold).
+        samples per insert: ``rate_limit.samples_per_insert``, else the memory's own
+        (``samples_per_insert``), else ``max_updates_per_env_step × batch_size``."""
+        spi = opt(self.cfg, "trainer.rate_limit.samples_per_insert")
+        if spi is None:
+            spi = getattr(self.memory, "samples_per_insert", None)
+        if spi is None and self.max_updates_per_env_step:
+            spi = self.max_updates_per_env_step * self.batch_size
+        if spi is None:
+            return None
+        min_size = max(self._start_size(), self.batch_size)
+        return SampleToInsertRatio(float(spi), min_size, opt(self.cfg, "trainer.rate_limit.error_buffer"),
+                                   batch_size=self.batch_size)
+
+    def _start_size(self) -> int:
+        size = getattr(self.memory, "start_learning_size", None)
+        if size is None:
+            size = getattr(self.memory, "min_samples_to_train", 0)
+        return int(size or 0)
 
     # -- weights ----------------------------------------------------------------------------------
     @staticmethod
@@ -240,7 +284,10 @@ class Trainer:
         if self.run_dir is None:
             return None
         assert self._journal is not None
-        # everything accepted so far is in the memory: the next journal starts empty
+        # everything accepted so far goes into the memory (deferred segments too): the next
+        # journal starts empty
+        while self._deferred:
+            self._store(self._deferred.popleft())
         self._journal.close()
         self._accepted_log.flush()
         self.journal_number += 1
@@ -292,6 +339,8 @@ class Trainer:
             self.checkpoint_number = int(state["checkpoint_number"])
             self.journal_number = journal_from = int(state["journal_number"])
             self.accepted_log_bytes = int(state["accepted_log_bytes"])
+            if self.limiter is not None:
+                self.limiter.inserts, self.limiter.samples = self.samples, self.updates * self.batch_size
             log.info("resumed from %s: v%d, %d updates, %d samples", folder.name, self.version, self.updates,
                      self.samples)
         else:
@@ -313,7 +362,7 @@ class Trainer:
             if number < journal_from:
                 continue
             for worker, _seq, payload in read_journal(path):
-                self._ingest_segment(worker, payload, journal=False, acks=None)
+                self._ingest_segment(worker, payload, journal=False, acks=None, defer=False)
                 replayed += 1
             self.journal_number = max(self.journal_number, number)
         self._accepted_log.close()
@@ -332,7 +381,7 @@ class Trainer:
             log.warning("dropped input (%s, %d so far): %s", reason, n, detail[:200])
 
     def _ingest_segment(self, sender: str, payload: bytes, *, journal: bool,
-                        acks: dict[str, list[int]] | None) -> None:
+                        acks: dict[str, list[int]] | None, defer: bool = True) -> None:
         try:
             seg = self.compressor.decompress(payload)
         except BadInput as exc:
@@ -343,6 +392,7 @@ class Trainer:
         if seg.worker_id != sender:
             self._bad("sender_mismatch", f"segment says worker {seg.worker_id!r}, sent by {sender!r}")
             return
+        self._next_seq[sender] = max(self._next_seq.get(sender, 0), seg.seq + 1)
         if not self.dedupe.accept(sender, seg.seq):
             self.counters["duplicates"] += 1
             if acks is not None:
@@ -357,22 +407,17 @@ class Trainer:
             self.accepted_log_bytes += len(line)
         if seg.run_id not in ("", self.run_id):
             self.counters["other_run"] += 1
-        if self.verify:
-            self._verify(seg)
-        try:
-            added = self.memory.append(seg)
-        except BadInput as exc:
-            self._bad("memory", f"{sender}/{seg.seq}: {exc}")
-            added = 0
-        except Exception as exc:  # noqa: BLE001 - one odd segment must not stop a run; counted, logged
-            if self.counters["bad_memory"] < 3:
-                log.exception("memory refused segment %s/%d", sender, seg.seq)
-            self._bad("memory", f"{sender}/{seg.seq}: {type(exc).__name__}: {exc}")
-            added = 0
-        self.samples += int(added)
         self.segments += 1
-        self._window["samples"] += int(added)
         self._window["bytes"] += len(payload)
+        if defer and (self._deferred or not self._may_insert()):
+            self._deferred.append(seg)
+            self.counters["limiter_deferred"] += 1
+            if len(self._deferred) > self.max_deferred:
+                dropped = self._deferred.popleft()
+                self.counters["limiter_dropped"] += 1
+                self.counters["limiter_dropped_transitions"] += dropped.num_transitions
+        else:
+            self._store(seg)
         if self.version:
             self._lags.append(self.version - seg.policy_version)
         if seg.episode_done:
@@ -386,6 +431,67 @@ class Trainer:
                 self.last_race_time_ms = float(race_time)
         if acks is not None:
             acks[sender].append(seg.seq)
+
+    def _may_insert(self) -> bool:
+        return (self.limiter is None or self.rate_mode == "throughput"
+                or self.limiter.can_insert(len(self.memory)))
+
+    def _store(self, seg: Segment) -> None:
+        """Verify (``trainer.verify``) and append ``seg`` to the memory; count what it added."""
+        if self.verify:
+            self._verify(seg)
+        try:
+            added = int(self.memory.append(seg))
+        except BadInput as exc:
+            self._bad("memory", f"{seg.worker_id}/{seg.seq}: {exc}")
+            added = 0
+        except Exception as exc:  # noqa: BLE001 - one odd segment must not stop a run; counted, logged
+            if self.counters["bad_memory"] < 3:
+                log.exception("memory refused segment %s/%d", seg.worker_id, seg.seq)
+            self._bad("memory", f"{seg.worker_id}/{seg.seq}: {type(exc).__name__}: {exc}")
+            added = 0
+        self.samples += added
+        self._window["samples"] += added
+        if self.limiter is not None:
+            self.limiter.record_insert(added)
+
+    def drain_deferred(self) -> int:
+        """Insert deferred segments while the limiter admits them; returns how many."""
+        n = 0
+        while self._deferred and self._may_insert():
+            self._store(self._deferred.popleft())
+            n += 1
+        return n
+
+    def grant_credit(self, force: bool = False) -> None:
+        """Tell each worker heard from lately the next sequence number it may not reach yet:
+        ``credit_segments`` beyond the last segment received, while the limiter admits inserts
+        (mode ``ratio`` only). Unchanged limits are repeated every few seconds, so a paused
+        worker knows the trainer is there; ``force`` repeats them now."""
+        if self.limiter is None or self.rate_mode != "ratio":
+            return
+        now = time.monotonic()
+        open_ = not self._deferred and self.limiter.can_insert(len(self.memory))
+        for worker in self._recent_workers(now):
+            base = self._next_seq.get(worker, 0)
+            stats = self.worker_stats.get(worker)
+            if stats and stats.get("unacked") == 0 and isinstance(stats.get("next_seq"), int):
+                base = max(base, stats["next_seq"])  # a worker that skipped numbers (restarted)
+            sent, when = self._credit_sent.get(worker, (-1, 0.0))
+            limit = base + self.credit_segments if open_ else sent
+            if limit < 0:
+                continue  # never granted and closed now: the worker has not started pausing
+            if limit > sent or force or now - when >= CREDIT_RESEND_S:
+                try:
+                    self.link.send_to(worker, "credit", pack({"limit": int(limit)}))
+                    self._credit_sent[worker] = (limit, now)
+                except Exception as exc:  # noqa: BLE001 - resent within CREDIT_RESEND_S
+                    self.counters["credit_failures"] += 1
+                    log.debug("credit to %s failed: %s", worker, exc)
+
+    def _recent_workers(self, now: float) -> set[str]:
+        seen = {w for w, t in self._last_heard.items() if now - t < 30}
+        return seen | {w for w, s in self.worker_stats.items() if now - s["_t"] < 30}
 
     def _verify(self, seg: Segment) -> None:
         diff = first_difference(seg, self.memory)
@@ -420,33 +526,42 @@ class Trainer:
             except Exception as exc:  # noqa: BLE001 - an unsent ack only means a resend later
                 self.counters["ack_failures"] += 1
                 log.debug("ack to %s failed: %s", worker, exc)
+        self.grant_credit()
         return self.segments - before
 
     # -- training ---------------------------------------------------------------------------------
     def allowed_updates(self) -> int | float:
-        """How many updates in total the data collected so far allows (``math.inf``: no cap)."""
-        trainable = getattr(self.memory, "trainable_updates", None)
-        if callable(trainable):
-            return int(trainable(self.samples))
-        threshold = int(getattr(self.memory, "min_samples_to_train", 0) or 0)
-        threshold = max(threshold, self.batch_size)
-        if len(self.memory) < threshold:
+        """How many updates in total the data stored so far allows now (``math.inf``: no cap):
+        the updates made plus those the rate limiter lets the learner make before it waits."""
+        if len(self.memory) < max(self._start_size(), self.batch_size):
             return 0
-        if self.max_updates_per_env_step is None or self.max_updates_per_env_step <= 0:
+        if self.limiter is None:
             return math.inf
-        return int(self.max_updates_per_env_step * self.samples)
+        return self.updates + self.limiter.updates_ahead_allowed(len(self.memory))
+
+    def can_train(self) -> bool:
+        """Whether ``_train_once`` would train now (a trajectory batch, or room under the ratio)."""
+        if self.memory.ready():
+            return True
+        if self.limiter is None:
+            return len(self.memory) >= max(self._start_size(), self.batch_size)
+        return self.limiter.can_sample(self.batch_size, len(self.memory))
 
     def _train_once(self) -> bool:
         if self.memory.ready():
             batch = self.memory.take()
-        elif self.updates < self.allowed_updates():
+        elif self.can_train():
             try:
                 batch = self.memory.sample(self.batch_size)
             except NotImplementedError:
                 return False
+            if self.limiter is not None:
+                self.limiter.record_sample(self.batch_size)
         else:
             return False
+        t0 = time.perf_counter()
         self._last_train_metrics = self.agent.train(batch)
+        self._train_s += time.perf_counter() - t0
         self.updates += 1
         self._window["updates"] += 1
         if self.updates % self.publish_every == 0:
@@ -468,10 +583,14 @@ class Trainer:
     # -- reporting --------------------------------------------------------------------------------
     def _connected_workers(self) -> int:
         # workers heard from (segments or stats) in the last 30 s
-        now = time.monotonic()
-        seen = {w for w, t in self._last_heard.items() if now - t < 30}
-        seen |= {w for w, s in self.worker_stats.items() if now - s["_t"] < 30}
-        return len(seen)
+        return len(self._recent_workers(time.monotonic()))
+
+    def ratio_text(self) -> str | None:
+        """Achieved samples per insert over the target, e.g. ``7.9/8`` (progress line)."""
+        if self.limiter is None:
+            return None
+        achieved = self.limiter.achieved()
+        return f"{'-' if math.isnan(achieved) else f'{achieved:.2g}'}/{self.limiter.samples_per_insert:g}"
 
     def _report(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -481,7 +600,8 @@ class Trainer:
                                      workers=self._connected_workers(), episodes=self.episodes,
                                      ret=round(float(np.mean(self._returns[-20:])), 1) if self._returns else None,
                                      race_s=None if self.last_race_time_ms is None
-                                     else round(self.last_race_time_ms / 1000, 2))
+                                     else round(self.last_race_time_ms / 1000, 2),
+                                     spi=self.ratio_text())
             except Exception:  # noqa: BLE001 - a display problem never stops training
                 self.progress = None
         if not force and now - self._last_log < self.log_every_s:
@@ -511,6 +631,19 @@ class Trainer:
                     if key.startswith("env/") and isinstance(value, (int, float)) and not isinstance(value, bool):
                         metrics[f"perf/{worker}/{key[4:]}"] = float(value)
         metrics.update(self._last_train_metrics)
+        if self.limiter is not None:
+            lim = self.limiter
+            metrics.update({
+                "perf/samples_per_insert": window_rate(self._window["updates"] * self.batch_size,
+                                                       self._window["samples"]),
+                "perf/samples_per_insert_total": lim.achieved(),
+                "perf/samples_per_insert_target": lim.samples_per_insert,
+                "perf/limiter_cursor": lim.cursor,
+                "perf/deferred_segments": len(self._deferred),
+                "perf/limiter_dropped": self.counters["limiter_dropped"],
+            })
+        metrics["perf/learner_busy"] = self._train_s / dt
+        self._train_s = 0.0
         self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": now}
         self._lags = []
         self._last_log = now
@@ -552,12 +685,13 @@ class Trainer:
                     break
                 if max_samples is not None and self.samples >= max_samples:
                     break
-                can_train = self.memory.ready() or self.updates < self.allowed_updates()
                 try:
-                    messages = self.link.receive(timeout=0.0 if can_train else 0.05)
+                    messages = self.link.receive(timeout=0.0 if self.can_train() else 0.05)
                 except LinkClosed:
                     break
                 self.ingest(messages)
+                self.drain_deferred()
+                self.grant_credit()
                 self._republish_after_reconnect()
                 self.train_slice(max_updates)
                 self._report()

@@ -81,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
 
     import torch
 
-    torch.set_num_threads(1)  # inference of one observation at a time; leave the cores to the game
+    # inference of one observation at a time: one thread by default, leaving the cores to the game
+    torch.set_num_threads(int(opt(cfg, "worker.torch_threads", 1)))
     from rulka.net.tls import connect_worker
     from rulka.net.weights import decode_weights
     from rulka.worker.worker import Worker

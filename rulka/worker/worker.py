@@ -49,7 +49,24 @@ class WorkerStats:
     weights_rejected: int = 0
     weights_stale: int = 0
     bad_messages: int = 0
+    paused_s: float = 0.0  # time spent waiting for the trainer's credit
+    credit_timeouts: int = 0  # waits given up because no credit message came for CREDIT_TIMEOUT_S
     last_returns: list[float] = field(default_factory=list)
+
+
+CREDIT_TIMEOUT_S = 60.0  # no credit message for this long: the trainer is gone, stop waiting for it
+
+
+def decode_credit(payload: bytes) -> int:
+    """A ``credit`` payload (msgpack ``{"limit": n}``) -> n; BadInput if malformed."""
+    try:
+        data = unpack(payload)
+    except Exception as exc:  # noqa: BLE001 - anything a peer sends
+        raise BadInput(f"credit is not msgpack: {exc}") from exc
+    limit = data.get("limit") if isinstance(data, dict) else None
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise BadInput("credit must be a map with a non-negative integer 'limit'")
+    return limit
 
 
 def decode_ack(payload: bytes) -> list[int]:
@@ -203,6 +220,10 @@ class Worker:
         self._start_rng = np.random.default_rng()
         self._start_seed = 0
         self._start_left = 0
+        # flow control: the trainer's credit (next seq this worker may not reach), None = none yet
+        self._credit_limit: int | None = None
+        self._credit_t = 0.0
+        self._credit_event = threading.Event()
 
     # -- weights --------------------------------------------------------------------------------
     @staticmethod
@@ -282,6 +303,14 @@ class Worker:
     def _handle(self, msg: Message) -> None:
         if msg.kind == "weights":
             self._on_weights(msg.payload)
+        elif msg.kind == "credit":
+            try:
+                self._credit_limit = decode_credit(msg.payload)
+                self._credit_t = time.monotonic()
+                self._credit_event.set()
+            except BadInput as exc:
+                self.stats.bad_messages += 1
+                log.warning("bad credit: %s", exc)
         elif msg.kind == "ack":
             try:
                 self.outbox.ack(decode_ack(msg.payload))
@@ -328,7 +357,8 @@ class Worker:
             "episodes": self.stats.episodes, "samples_per_s": round(self._samples_per_s, 2),
             "weights_version": self.stats.weights_version, "segments_sent": self.outbox.sends,
             "unacked": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resends,
-            "steps": self.stats.steps, "test": self.test,
+            "steps": self.stats.steps, "test": self.test, "next_seq": self.counters.next_seq,
+            "paused_s": round(self.stats.paused_s, 1),
         }
         perf = getattr(self.env, "perf_stats", None)  # real-time envs report their loop timing
         if callable(perf):
@@ -384,6 +414,28 @@ class Worker:
             if self._weights_event.wait(0.2):
                 self._weights_event.clear()
         return False
+
+    def _wait_for_credit(self, stop_event: threading.Event) -> None:
+        """Between segments: wait while the trainer's credit is used up (``worker.pause_for_credit``;
+        a real-time game sets it false and keeps acting). Weights keep loading while waiting; no
+        credit message for ``CREDIT_TIMEOUT_S`` (trainer gone) ends the wait, counted."""
+        if not bool(opt(self.cfg, "worker.pause_for_credit", True)):
+            return
+        if self._credit_limit is None or self.counters.next_seq < self._credit_limit:
+            return
+        t0 = time.monotonic()
+        while (self._credit_limit is not None and self.counters.next_seq >= self._credit_limit
+               and not stop_event.is_set()):
+            if time.monotonic() - self._credit_t > CREDIT_TIMEOUT_S:
+                self.stats.credit_timeouts += 1
+                self._credit_limit = None
+                log.warning("no credit from the trainer for %.0f s: acting without it", CREDIT_TIMEOUT_S)
+                break
+            self._credit_event.wait(0.05)
+            self._credit_event.clear()
+            self._swap_weights()
+        self.stats.paused_s += time.monotonic() - t0
+        self._next_step_t = time.monotonic()  # the step cap does not make up for the pause
 
     def _act(self, obs: Any) -> tuple[Any, dict[str, Any]]:
         if self.actor is None:
@@ -449,6 +501,7 @@ class Worker:
 
     def _run_episode(self, stop_event: threading.Event, step_budget: int | None) -> int:
         """One episode; returns its steps, or -1 if it was cut short by ``stop_event``."""
+        self._wait_for_credit(stop_event)
         episode_id = self.counters.take_episode()
         start_id = self._next_start()
         obs, reset_info = self.env.reset(seed=start_id)
@@ -492,6 +545,7 @@ class Worker:
                 index += 1
                 if done:
                     break
+                self._wait_for_credit(stop_event)
                 buf.start(buf.obs[-1], step)
         self.stats.episodes += 1
         self.stats.last_returns = (self.stats.last_returns + [ret])[-100:]

@@ -221,6 +221,12 @@ class MiniRaceReplayMemory(Memory):
         return self.frames_played
 
     @property
+    def samples_per_insert(self) -> float:
+        """Mean times a transition is sampled (the trainer's rate limiter holds it):
+        ``number_times_single_memory_is_used_before_discard``."""
+        return self.replay_ratio
+
+    @property
     def start_learning_size(self) -> int:
         return self._size_now(self._schedule_frames())[1]
 
