@@ -325,3 +325,68 @@ def test_lidar_mode_appends_beams_to_the_float_inputs() -> None:
             assert ((beams >= 0) & (beams <= 1)).all()
         finally:
             env.close()
+
+
+@pytest.mark.slow
+def test_worker_loses_no_transition_across_a_fault(caplog: pytest.LogCaptureFixture) -> None:
+    """A real Worker on the fake game: a pause mid-episode ends that episode (truncated, sent),
+    the next episodes run, and every step the env made arrives in a segment, in order."""
+    import threading
+
+    from rulka.compress import ZstdCompressor
+    from rulka.net.local import LocalHub
+    from rulka.worker.worker import Worker
+    from tests.roles_helpers import ConstActor
+
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        env = _env(game)
+        hub = LocalHub()
+        trainer = hub.trainer_link()
+        worker = Worker({"worker": {"segment_max_steps": 15}}, hub.worker_link("pc1"), env=env, actor=ConstActor(),
+                        compressor=ZstdCompressor())
+        timer = threading.Timer(1.5, lambda: game.pause(1.0))
+        timer.start()
+        try:
+            with caplog.at_level(logging.WARNING):
+                stats = worker.run(max_steps=120, drain_timeout_s=0)
+        finally:
+            timer.cancel()
+            worker.close()
+        assert game.inputs == NEUTRAL
+    segs = [ZstdCompressor().decompress(m.payload) for m in trainer.receive(timeout=2) if m.kind == "segment"]
+    assert "game paused" in caplog.text and "game is back" in caplog.text
+    by_episode: dict[int, list] = {}
+    for s in sorted(segs, key=lambda s: s.seq):
+        by_episode.setdefault(s.episode_id, []).append(s)
+    faulted = [e for e, ss in by_episode.items() if ss[-1].episode_done and bool(ss[-1].arrays["truncated"][-1])
+               and not bool(ss[-1].arrays["terminated"][-1])]
+    assert faulted, "the paused episode must end truncated"
+    assert len(by_episode) >= 2  # and the worker went on with a new episode
+    for ss in by_episode.values():
+        steps = [s.first_step for s in ss]
+        assert steps == [i * 15 for i in range(len(ss))]  # no gap inside an episode
+    produced = sum(len(s.arrays["reward"]) for s in segs)
+    # every step of every finished episode was sent (the last, unfinished one may be cut short)
+    done_steps = sum(sum(len(s.arrays["reward"]) for s in ss) for ss in by_episode.values() if ss[-1].episode_done)
+    assert produced >= done_steps > 0 and stats.steps >= produced
+
+
+def test_continuous_actions_reach_the_pad_as_analog_values() -> None:
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        from rulka.envs.tm2020.env import TM2020Env
+
+        env = TM2020Env({"environment": {"backend": "tm2020", "continuous_actions": True,
+                                         "tm2020": {"capture": "fake", **FAST}},
+                         "nn": {"vis": {"no_image": True}}}, fake=game)
+        try:
+            assert env.action_space.shape == (3,)
+            obs, _ = env.reset()
+            assert set(obs) == {"float"}  # no_image: frames checked, not observed
+            env.step(np.array([0.5, 0.0, -0.25], np.float32))
+            env.step(np.array([0.5, 0.0, -0.25], np.float32))
+            assert game.inputs == pytest.approx((0.5, 0.0, -0.25))
+            obs, *_ = env.step(np.array([0.0, 0.8, 0.6], np.float32))
+            prev = obs["float"][env.pipeline.slices["prev_actions"]].reshape(-1, 4)
+            np.testing.assert_allclose(prev[-1], [0.0, 0.8, 0.0, 0.6], atol=1e-6)
+        finally:
+            env.close()

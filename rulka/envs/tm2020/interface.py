@@ -83,6 +83,7 @@ class TM2020Interface(RealTimeGymInterface):
         self._scans: deque[np.ndarray] = deque(maxlen=settings.lidar_history)
         self._last_action: Any = self.get_default_action()
         self._last_obs: list[Any] | None = None
+        self._last_info: dict[str, Any] = {}
         self._fault = ""
         self.closed = False  # set by the env's close(): no control reaches the game after it
         self.faults: dict[str, int] = {"plugin_silent": 0, "window_lost": 0, "game_paused": 0}
@@ -227,6 +228,7 @@ class TM2020Interface(RealTimeGymInterface):
         self._last_obs = self._assemble(float_obs, img, scans)
         self.resets += 1
         info["fault"] = ""
+        self._last_info = dict(info)
         return self._last_obs, info
 
     def get_obs_rew_terminated_info(self) -> tuple[list[Any], float, bool, dict[str, Any]]:
@@ -236,13 +238,17 @@ class TM2020Interface(RealTimeGymInterface):
             self._fault = fault
             self.controller.neutral()
             self._report(fault, detail)
-            info = {"fault": fault, "truncated_by_pipeline": True, "finished": False, "cutoff": fault}
+            # the last good step's info (same keys, e.g. the shaping potential the memory needs)
+            info = {**self._last_info, "fault": fault, "truncated_by_pipeline": True, "finished": False,
+                    "cutoff": fault, "progress_delta_m": 0.0}
+            info = {k: v for k, v in info.items() if not k.startswith("reward/")}
             return list(self._last_obs or []), 0.0, True, info
         float_obs, reward, terminated, truncated, info = self.pipeline.step(rec.car_state(), self._last_action)
         img, scans = self._frame_part(frame)
         self._last_obs = self._assemble(float_obs, img, scans)
         info["fault"] = ""
         info["truncated_by_pipeline"] = bool(truncated)
+        self._last_info = dict(info)
         info["telemetry_age_ms"] = 1000.0 * self.telemetry.silent_for()
         info["obs_ms"] = 1000.0 * (time.perf_counter() - t0)  # capture + conversion + pipeline
         return self._last_obs, float(reward), bool(terminated or truncated), info
