@@ -13,7 +13,8 @@ from typing import Any
 from rulka.errors import UserError
 
 _BUILTIN: dict[str, dict[str, str]] = {
-    "env": {"sim": "rulka.envs.sim.env:SimTrackEnv", "tm2020": "rulka.envs.tm2020.env:TM2020Env"},
+    "env": {"sim": "rulka.envs.sim.env:SimTrackEnv", "tmnf": "rulka.envs.tmnf.env:TmnfEnv",
+            "tm2020": "rulka.envs.tm2020.env:TM2020Env"},
     "memory": {"simple": "rulka.agents.simple:SimpleReplayMemory",
                "iqn": "rulka.agents.iqn.settings:make_memory",
                "ppo": "rulka.agents.policy.settings:make_memory",

@@ -29,14 +29,18 @@ def register(subparsers: Any) -> None:
                        help="override a config key (repeatable)")
 
     p = sub.add_parser("install-plugin", help="copy rulka's game plugin where the game loads it",
-                       description="tm2020: copy rulka's Openplanet plugin into OpenplanetNext/Plugins/rulka_telemetry.")
+                       description=("tmnf: copy rulka's TMInterface plugin (RulkaLink.as) into the folder of "
+                                    "user.target_python_link_path (Documents/TMInterface/Plugins). "
+                                    "tm2020: copy rulka's Openplanet plugin into OpenplanetNext/Plugins/rulka_telemetry."))
     common(p)
     p.add_argument("--dest", type=Path, default=None, metavar="DIR", help="plugin folder (default: the game's)")
     p.set_defaults(func=cmd_install_plugin)
 
     p = sub.add_parser("check", help="check the game window, the plugin and the controls",
-                       description="tm2020: the plugin streams telemetry, the window is found and sized, the gamepad "
-                                   "driver answers. Exits non-zero when something is missing.")
+                       description="tmnf: the launcher (TMLoader / Wine script), TMInterface, rulka's plugin, the "
+                                   "tracks folder and the instance ports. tm2020: the plugin streams telemetry, the "
+                                   "window is found and sized, the gamepad driver answers. Exits non-zero when "
+                                   "something is missing.")
     common(p)
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for telemetry (default 5)")
     p.add_argument("--fake", action="store_true", help="check against rulka's fake game (plugin protocol only)")
@@ -50,6 +54,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="output .json (or .npy)")
     p.add_argument("--fake", action="store_true",
                    help="record from rulka's fake game driven by the scripted driver (a demonstration)")
+    p.add_argument("--map", default=None, help="tmnf: map path relative to Tracks/Challenges (a sim track with --fake)")
+    p.add_argument("--port", type=int, default=None, help="tmnf: the game's plugin port (default: user.base_tmi_port)")
+    p.add_argument("--wait", type=float, default=600.0, help="tmnf: seconds to wait for the game and the finish")
     p.set_defaults(func=cmd_record_line)
 
 
@@ -59,13 +66,13 @@ def _config(args: argparse.Namespace) -> Any:
     return load_config(args.config, overrides=list(args.overrides))
 
 
-def _tm2020_only(args: argparse.Namespace) -> None:
-    if args.game != "tm2020":
-        raise UserError(f"rulka tm {args.tm_command} --game {args.game} is not built yet (tm2020 is)")
-
-
 def cmd_install_plugin(args: argparse.Namespace) -> int:
-    _tm2020_only(args)
+    if args.game == "tmnf":
+        from rulka.envs.tmnf import tools
+
+        print(f"installed rulka's TMInterface plugin as {tools.install_plugin(_config(args), args.dest)}")
+        print("start the game with TMLoader (TMInterface 2.1.x profile); then: rulka tm check --game tmnf")
+        return 0
     from rulka.envs.tm2020.tools import install_plugin
 
     target = install_plugin(args.dest)
@@ -76,7 +83,13 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    _tm2020_only(args)
+    if args.game == "tmnf":
+        from rulka.envs.tmnf import tools
+
+        rows = tools.check(_config(args))
+        for what, ok, detail in rows:
+            print(f"{'ok  ' if ok else 'FAIL'} {what}: {detail}")
+        return 0 if all(ok for _, ok, _ in rows) else 1
     from rulka.envs.tm2020.tools import check
 
     tm = _config(args).environment.tm2020
@@ -94,7 +107,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_record_line(args: argparse.Namespace) -> int:
-    _tm2020_only(args)
+    if args.game == "tmnf":
+        from rulka.envs.tmnf import tools
+        from rulka.worker.build import opt
+
+        cfg = _config(args)
+        if not args.map:
+            raise UserError("rulka tm record-line --game tmnf needs --map (the map to load and drive)")
+        port = args.port if args.port is not None else int(opt(cfg, "user.base_tmi_port", 8478))
+        npy, js, race_time = tools.record_line(cfg, args.out, args.map, port, fake=args.fake, wait_s=args.wait)
+        print(f"recorded {args.map}: race time {race_time / 1000:.2f} s -> {npy} and {js} "
+              "(set map_cycle.entries[].reference_line_path to either)")
+        return 0
     from rulka.envs.tm2020.telemetry import TelemetryClient
     from rulka.envs.tm2020.tools import record_line
 

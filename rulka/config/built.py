@@ -24,14 +24,8 @@ if TYPE_CHECKING:
 # under it. Edit this set when you build a key: remove its entry, and make sure code reads it.
 NOT_BUILT: frozenset[str] = frozenset(
     {
-        # environment: multi-action blocks and the game interfaces (TMNF / TM2020 backends)
+        # environment: multi-action blocks
         "environment.rl_action_offsets_ms",
-        "environment.timeout_during_run_ms",
-        "environment.timeout_between_runs_ms",
-        "environment.tmi_protection_timeout_s",
-        "environment.game_reboot_interval",
-        "environment.game_camera_number",
-        "environment.sync_virtual_and_real_checkpoints",
         # nn: fusion trunks, transformer stems and heads, pretrained init, freezing
         "nn.fusion_mode",
         "nn.init_from_pretrained",
@@ -58,14 +52,22 @@ NOT_BUILT: frozenset[str] = frozenset(
         "training.weight_decay_lr_ratio",
         "exploration.multi_action_exploration",
         # sections for learners and features not built yet
-        "map_cycle",
-        "performance",
+        # performance: all but running_speed (the TMNF game speed)
+        "performance.gpu_collectors_count",
+        "performance.max_rollout_queue_size",
+        "performance.send_shared_network_every_n_batches",
+        "performance.update_inference_network_every_n_actions",
+        "performance.make_highest_prio_figures",
+        "performance.plot_race_time_left_curves",
+        "performance.n_transitions_to_plot_in_distribution_curves",
+        "performance.apply_randomcrop_augmentation",
+        "performance.n_pixels_to_crop_on_each_side",
+        "performance.frames_before_save_best_runs",
+        "performance.threshold_to_save_all_runs_ms",
         # reserved by the guide for within-pair / within-group minibatching
         "dpo.dpo_num_minibatches",
         "grpo.grpo_num_minibatches",
-        "user",
         # rulka's own keys that nothing acts on yet
-        "worker.num_envs",
         "worker.actor",
         "worker.actor_kwargs",
         "network.local_com_port_base",

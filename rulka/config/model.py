@@ -384,6 +384,39 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _check_tmnf(cfg: RulkaConfig) -> None:
+    """``backend: tmnf`` needs maps with reference lines (unless it runs the fake game) and binary
+    actions, and refuses the simulator's and gym's own keys, which it would not read."""
+    env = cfg.environment
+    if env.continuous_actions:
+        raise ConfigError(
+            "config key `environment.continuous_actions` must be false for backend tmnf: rulka's TMInterface "
+            "plugin sets the game's binary inputs"
+        )
+    # compared with the defaults, not "set in the file": a resolved config (sent to workers,
+    # saved in the run folder) states every key
+    defaults = type(env)()
+    unread = [f"environment.{k}" for k in ("gym_id", "gym_kwargs") if getattr(env, k) != getattr(defaults, k)]
+    if env.game_launch != "fake" and env.track != defaults.track:
+        unread.append("environment.track")
+    if unread:
+        raise ConfigError(
+            f"config keys {', '.join(f'`{k}`' for k in unread)} are not read by backend tmnf (it plays "
+            "`map_cycle.entries`; environment.track names a simulator track and is read only with game_launch: fake)"
+        )
+    if env.game_launch == "fake":
+        return
+    missing = []
+    if not cfg.map_cycle.entries:
+        missing.append("`map_cycle.entries` (the maps to play, each with map_path and reference_line_path)")
+    missing += [f"`map_cycle.entries[{i}].reference_line_path`" for i, e in enumerate(cfg.map_cycle.entries)
+                if not e.reference_line_path]
+    if missing:
+        raise ConfigError(
+            "backend tmnf needs " + ", ".join(missing) + " (record a reference line with `rulka tm record-line`)"
+        )
+
+
 def check_consistency(cfg: RulkaConfig) -> None:
     """Raise ConfigError when values that are each valid contradict each other."""
     env, nn, tr = cfg.environment, cfg.nn, cfg.training
@@ -411,6 +444,12 @@ def check_consistency(cfg: RulkaConfig) -> None:
         )
     if env.backend == "gym" and not env.gym_id:
         raise ConfigError("config key `environment.gym_id` is required when `environment.backend` is gym")
+    if env.backend == "gym" and cfg.map_cycle.entries:
+        raise ConfigError(
+            "config key `map_cycle.entries` needs a TrackMania-like backend (sim, tmnf, tm2020); a gym env has no maps"
+        )
+    if env.backend == "tmnf":
+        _check_tmnf(cfg)
     tm_dim = env.float_input_dim + (env.tm2020.lidar_float_inputs if env.backend == "tm2020" else 0)
     if (
         nn.float_input_dim is not None

@@ -188,6 +188,10 @@ class EnvironmentConfig(Section):
     """Restart the game every this many seconds (memory leaks)."""
     game_camera_number: Annotated[int, Field(ge=1, le=3)] = 2
     """Game camera: 1 behind, 2 first person, 3 top."""
+    game_launch: Literal["launch", "attach", "fake"] = "launch"
+    """How a TMNF worker gets its game: launch it (TMLoader on Windows, user.linux_launch_game_path elsewhere), attach to one the user started, or run rulka's fake game (CI, tests)."""
+    game_start_timeout_s: PositiveFloat = 120
+    """Seconds to wait for the game's plugin to accept a connection after a launch."""
     sync_virtual_and_real_checkpoints: bool = True
     """Keep virtual checkpoint progress in step with the game's checkpoints."""
     tm2020: Tm2020Config = Field(default_factory=Tm2020Config)
@@ -1231,8 +1235,8 @@ class UserConfig(Section):
     """TrackMania account / profile name."""
     trackmania_base_path: str = "~/Documents/TrackMania"
     """TrackMania user folder."""
-    target_python_link_path: str = "~/Documents/TMInterface/Plugins/Python_Link.as"
-    """Where the TMInterface plugin script is installed."""
+    target_python_link_path: str = "~/Documents/TMInterface/Plugins/RulkaLink.as"
+    """Where `rulka tm install-plugin` puts rulka's TMInterface plugin (its folder is TMInterface's plugin folder)."""
     base_tmi_port: Annotated[int, Field(ge=1, le=65535)] = 8478
     """First TMInterface port (one per game instance)."""
     linux_launch_game_path: str | None = None

@@ -441,7 +441,8 @@ class Trainer:
         if self.verify:
             self._verify(seg)
         try:
-            added = int(self.memory.append(seg))
+            # map_cycle entries with fill_buffer: false are for metrics only
+            added = 0 if seg.info.get("fill_buffer") is False else int(self.memory.append(seg))
         except BadInput as exc:
             self._bad("memory", f"{seg.worker_id}/{seg.seq}: {exc}")
             added = 0

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rulka.envs.map_cycle import MapCycle
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import ActorModule, SampleCompressor
 from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
@@ -208,6 +209,7 @@ class Worker:
         )
         self.segment_max_steps = int(opt(cfg, "worker.segment_max_steps", 200))
         self._produced_log = Path(produced_log) if produced_log is not None else None
+        self._map_cycle: MapCycle | bool | None = None  # built from the config; False: none configured
         self._pending: Any = None  # newest verified weights blob not loaded yet
         self._pending_lock = threading.Lock()
         self._weights_event = threading.Event()
@@ -437,19 +439,19 @@ class Worker:
         self.stats.paused_s += time.monotonic() - t0
         self._next_step_t = time.monotonic()  # the step cap does not make up for the pause
 
-    def _act(self, obs: Any) -> tuple[Any, dict[str, Any]]:
+    def _act(self, obs: Any, test: bool) -> tuple[Any, dict[str, Any]]:
         if self.actor is None:
             return self.env.action_space.sample(), {}
-        return self.actor.act_with_info(obs, test=self.test)
+        return self.actor.act_with_info(obs, test=test)
 
     def _produce(self, buf: _EpisodeBuffer, episode_id: int, index: int, done: bool,
-                 info: dict[str, Any], stop_event: threading.Event) -> bool:
+                 info: dict[str, Any], stop_event: threading.Event, test: bool = False) -> bool:
         seq = self.counters.take_seq()
         seg = Segment(
             run_id=self.run_id, worker_id=self.name, episode_id=episode_id, seq=seq,
             index_in_episode=index, first_step=buf.first_step, policy_version=self.stats.weights_version,
             arrays=buf.arrays(), episode_done=done, map_name=str(info.get("map_name") or info.get("track") or ""),
-            evaluation=self.test, info=info,
+            evaluation=test, info=info,
         )
         payload = self.compressor.compress(seg)
         if not self.outbox.add(seq, payload, stop_event):
@@ -504,7 +506,17 @@ class Worker:
         self._wait_for_credit(stop_event)
         episode_id = self.counters.take_episode()
         start_id = self._next_start()
-        obs, reset_info = self.env.reset(seed=start_id)
+        if self._map_cycle is None and self.cfg is not None:
+            self._map_cycle = MapCycle.from_config(self.cfg) or False
+        entry = self._map_cycle.next() if self._map_cycle else None
+        # a map-cycle entry with is_exploration false is an evaluation episode (greedy); one with
+        # fill_buffer false reaches the trainer for its metrics but not its memory
+        test = self.test or (entry is not None and not entry.is_exploration)
+        keep: dict[str, Any] = {} if entry is None or entry.fill_buffer else {"fill_buffer": False}
+        if entry is not None:
+            obs, reset_info = self.env.reset(seed=start_id, options=MapCycle.reset_options(entry))
+        else:
+            obs, reset_info = self.env.reset(seed=start_id)
         if self.actor is not None:
             self.actor.reset()
         buf = _EpisodeBuffer()
@@ -522,7 +534,7 @@ class Worker:
                 if now < self._next_step_t:
                     time.sleep(self._next_step_t - now)
                 self._next_step_t = max(now, self._next_step_t) + self.min_step_s
-            action, extras = self._act(obs)
+            action, extras = self._act(obs, test)
             obs, reward, terminated, truncated, info = self.env.step(action)
             ret += float(reward)
             step += 1
@@ -531,16 +543,16 @@ class Worker:
             done = bool(terminated or truncated)
             buf.add(action, extras, float(reward), bool(terminated), bool(truncated), obs_to_arrays(obs, info))
             if done or len(buf) >= self.segment_max_steps:
-                seg_info: dict[str, Any] = {}
+                seg_info: dict[str, Any] = dict(keep)
                 if done:
-                    seg_info = {"episode_return": ret, "episode_length": step}
+                    seg_info.update(episode_return=ret, episode_length=step)
                     if start_id is not None:  # episodes of one start: GRPO groups them
                         seg_info["start_id"] = start_id
                     for key in ("race_time_ms", "finished", "map_name", "track", "progress_m", "reference_time_ms"):
                         value = info.get(key) if isinstance(info, dict) else None
                         if isinstance(value, (bool, int, float, str, np.generic)):
                             seg_info[key] = value.item() if isinstance(value, np.generic) else value
-                if not self._produce(buf, episode_id, index, done, seg_info, stop_event):
+                if not self._produce(buf, episode_id, index, done, seg_info, stop_event, test):
                     return -1
                 index += 1
                 if done:

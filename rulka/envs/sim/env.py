@@ -66,6 +66,32 @@ def _wheel_arrays(codes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return arrays
 
 
+def physics_car_state(car: CarPhysics) -> CarState:
+    """A simulated car as a ``CarState`` (what a TrackMania backend would report); the fake
+    TMInterface game reports the same through its state blobs."""
+    h = car.heading
+    c, s = math.cos(h), math.sin(h)
+    codes = tuple(car.wheel_codes)
+    wheels = _WHEELS.get(codes)
+    if wheels is None:
+        wheels = _wheel_arrays(codes)
+    return CarState(
+        position=np.array([car.x, 0.0, car.z]),
+        orientation=np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]]),
+        velocity=np.array([car.vx, 0.0, car.vz]),
+        angular_velocity=np.array([0.0, car.yaw_rate, 0.0]),
+        wheel_material=wheels[0],
+        wheel_contact=_ALL_TRUE,
+        wheel_sliding=_ALL_TRUE if car.sliding else _ALL_FALSE,
+        wheel_damper_absorb=wheels[1],
+        gear=car.gear,
+        rpm=car.rpm,
+        gearbox_state=1 if car.shift_timer > 0.0 else 0,
+        race_time_ms=car.finish_time_ms if car.finished else car.race_time_ms,
+        finished=car.finished,
+    )
+
+
 def _get(obj: Any, *path: str) -> Any:
     """``obj.a.b`` or ``obj["a"]["b"]``; None when any part is missing."""
     for name in path:
@@ -166,17 +192,27 @@ class SimTrackEnv(gym.Env):
         self._trace: list[tuple[float, float, float]] = []
 
     # ------------------------------------------------------------------ setup
-    def _select(self, name: str) -> None:
-        setup = self._setups.get(name)
+    def _select(self, name: str, reference_line: str = "", short_name: str = "") -> None:
+        key = f"{name}|{reference_line}"
+        setup = self._setups.get(key)
         if setup is None:
             track = get_track(name)
-            line = track.reference_line(self.params)
+            if reference_line:  # a map-cycle entry's own line (.npy / .json) instead of the centreline
+                from rulka.envs.pipeline import make_reference_line
+                from rulka.envs.reference_line import read_reference_file
+
+                points, checkpoints = read_reference_file(reference_line)
+                line = make_reference_line(points, self.params, checkpoints)
+            else:
+                line = track.reference_line(self.params)
             camera = Camera(track, *self.image_size) if self.image or self.render_mode else None
             setup = (track, TrackmaniaPipeline(self.params, line), camera)
             if len(self._setups) >= _MAX_SETUPS:  # bounded: "gen:*" would otherwise grow forever
                 self._setups.pop(next(iter(self._setups)))
-            self._setups[name] = setup
+            self._setups[key] = setup
         self.track, self.pipeline, self.camera = setup
+        self._setup_key = key
+        self.map_name = short_name or self.track.name
         self.car = CarPhysics(self.track)
 
     @classmethod
@@ -187,28 +223,7 @@ class SimTrackEnv(gym.Env):
     # ------------------------------------------------------------------ state
     def car_state(self) -> CarState:
         """The car as a ``CarState`` (what a TrackMania backend would report)."""
-        car = self.car
-        h = car.heading
-        c, s = math.cos(h), math.sin(h)
-        codes = tuple(car.wheel_codes)
-        wheels = _WHEELS.get(codes)
-        if wheels is None:
-            wheels = _wheel_arrays(codes)
-        return CarState(
-            position=np.array([car.x, 0.0, car.z]),
-            orientation=np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]]),
-            velocity=np.array([car.vx, 0.0, car.vz]),
-            angular_velocity=np.array([0.0, car.yaw_rate, 0.0]),
-            wheel_material=wheels[0],
-            wheel_contact=_ALL_TRUE,
-            wheel_sliding=_ALL_TRUE if car.sliding else _ALL_FALSE,
-            wheel_damper_absorb=wheels[1],
-            gear=car.gear,
-            rpm=car.rpm,
-            gearbox_state=1 if car.shift_timer > 0.0 else 0,
-            race_time_ms=car.finish_time_ms if car.finished else car.race_time_ms,
-            finished=car.finished,
-        )
+        return physics_car_state(self.car)
 
     def _obs(self, float_obs: np.ndarray) -> dict[str, np.ndarray]:
         obs: dict[str, np.ndarray] = {"float": float_obs}
@@ -224,14 +239,16 @@ class SimTrackEnv(gym.Env):
         """Car at standstill on the start line (of a track drawn from ``track`` when several)."""
         super().reset(seed=seed)
         name = self.track_names[0]
-        if options and "track" in options:
-            name = str(options["track"])
+        options = options or {}
+        line_path, short_name = str(options.get("reference_line") or ""), str(options.get("short_name") or "")
+        if options.get("map") or options.get("track"):  # the map cycle's entry, or an explicit track
+            name = str(options.get("map") or options["track"])
         elif len(self.track_names) > 1:
             name = self.track_names[int(self.np_random.integers(len(self.track_names)))]
         if name == "gen:*":  # a fresh generated track per episode, drawn from the seeded generator
             name = f"gen:{int(self.np_random.integers(1_000_000))}"
-        if name != self.track.name:
-            self._select(name)
+        if f"{name}|{line_path}" != self._setup_key or short_name and short_name != self.map_name:
+            self._select(name, line_path, short_name)
         x, z, h = self.track.start_pose
         if self.start_noise > 0.0:
             lateral = float(self.np_random.uniform(-self.start_noise, self.start_noise))
@@ -269,7 +286,7 @@ class SimTrackEnv(gym.Env):
         return self._obs(float_obs), float(reward), bool(terminated), bool(truncated), self._extend_info(info)
 
     def _extend_info(self, info: dict[str, Any]) -> dict[str, Any]:
-        info["track"] = self.track.name
+        info["track"] = self.map_name
         info["wall_hits"] = self.car.wall_hits
         info["reference_time_ms"] = self.track.reference_time_ms
         return info

@@ -1,0 +1,361 @@
+"""Game instances: launch (or attach to) one TMNF game per env, connect, handshake, restart.
+
+- ``Launcher``s start a game on a plugin port and return a ``GameProcess`` that can be killed:
+  ``TMLoaderLauncher`` (Windows: ``TMLoader.exe run TmForever "<profile>"
+  /configstring="set custom_port <port>"``), ``ScriptLauncher`` (Linux/Wine: the user's script,
+  called with the port; it should ``exec`` the game so that killing the script kills the game),
+  ``FakeLauncher`` (rulka's fake game in this process) and ``AttachLauncher`` (a game the user
+  started: never launched, never killed).
+- ``InstanceSlot`` claims instance ``i`` of ``worker.num_envs`` on this PC (port
+  ``user.base_tmi_port + i``), so several workers on one PC each drive their own game. The claim is
+  a bound loopback socket, released by the OS when the worker dies, on Windows and Linux alike.
+- ``GameInstance`` owns the ``TMIClient``: ``connect()`` launches when needed, waits for the
+  plugin, answers ``SC_ON_CONNECT_SYNC`` with the handshake (speed, on-step period, console
+  settings, map load when in the menus); ``restart()`` kills what it launched and starts again;
+  ``due_for_reboot()`` says when ``environment.game_reboot_interval`` has passed.
+
+Only portable process calls are used here (``subprocess.Popen``, ``Popen.kill``): the worker runs
+on Windows. Kill only what we launched, never every ``TmForever.exe`` on the machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from rulka.envs.tmnf.client import GameClosed, GameConnectionError, TMIClient
+from rulka.envs.tmnf.protocol import OnConnect
+from rulka.errors import UserError
+
+log = logging.getLogger(__name__)
+
+SLOT_LOCK_OFFSET = 100  # instance i is claimed by binding 127.0.0.1:(base_port + 100 + i)
+
+
+class GameProcess(Protocol):
+    def alive(self) -> bool: ...
+
+    def kill(self) -> None: ...
+
+
+class Launcher(Protocol):
+    def launch(self, port: int) -> GameProcess | None: ...
+
+
+# ---------------------------------------------------------------------------------------- slots
+class InstanceSlot:
+    """Claim the first free instance number ``i < count`` on this PC; ``port = base_port + i``."""
+
+    def __init__(self, base_port: int, count: int, instance: int | None = None) -> None:
+        self.base_port = int(base_port)
+        candidates = [instance] if instance is not None else list(range(int(count)))
+        for i in candidates:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", self.base_port + SLOT_LOCK_OFFSET + i))
+            except OSError:
+                s.close()
+                continue
+            self.index, self._lock = i, s
+            return
+        raise UserError(
+            f"all {count} TMNF instance slots on this PC are taken (ports {self.base_port}.."
+            f"{self.base_port + count - 1}); raise worker.num_envs to run more games on this PC"
+        )
+
+    @property
+    def port(self) -> int:
+        return self.base_port + self.index
+
+    def release(self) -> None:
+        self._lock.close()
+
+
+# ---------------------------------------------------------------------------------------- launchers
+class _PopenProcess:
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # TerminateProcess on Windows, SIGKILL elsewhere
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.warning("game process %d did not exit after kill", self.proc.pid)
+
+
+class _WindowsGame:
+    """The ``TmForever.exe`` child of a TMLoader process, found and killed by pid."""
+
+    def __init__(self, loader: subprocess.Popen) -> None:
+        self.loader = loader
+        self.pid: int | None = None
+
+    def _find(self) -> int | None:
+        if self.pid is None:
+            query = (f"(Get-CimInstance Win32_Process -Filter \"ParentProcessId={self.loader.pid} and "
+                     "Name='TmForever.exe'\").ProcessId")
+            try:
+                out = subprocess.run(["powershell", "-NoProfile", "-Command", query], capture_output=True,
+                                     text=True, timeout=20).stdout.strip()
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+            self.pid = int(out.split()[0]) if out.split() and out.split()[0].isdigit() else None
+        return self.pid
+
+    def alive(self) -> bool:
+        pid = self._find()
+        if pid is None:
+            return self.loader.poll() is None
+        out = subprocess.run(["tasklist", "/FI", f"PID eq {pid}", "/NH"], capture_output=True, text=True).stdout
+        return str(pid) in out
+
+    def kill(self) -> None:
+        pid = self._find()
+        if pid is not None:
+            subprocess.run(["taskkill", "/PID", str(pid), "/F"], capture_output=True)
+        if self.loader.poll() is None:
+            self.loader.kill()
+
+
+@dataclass
+class TMLoaderLauncher:
+    """Windows: start TMNF with TMInterface through a TMLoader profile."""
+
+    tmloader_path: str
+    profile: str = "default"
+
+    def launch(self, port: int) -> GameProcess:
+        exe = Path(self.tmloader_path).expanduser()
+        if not exe.is_file():
+            raise UserError(f"TMLoader not found at {exe}: set user.windows_tmloader_path (`rulka tm check`)")
+        proc = subprocess.Popen([str(exe), "run", "TmForever", self.profile, f"/configstring=set custom_port {port}"])
+        return _WindowsGame(proc)
+
+
+@dataclass
+class ScriptLauncher:
+    """Linux (Wine) or anything else: run the user's launch script with the port as its argument."""
+
+    script: str
+
+    def launch(self, port: int) -> GameProcess:
+        path = Path(self.script).expanduser()
+        if not path.is_file():
+            raise UserError(f"game launch script {path} does not exist (user.linux_launch_game_path)")
+        return _PopenProcess(subprocess.Popen([str(path), str(port)]))
+
+
+class AttachLauncher:
+    """The user runs the game; rulka only connects (and cannot restart it)."""
+
+    def launch(self, port: int) -> None:
+        return None
+
+
+class _FakeProcess:
+    def __init__(self, game: Any) -> None:
+        self.game = game
+        self.port = game.port
+
+    def alive(self) -> bool:
+        return bool(self.game.alive)
+
+    def kill(self) -> None:
+        self.game.stop()
+
+
+class FakeLauncher:
+    """rulka's fake game (``rulka.envs.tmnf.fake``) in this process: CI, tests, ``configs/tmnf_fake.yaml``.
+
+    ``faults`` is shared by every game it starts, so a fault fires once per launcher."""
+
+    def __init__(self, faults: Any = None, **game_kwargs: Any) -> None:
+        from rulka.envs.tmnf.fake import FakeFaults
+
+        self.faults = faults or FakeFaults()
+        self.game_kwargs = game_kwargs
+        self.games: list[Any] = []
+
+    def launch(self, port: int) -> GameProcess:
+        from rulka.envs.tmnf.fake import FakeGame
+
+        game = FakeGame(port, faults=self.faults, **self.game_kwargs).start()
+        self.games.append(game)
+        return _FakeProcess(game)
+
+    @property
+    def game(self) -> Any:
+        return self.games[-1] if self.games else None
+
+
+def launcher_from_config(cfg: Any) -> Launcher:
+    """The launcher ``environment.game_launch`` names (``launch`` picks by platform)."""
+    from rulka.worker.build import opt
+
+    mode = str(opt(cfg, "environment.game_launch", "launch"))
+    if mode == "fake":
+        return FakeLauncher()
+    if mode == "attach":
+        return AttachLauncher()
+    if sys.platform == "win32":
+        return TMLoaderLauncher(str(opt(cfg, "user.windows_tmloader_path")),
+                                str(opt(cfg, "user.windows_tmloader_profile_name", "default")))
+    script = opt(cfg, "user.linux_launch_game_path")
+    if not script:
+        raise UserError(
+            "environment.game_launch is 'launch' but user.linux_launch_game_path is not set: give the script "
+            "that starts TMNF under Wine (see docs/tmnf.md), or use game_launch: attach with a game you started"
+        )
+    return ScriptLauncher(str(script))
+
+
+# ---------------------------------------------------------------------------------------- instance
+@dataclass
+class GameSettings:
+    """What the handshake and the instance manager need (from the run config)."""
+
+    running_speed: float = 160.0
+    ms_per_action: int = 50
+    timeout_during_run_ms: int = 30_000
+    timeout_between_runs_ms: int = 600_000_000
+    protection_timeout_s: float = 500.0
+    start_timeout_s: float = 120.0
+    reboot_interval_s: float = 43_200.0
+    camera: int = 2
+    username: str = "Player"
+    profile: str = "default"
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> GameSettings:
+        from rulka.worker.build import opt
+
+        d = cls()
+        return cls(
+            running_speed=float(opt(cfg, "performance.running_speed", d.running_speed)),
+            ms_per_action=int(opt(cfg, "environment.tm_engine_step_per_action", 5))
+            * int(opt(cfg, "environment.ms_per_tm_engine_step", 10)),
+            timeout_during_run_ms=int(opt(cfg, "environment.timeout_during_run_ms", d.timeout_during_run_ms)),
+            timeout_between_runs_ms=int(opt(cfg, "environment.timeout_between_runs_ms", d.timeout_between_runs_ms)),
+            protection_timeout_s=float(opt(cfg, "environment.tmi_protection_timeout_s", d.protection_timeout_s)),
+            start_timeout_s=float(opt(cfg, "environment.game_start_timeout_s", d.start_timeout_s)),
+            reboot_interval_s=float(opt(cfg, "environment.game_reboot_interval", d.reboot_interval_s)),
+            camera=int(opt(cfg, "environment.game_camera_number", d.camera)),
+            username=str(opt(cfg, "user.username", d.username)),
+            profile=str(opt(cfg, "user.windows_tmloader_profile_name", d.profile)),
+        )
+
+
+def map_command(map_path: str) -> str:
+    """The TMInterface console command that loads ``map_path`` (relative to Tracks/Challenges;
+    separators normalised for the platform, quoted when it has spaces)."""
+    sep = "\\" if sys.platform == "win32" else "/"
+    path = map_path.replace("\\", "/").replace("/", sep)
+    return f'map "{path}"' if " " in path else f"map {path}"
+
+
+class GameInstance:
+    """One game and its plugin connection; the env calls ``connect`` before each rollout."""
+
+    def __init__(self, port: int, launcher: Launcher, settings: GameSettings) -> None:
+        self.port = int(port)
+        self.launcher = launcher
+        self.settings = settings
+        self.client = TMIClient(port, settings.protection_timeout_s)
+        self.process: GameProcess | None = None
+        self.launched_at = 0.0
+        self.loaded_map: str | None = None
+        self.wanted_map: str | None = None
+        self.counters = {"launches": 0, "restarts": 0, "reconnects": 0, "reboots": 0}
+        self.fresh_connection = False
+
+    # ---------------------------------------------------------------- process
+    def _launch(self) -> None:
+        self.process = self.launcher.launch(self.port)
+        self.launched_at = time.monotonic()
+        self.loaded_map = None
+        if self.process is not None:
+            port = getattr(self.process, "port", None)  # a fake asked for port 0 picked its own
+            if port:
+                self.port = self.client.port = int(port)
+            self.counters["launches"] += 1
+            log.info("launched a game on port %d", self.port)
+
+    def restart(self, reason: str) -> None:
+        """Drop the connection; kill the game when we launched it (it starts again at ``connect``)."""
+        self.client.close(polite=False)
+        if self.process is not None:
+            log.warning("restarting the game on port %d: %s", self.port, reason)
+            self.process.kill()
+            self.process = None
+            self.counters["restarts"] += 1
+        self.loaded_map = None
+
+    def due_for_reboot(self) -> bool:
+        return self.process is not None and time.monotonic() - self.launched_at >= self.settings.reboot_interval_s
+
+    def close(self) -> None:
+        self.client.close()
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+
+    # ---------------------------------------------------------------- connection
+    def connect(self, map_path: str) -> None:
+        """Be connected with the handshake done. ``map_path`` is loaded during the handshake when
+        the game is in the menus."""
+        self.wanted_map = map_path
+        if self.client.connected:
+            return
+        if self.process is not None and not self.process.alive():
+            log.warning("the game on port %d died; launching it again", self.port)
+            self.process = None
+            self.counters["restarts"] += 1
+        if self.process is None and not isinstance(self.launcher, AttachLauncher):
+            self._launch()
+        proc = self.process
+        self.client.connect(self.settings.start_timeout_s, self.settings.profile,
+                            alive=(proc.alive if proc is not None else None))
+        self.counters["reconnects"] += 1
+        msg = self.client.receive()
+        if not isinstance(msg, OnConnect):
+            self.client.close(polite=False)
+            raise GameClosed(f"expected the connect message from the game, got {type(msg).__name__}")
+        self._handshake(map_path)
+
+    def _handshake(self, map_path: str) -> None:
+        s, c = self.settings, self.client
+        c.set_speed(1.0)
+        c.set_on_step_period(s.ms_per_action)
+        for command in ("set countdown_speed 80", f"set autologin {s.username}", "set unfocused_fps_limit false",
+                        "set skip_map_load_screens true", "set disable_forced_camera true", "set autorewind false",
+                        "set auto_reload_plugins false"):
+            c.execute_command(command)
+        if c.is_in_menus():
+            self.request_map(map_path)
+        c.respond(OnConnect.id)
+        self.fresh_connection = True
+
+    def request_map(self, map_path: str) -> None:
+        """Load ``map_path`` (buffered; sent with the next echo)."""
+        self.client.execute_command(map_command(map_path))
+        self.loaded_map = map_path
+
+    def recover(self, exc: BaseException) -> None:
+        """After a failure: a dropped connection to a live game reconnects at the next ``connect``;
+        a timeout (frozen, minimised, stuck in a menu) or a dead game restarts it."""
+        if isinstance(exc, GameClosed) and (self.process is None or self.process.alive()):
+            self.client.close(polite=False)
+            return
+        if isinstance(exc, GameConnectionError) or self.process is not None:
+            self.restart(str(exc).splitlines()[0])

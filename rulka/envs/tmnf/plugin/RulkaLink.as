@@ -1,0 +1,280 @@
+// rulka's TMInterface 2 plugin: a local TCP server speaking rulka's TMNF protocol.
+//
+// Installed by `rulka tm install-plugin` into Documents/TMInterface/Plugins. The game is started
+// with /configstring="set custom_port <port>" (one port per game instance); the plugin listens on
+// 127.0.0.1:<port> and serves one client at a time (a new connection replaces the old one).
+//
+// Protocol (rulka/envs/tmnf/protocol.py is the Python side; docs/tmnf.md describes it): every
+// message is a little-endian int32 id followed by its fields. Messages the game sends (ids 1-5)
+// are sent from inside a game callback, which then executes the client's commands in order until
+// the client echoes the same id, the client sends SHUTDOWN, or the total wait exceeds the
+// response timeout (then the client is dropped, the timeout goes back to 2000 ms and any frame
+// request is cleared). Commands sent while no callback runs stay in the socket until the next one.
+
+const string PLUGIN_VERSION = "1.0.0";
+const int DEFAULT_TIMEOUT_MS = 2000;
+
+enum MessageType {
+    SC_RUN_STEP_SYNC = 1,
+    SC_CHECKPOINT_COUNT_CHANGED_SYNC,
+    SC_LAP_COUNT_CHANGED_SYNC,
+    SC_REQUESTED_FRAME_SYNC,
+    SC_ON_CONNECT_SYNC,
+    C_SET_SPEED,
+    C_REWIND_TO_STATE,
+    C_REWIND_TO_CURRENT_STATE,
+    C_GET_SIMULATION_STATE,
+    C_SET_INPUT_STATE,
+    C_GIVE_UP,
+    C_PREVENT_SIMULATION_FINISH,
+    C_SHUTDOWN,
+    C_EXECUTE_COMMAND,
+    C_SET_TIMEOUT,
+    C_RACE_FINISHED,
+    C_REQUEST_FRAME,
+    C_RESET_CAMERA,
+    C_SET_ON_STEP_PERIOD,
+    C_UNREQUEST_FRAME,
+    C_TOGGLE_INTERFACE,
+    C_IS_IN_MENUS,
+    C_GET_INPUTS
+}
+
+Net::Socket@ g_listener = null;
+Net::Socket@ g_client = null;
+int g_timeoutMs = DEFAULT_TIMEOUT_MS;
+int g_stepPeriodMs = 10;
+bool g_connectPending = false;
+int g_frameW = -1;
+int g_frameH = -1;
+bool g_frameRequested = false;
+
+void Main()
+{
+    RegisterVariable("custom_port", 0);
+    RegisterCustomCommand("rulka_listen", "start rulka's plugin server on custom_port", OnListenCommand);
+    // queued after the /configstring commands, so custom_port is set when it runs
+    CommandList startup;
+    startup.Content = "rulka_listen";
+    startup.Process(CommandListProcessOption::QueueAndProcess);
+}
+
+void OnListenCommand(int fromTime, int toTime, const string&in commandLine, const array<string>&in args)
+{
+    uint16 port = uint16(GetVariableDouble("custom_port"));
+    if (port == 0) {
+        log("rulka: custom_port is 0; start the game with /configstring=\"set custom_port N\"", Severity::Error);
+        return;
+    }
+    @g_listener = Net::Socket();
+    if (!g_listener.Listen("127.0.0.1", port)) {
+        log("rulka: cannot listen on 127.0.0.1:" + port, Severity::Error);
+        @g_listener = null;
+        return;
+    }
+    log("rulka: plugin " + PLUGIN_VERSION + " listening on 127.0.0.1:" + port);
+}
+
+void DropClient(const string&in why)
+{
+    if (g_client !is null) log("rulka: client dropped (" + why + ")");
+    @g_client = null;
+    g_timeoutMs = DEFAULT_TIMEOUT_MS;
+    g_frameRequested = false;
+}
+
+// Execute commands until the client echoes `expected` (true), or the client is gone (false).
+bool WaitForResponse(int expected)
+{
+    uint64 start = Time::Now;
+    while (g_client !is null) {
+        if (g_client.Available == 0) {
+            if (Time::Now - start > uint64(g_timeoutMs)) {
+                log("rulka: Client disconnected due to timeout (" + g_timeoutMs + " ms)", Severity::Warning);
+                DropClient("timeout");
+                return false;
+            }
+            continue;
+        }
+        int id = g_client.ReadInt32();
+        if (id == expected) return true;
+        if (id == C_SHUTDOWN) { DropClient("shutdown"); return false; }
+        HandleCommand(id);
+    }
+    return false;
+}
+
+void SendAndWait(int id)
+{
+    WaitForResponse(id);
+}
+
+void HandleCommand(int id)
+{
+    SimulationManager@ sim = GetSimulationManager();
+    switch (id) {
+        case C_SET_SPEED: {
+            float speed = g_client.ReadFloat();
+            sim.SetSpeed(speed);
+            break;
+        }
+        case C_REWIND_TO_STATE: {
+            int n = g_client.ReadInt32();
+            array<uint8> data = g_client.ReadBytes(n);
+            if (sim.InRace) {
+                SimulationState state(data);
+                sim.RewindToState(state);
+            }
+            break;
+        }
+        case C_REWIND_TO_CURRENT_STATE:
+            if (sim.InRace) sim.RewindToState(sim.SaveState());
+            break;
+        case C_GET_SIMULATION_STATE: {
+            array<uint8> data = sim.SaveState().ToArray();
+            g_client.Write(int(data.Length));
+            g_client.Write(data);
+            break;
+        }
+        case C_SET_INPUT_STATE: {
+            uint8 left = g_client.ReadUint8();
+            uint8 right = g_client.ReadUint8();
+            uint8 up = g_client.ReadUint8();
+            uint8 down = g_client.ReadUint8();
+            if (sim.InRace) {
+                sim.SetInputState(InputType::Left, left);
+                sim.SetInputState(InputType::Right, right);
+                sim.SetInputState(InputType::Up, up);
+                sim.SetInputState(InputType::Down, down);
+            }
+            break;
+        }
+        case C_GIVE_UP:
+            if (sim.InRace) sim.GiveUp();
+            break;
+        case C_PREVENT_SIMULATION_FINISH:
+            if (sim.InRace) sim.PreventSimulationFinish();
+            break;
+        case C_EXECUTE_COMMAND: {
+            int n = g_client.ReadInt32();
+            array<uint8> raw = g_client.ReadBytes(n);
+            string text = "";
+            text.resize(n);
+            for (int i = 0; i < n; i++) text[i] = raw[i];
+            ExecuteCommand(text);
+            break;
+        }
+        case C_SET_TIMEOUT:
+            g_timeoutMs = int(g_client.ReadUint32());
+            break;
+        case C_RACE_FINISHED: {
+            bool done = sim.PlayerInfo.RaceFinished || sim.TickTime > sim.RaceTime;
+            g_client.Write(done ? 1 : 0);
+            break;
+        }
+        case C_REQUEST_FRAME:
+            g_frameW = g_client.ReadInt32();
+            g_frameH = g_client.ReadInt32();
+            g_frameRequested = true;
+            break;
+        case C_RESET_CAMERA:
+            sim.ResetCamera();
+            break;
+        case C_SET_ON_STEP_PERIOD:
+            g_stepPeriodMs = g_client.ReadInt32();
+            if (g_stepPeriodMs < 10) g_stepPeriodMs = 10;
+            break;
+        case C_UNREQUEST_FRAME:
+            g_frameRequested = false;
+            break;
+        case C_TOGGLE_INTERFACE:
+            ToggleRaceInterface(g_client.ReadInt32() != 0);
+            break;
+        case C_IS_IN_MENUS:
+            g_client.Write(GetCurrentGameState() == TM::GameState::Menus ? 1 : 0);
+            break;
+        case C_GET_INPUTS: {
+            string text = sim.InputEvents.ToCommandsText();
+            g_client.Write(int(text.Length));
+            g_client.Write(text);
+            break;
+        }
+        default:
+            log("rulka: unknown message id " + id + " (client and plugin versions differ?)", Severity::Warning);
+            break;
+    }
+}
+
+void Render()
+{
+    if (g_listener is null) return;
+    Net::Socket@ incoming = g_listener.Accept(0);
+    if (incoming !is null) {
+        @g_client = incoming;
+        g_client.NoDelay = true;
+        g_timeoutMs = DEFAULT_TIMEOUT_MS;
+        g_frameRequested = false;
+        log("rulka: client connected");
+        if (GetCurrentGameState() == TM::GameState::StartUp) {
+            g_connectPending = true;
+        } else {
+            g_client.Write(int(SC_ON_CONNECT_SYNC));
+            SendAndWait(SC_ON_CONNECT_SYNC);
+        }
+    }
+    if (g_client !is null && g_frameRequested) {
+        array<uint8>@ pixels = Graphics::CaptureScreenshot(vec2(g_frameW, g_frameH));
+        g_frameRequested = false;
+        g_client.Write(int(SC_REQUESTED_FRAME_SYNC));
+        g_client.Write(pixels);
+        SendAndWait(SC_REQUESTED_FRAME_SYNC);
+    }
+}
+
+void OnGameStateChanged(TM::GameState state)
+{
+    if (g_connectPending && g_client !is null && state == TM::GameState::Menus) {
+        g_connectPending = false;
+        g_client.Write(int(SC_ON_CONNECT_SYNC));
+        SendAndWait(SC_ON_CONNECT_SYNC);
+    }
+}
+
+void OnRunStep(SimulationManager@ sim)
+{
+    if (g_client is null) return;
+    int raceTime = sim.RaceTime;
+    if (raceTime % g_stepPeriodMs == 0 || sim.TickTime > raceTime) {
+        g_client.Write(int(SC_RUN_STEP_SYNC));
+        g_client.Write(raceTime);
+        SendAndWait(SC_RUN_STEP_SYNC);
+    }
+}
+
+void OnCheckpointCountChanged(SimulationManager@ sim, int current, int target)
+{
+    if (g_client is null) return;
+    g_client.Write(int(SC_CHECKPOINT_COUNT_CHANGED_SYNC));
+    g_client.Write(current);
+    g_client.Write(target);
+    SendAndWait(SC_CHECKPOINT_COUNT_CHANGED_SYNC);
+}
+
+void OnLapCountChanged(SimulationManager@ sim, int current, int target)
+{
+    if (g_client is null) return;
+    g_client.Write(int(SC_LAP_COUNT_CHANGED_SYNC));
+    g_client.Write(current);
+    g_client.Write(target);
+    SendAndWait(SC_LAP_COUNT_CHANGED_SYNC);
+}
+
+PluginInfo@ GetPluginInfo()
+{
+    PluginInfo info;
+    info.Author = "rulka";
+    info.Name = "rulka link";
+    info.Description = "Lets rulka (distributed RL for TrackMania) drive the game over a local socket";
+    info.Version = PLUGIN_VERSION;
+    return info;
+}

@@ -1,0 +1,219 @@
+"""The TMNF env against the fake game: lock-step driving, finishes, rewinds, frames, the map cycle,
+and each failure mode of fact sheet E, with a worker and a trainer counting what arrives."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from roles_helpers import ConstActor, CountingAgent, ListMemory
+
+from rulka.config import config_from_dict
+from rulka.envs.sim.driver import ScriptedDriver
+from rulka.envs.sim.tracks import get_track
+from rulka.envs.tmnf.env import TmnfEnv
+from rulka.envs.tmnf.fake import FakeFaults
+from rulka.envs.tmnf.game import FakeLauncher
+from rulka.net.local import LocalHub
+from rulka.trainer.trainer import Trainer
+from rulka.worker.worker import Worker
+
+KEY = Ed25519PrivateKey.generate()
+
+
+def tmnf_cfg(image: bool = False, **env):
+    return config_from_dict({
+        "environment": {"backend": "tmnf", "game_launch": "fake", "tmi_protection_timeout_s": 1,
+                        "timeout_during_run_ms": 3000, **env},
+        "nn": {"vis": {"no_image": not image, "image_size": {"width": 32, "height": 24}}},
+        "worker": {"segment_max_steps": 40},
+    })
+
+
+def make_env(faults=None, image=False, **env):
+    launcher = FakeLauncher(faults=faults, countdown_ms=-100)
+    return TmnfEnv(tmnf_cfg(image, **env), launcher=launcher, port=0), launcher
+
+
+def drive_scripted(env, launcher, options=None):
+    obs, info = env.reset(options=options)
+    game = launcher.game
+    driver = ScriptedDriver(game._track)
+    steps = 0
+    while True:
+        obs, reward, terminated, truncated, info = env.step(driver.action(game._car))
+        steps += 1
+        if terminated or truncated:
+            return obs, info, steps, terminated
+
+
+def test_scripted_driver_finishes_in_the_simulators_reference_time_and_the_game_is_parked():
+    env, launcher = make_env()
+    try:
+        for _ in range(2):  # the second rollout rewinds to the cached start state
+            obs, info, steps, terminated = drive_scripted(env, launcher)
+            assert terminated and info["finished"] and info["cutoff"] == ""
+            assert info["race_time_ms"] == get_track("default").reference_time_ms
+            assert obs["float"].shape == env.observation_space["float"].shape
+        game = launcher.game
+        assert game.counters["races"] == 2  # one countdown after the map load, then rewinds
+        log = game.log
+        assert "cmd:map default" in log and "cmd:cam 2" in log and "interface:0" in log
+        deadline = time.monotonic() + 2
+        while game._timeout_ms != 600_000_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert game._timeout_ms == 600_000_000  # parked between runs with the long timeout
+        assert env.counters["finishes"] == 2
+    finally:
+        env.close()
+
+
+def test_frames_are_the_requested_size_grayscale_and_match_the_state():
+    env, launcher = make_env(image=True)
+    try:
+        obs, info = env.reset()
+        assert obs["img"].shape == (24, 32) and obs["img"].dtype == np.uint8
+        for _ in range(5):
+            obs, _, _, _, info = env.step(0)
+        # the fake writes the race time into the alpha bytes of the first pixels: grab the raw frame
+        c = env.client
+        assert c.frame_size is None
+        # gray is the camera's own image: the same the simulator shows at this pose
+        game = launcher.game
+        from rulka.envs.sim.camera import Camera
+
+        expected = Camera(game._track, 32, 24).render(game._car.x, game._car.z, game._car.heading)
+        assert np.array_equal(obs["img"], expected)
+        assert info["race_time_ms"] == 250
+    finally:
+        env.close()
+
+
+def test_map_cycle_entries_reach_the_game_and_the_metrics(tmp_path):
+    env, launcher = make_env()
+    try:
+        _, info, _, _ = drive_scripted(env, launcher, {"map": "hairpins", "short_name": "hp"})
+        assert info["map_name"] == "hp" and info["finished"]
+        assert launcher.game.map_name == "hairpins"
+        _, info, _, _ = drive_scripted(env, launcher, {"map": "default", "short_name": "def"})
+        assert info["map_name"] == "def" and info["finished"]
+        assert info["race_time_ms"] == get_track("default").reference_time_ms
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------- failure modes
+def run_worker_against_trainer(env, episodes, max_s=120):
+    """A worker drives ``env`` for ``episodes`` episodes; a trainer ingests. Returns (worker, trainer, produced)."""
+    hub = LocalHub()
+    trainer = Trainer({"worker": {"segment_max_steps": 40}}, hub.trainer_link(), agent=CountingAgent(),
+                      memory=ListMemory(), signing_key=KEY)
+    worker = Worker(tmnf_cfg(), hub.worker_link("pc1"), env=env, actor=ConstActor())
+    done = threading.Event()
+    stats = {}
+
+    def work():
+        stats["w"] = worker.run(max_episodes=episodes, drain_timeout_s=20)
+        done.set()
+
+    th = threading.Thread(target=work, daemon=True)
+    th.start()
+    link = trainer.link
+    deadline = time.monotonic() + max_s
+    while time.monotonic() < deadline and not (done.is_set() and not worker.outbox):
+        trainer.ingest(link.receive(timeout=0.05))
+    th.join(5)
+    worker.close()
+    return worker, trainer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, restarted", [
+    (FakeFaults(hang_at_ms=700), True),  # frozen (minimised) game: timeout, killed, relaunched
+    (FakeFaults(close_at_ms=700), False),  # connection closed mid-race: reconnect to the live game
+    (FakeFaults(menus_at_ms=700), True),  # dropped to the menus mid-race: timeout, relaunched, map reloaded
+    (FakeFaults(slow_frame_at_ms=700, slow_frame_s=0.4), False),  # slow render inside the timeout: nothing lost
+    (FakeFaults(slow_frame_at_ms=700, slow_frame_s=2.0), True),  # a render slower than the timeout
+    (FakeFaults(split_writes=True, refuse_for_s=0.5, startup_for_s=0.5), False),  # late start, split writes
+], ids=["hang", "close_mid_race", "menus", "slow_frame", "frame_timeout", "late_start_split_writes"])
+def test_worker_recovers_from_each_failure_and_the_trainer_gets_every_segment(fault, restarted):
+    image = fault.slow_frame_at_ms is not None
+    launcher = FakeLauncher(faults=fault, countdown_ms=-100)
+    env = TmnfEnv(tmnf_cfg(image), launcher=launcher, port=0)
+    worker, trainer = run_worker_against_trainer(env, episodes=3)
+    assert worker.stats.episodes == 3
+    assert len(worker.outbox) == 0
+    # every segment the worker produced reached the trainer's memory, in full episodes
+    assert trainer.segments == worker.stats.segments
+    mem = trainer.memory.segments
+    assert sum(s.num_transitions for s in mem) == worker.stats.steps
+    assert sum(s.episode_done for s in mem) == 3
+    fired = [f for f in ("hang", "close", "menus", "slow_frame") if f in fault.fired]
+    if fault.hang_at_ms or fault.close_at_ms or fault.menus_at_ms or fault.slow_frame_at_ms:
+        assert fired, "the fault never fired"
+    lost = env.counters["game_lost"]
+    if restarted:
+        assert env.game.counters["restarts"] >= 1 and lost >= 1
+        ends = [s.info for s in mem if s.episode_done]
+        assert ends[0]["finished"] is False  # the episode cut by the failure ended truncated
+    elif fault.close_at_ms:
+        assert lost == 1 and env.game.counters["restarts"] == 0 and env.game.counters["reconnects"] == 2
+    else:
+        assert lost == 0 and env.game.counters["restarts"] == 0
+
+
+def test_plugin_timeout_drops_a_client_that_stalls_inside_a_callback():
+    env, launcher = make_env(timeout_during_run_ms=300)
+    try:
+        env.reset()
+        env.step(0)
+        time.sleep(0.6)  # the policy "thinks" longer than the plugin's run timeout
+        _, _, _, truncated, info = env.step(0)
+        assert truncated and info["cutoff"] == "game_lost"
+        assert launcher.game.counters["timeouts"] == 1 and "drop:timeout" in launcher.game.log
+        env.reset()  # reconnects to the live game
+        _, _, _, truncated, _ = env.step(0)
+        assert not truncated and env.game.counters["restarts"] == 0
+    finally:
+        env.close()
+
+
+def test_game_reboot_interval_restarts_between_episodes():
+    env, launcher = make_env(game_reboot_interval=1)
+    try:
+        env.reset()
+        env.step(0)
+        time.sleep(1.1)
+        env.reset()
+        assert env.game.counters["reboots"] == 1 and len(launcher.games) == 2
+        assert not launcher.games[0].alive and launcher.games[1].alive
+    finally:
+        env.close()
+
+
+def test_instance_slots_give_each_env_its_own_port(tmp_path):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    base = s.getsockname()[1]
+    s.close()
+    cfg = config_from_dict({"environment": {"backend": "tmnf", "game_launch": "attach"},
+                            "map_cycle": {"entries": [{"short_name": "a", "map_path": "A.Challenge.Gbx",
+                                                       "reference_line_path": "a.npy"}]},
+                            "nn": {"vis": {"no_image": True}}, "worker": {"num_envs": 2},
+                            "user": {"base_tmi_port": base - 200 if base > 1200 else base + 200}})
+    a, b = TmnfEnv(cfg), TmnfEnv(cfg)
+    try:
+        assert {a.game.port, b.game.port} == {cfg.user.base_tmi_port, cfg.user.base_tmi_port + 1}
+        from rulka.errors import UserError
+
+        with pytest.raises(UserError, match="all 2 TMNF instance slots"):
+            TmnfEnv(cfg)
+    finally:
+        a.close()
+        b.close()
+    TmnfEnv(cfg).close()  # released slots can be claimed again
