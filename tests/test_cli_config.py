@@ -174,7 +174,7 @@ def test_check_plugins_names_the_key_of_a_missing_plugin(
     "setting, key",
     [
         ("training.algorithm=sac", "training.algorithm"),
-        ("environment.backend=tmnf", "environment.backend"),
+        ("environment.backend=tmnf", "map_cycle.entries"),
         ("trainer.memory=no_such_memory", "trainer.memory"),
         ("worker.compressor=lz5", "worker.compressor"),
     ],
@@ -194,23 +194,23 @@ def test_validate_refuses_a_key_that_is_not_built_yet(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "run.yaml").write_text("performance:\n  running_speed: 80\n")
+    (tmp_path / "run.yaml").write_text("performance:\n  gpu_collectors_count: 2\n")
     assert main(["config", "validate", "run.yaml"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        "error: run.yaml: config key `performance` is not built yet (documented, but nothing acts on it); "
-        "remove it or use the default"
+        "error: run.yaml: config key `performance.gpu_collectors_count` is not built yet (documented, but nothing "
+        "acts on it); remove it or use the default"
     )
     # the same value at its default is fine
-    (tmp_path / "run.yaml").write_text("performance:\n  running_speed: 160\n")
+    (tmp_path / "run.yaml").write_text("performance:\n  gpu_collectors_count: 4\n")
     assert main(["config", "validate", "run.yaml"]) == 0
 
 
 def test_roles_refuse_to_start_with_a_key_that_is_not_built(tmp_path: Path) -> None:
     """The trainer's start gives the same one-line refusal as validate (before it needs keys)."""
-    out = subprocess.run([sys.executable, "-m", "rulka.trainer.cli", "--config", str(REPO / "configs" / "sim_iqn.yaml"), "--set", "worker.num_envs=4",
+    out = subprocess.run([sys.executable, "-m", "rulka.trainer.cli", "--config", str(REPO / "configs" / "sim_iqn.yaml"), "--set", "performance.gpu_collectors_count=2",
                           "--keys", str(tmp_path / "none")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].endswith(
-        "config key `worker.num_envs` is not built yet (documented, but nothing acts on it); remove it or use the default"
+        "config key `performance.gpu_collectors_count` is not built yet (documented, but nothing acts on it); remove it or use the default"
     )

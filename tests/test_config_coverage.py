@@ -135,8 +135,8 @@ def test_defaults_are_built() -> None:
     [
         ({"nn": {"fusion_mode": "unified"}}, "nn.fusion_mode"),
         ({"nn": {"encoder": {"fusion_encoder": "mlp"}}}, "nn.encoder"),
-        ({"performance": {"running_speed": 80}}, "performance"),
-        ({"worker": {"num_envs": 4}}, "worker.num_envs"),
+        ({"performance": {"gpu_collectors_count": 2}}, "performance.gpu_collectors_count"),
+        ({"worker": {"actor_kwargs": {"a": 1}}}, "worker.actor_kwargs"),
         ({"grpo": {"grpo_num_minibatches": 2}}, "grpo.grpo_num_minibatches"),
         ({"nn": {"training": {"single_reset_flag": 1}}}, "nn.training.single_reset_flag"),
     ],
@@ -147,6 +147,16 @@ def test_a_non_default_not_built_key_is_refused_by_name(data: dict, key: str) ->
         check_built(cfg)
     message = str(info.value)
     assert f"`{key}`" in message and "not built yet" in message and "\n" not in message
+
+
+def test_game_keys_the_tmnf_backend_reads_are_built() -> None:
+    cfg = config_from_dict({"environment": {"timeout_during_run_ms": 10100, "tmi_protection_timeout_s": 30,
+                                            "timeout_between_runs_ms": 1000, "game_reboot_interval": 3600,
+                                            "game_camera_number": 1, "sync_virtual_and_real_checkpoints": False},
+                            "performance": {"running_speed": 80}, "worker": {"num_envs": 2},
+                            "user": {"base_tmi_port": 9000},
+                            "map_cycle": {"entries": [{"short_name": "d", "map_path": "default"}]}})
+    assert not_built_keys(cfg) == []
 
 
 def test_worker_actor_named_after_the_algorithm_is_the_default() -> None:

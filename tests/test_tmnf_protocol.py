@@ -175,3 +175,33 @@ def test_connect_says_what_to_check_when_nothing_listens():
     s.close()
     with pytest.raises(GameNotListening, match=f"No TMInterface plugin listening on 127.0.0.1:{port}.*custom_port {port}"):
         TMIClient(port).connect(wait_s=0.2)
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"environment": {"backend": "tmnf"}}, "config key `map_cycle.entries` is required by backend tmnf"),
+    ({"environment": {"backend": "tmnf"}, "map_cycle": {"entries": [
+        {"short_name": "a", "map_path": "A01.Challenge.Gbx"}, {"short_name": "b", "map_path": "B.Challenge.Gbx"}]}},
+     "config keys `map_cycle.entries[0].reference_line_path`, `map_cycle.entries[1].reference_line_path` are required"),
+    ({"environment": {"backend": "tmnf", "track": "hairpins"}, "map_cycle": {"entries": [
+        {"short_name": "a", "map_path": "A.Challenge.Gbx", "reference_line_path": "a.npy"}]}},
+     "`environment.track` are not read by backend tmnf"),
+    ({"environment": {"backend": "tmnf", "game_launch": "fake", "continuous_actions": True}},
+     "`environment.continuous_actions` must be false for backend tmnf"),
+    ({"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+      "map_cycle": {"entries": [{"short_name": "a", "map_path": "x"}]}}, "needs a TrackMania-like backend"),
+])
+def test_config_accepts_tmnf_only_with_the_keys_it_needs(data, needle):
+    from rulka.config import config_from_dict
+    from rulka.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="") as info:
+        config_from_dict(data)
+    assert needle in str(info.value)
+
+
+def test_config_accepts_tmnf_with_maps_and_lines_or_the_fake():
+    from rulka.config import config_from_dict
+
+    config_from_dict({"environment": {"backend": "tmnf"}, "map_cycle": {"entries": [
+        {"short_name": "a", "map_path": "A01-Race.Challenge.Gbx", "reference_line_path": "maps/A01.npy"}]}})
+    config_from_dict({"environment": {"backend": "tmnf", "game_launch": "fake", "track": "hairpins"}})

@@ -406,14 +406,15 @@ def _check_tmnf(cfg: RulkaConfig) -> None:
         )
     if env.game_launch == "fake":
         return
-    missing = []
-    if not cfg.map_cycle.entries:
-        missing.append("`map_cycle.entries` (the maps to play, each with map_path and reference_line_path)")
-    missing += [f"`map_cycle.entries[{i}].reference_line_path`" for i, e in enumerate(cfg.map_cycle.entries)
+    missing = [] if cfg.map_cycle.entries else ["map_cycle.entries"]
+    missing += [f"map_cycle.entries[{i}].reference_line_path" for i, e in enumerate(cfg.map_cycle.entries)
                 if not e.reference_line_path]
     if missing:
+        named = ", ".join(f"`{k}`" for k in missing)
         raise ConfigError(
-            "backend tmnf needs " + ", ".join(missing) + " (record a reference line with `rulka tm record-line`)"
+            (f"config key {named} is" if len(missing) == 1 else f"config keys {named} are")
+            + " required by backend tmnf: the maps to play, each with map_path and reference_line_path "
+            "(record one with `rulka tm record-line`), unless environment.game_launch is fake"
         )
 
 
