@@ -49,10 +49,6 @@ def test_check_against_the_fake_plugin_and_a_missing_one(capsys) -> None:
         assert code == 1 and "FAIL plugin: not listening on 127.0.0.1:1" in out and "FAIL control" in out
 
 
-def test_tmnf_side_is_reported_not_built(capsys) -> None:
-    assert main(["tm", "check", "--game", "tmnf"]) != 0
-
-
 @pytest.mark.slow
 def test_record_line_follows_a_driven_lap(tmp_path) -> None:
     out = tmp_path / "line.json"

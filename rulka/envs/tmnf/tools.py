@@ -118,6 +118,8 @@ def record_line(cfg: Any, out: Path, map_path: str, port: int, fake: bool = Fals
     try:
         game.connect(map_path)
         c = game.client
+        if fake:
+            c.set_speed(100.0)  # the scripted driver needs no real time
         if not game.loaded_map:
             game.request_map(map_path)
         started = False
