@@ -263,8 +263,28 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
             continue
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"])]
+    lines += extended_runs(BENCH_DIR / "extended_runs.json")
     lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
     return "\n".join(lines)
+
+
+def extended_runs(path: Path) -> list[str]:
+    """The outcomes of the ``extended`` learning runs, from ``bench/extended_runs.json`` (a list of
+    rows with test, outcome, minutes, date, machine, command, note; add a row after a run)."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(rows, list) or not rows:
+        return []
+    keys = ("test", "outcome", "minutes", "date", "machine", "command", "note")
+    lines = ["", "## Extended learning runs", "",
+             "Outcomes of the tests marked `extended` (too long for CI), recorded by hand in "
+             "`bench/extended_runs.json`.", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for row in rows:
+        if isinstance(row, dict):
+            lines.append("| " + " | ".join(str(row.get(k, "")).replace("|", "/") for k in keys) + " |")
+    return lines
 
 
 def previous_results(path: Path) -> dict[str, dict[str, Any]]:

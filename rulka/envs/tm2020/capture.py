@@ -43,7 +43,10 @@ class FrameSource(Protocol):
 def to_image(frame: np.ndarray, width: int, height: int, grayscale: bool = True) -> np.ndarray:
     """A captured BGRA (or BGR / gray) frame -> ``(height, width)`` gray uint8, or
     ``(height, width, 3)`` RGB when ``grayscale`` is False. Downscaling uses area averaging."""
-    if frame.ndim == 3 and frame.shape[2] == 4:
+    if grayscale and frame.ndim == 3:
+        # gray first, then resize one channel: a quarter of the work of resizing BGRA
+        frame = cv2.cvtColor(frame, cv2.COLOR_BGRA2GRAY if frame.shape[2] == 4 else cv2.COLOR_BGR2GRAY)
+    elif frame.ndim == 3 and frame.shape[2] == 4:
         frame = frame[:, :, :3]
     h, w = frame.shape[:2]
     if (w, h) != (width, height):
