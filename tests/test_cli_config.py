@@ -173,7 +173,7 @@ def test_check_plugins_names_the_key_of_a_missing_plugin(
 @pytest.mark.parametrize(
     "setting, key",
     [
-        ("training.algorithm=sac", "training.algorithm"),
+        ("training.algorithm=sac", "environment.continuous_actions"),  # SAC on the discrete sim
         ("environment.backend=tmnf", "map_cycle.entries"),
         ("trainer.memory=no_such_memory", "trainer.memory"),
         ("worker.compressor=lz5", "worker.compressor"),

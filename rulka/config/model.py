@@ -25,6 +25,7 @@ from rulka.config.sections import (
     PerformanceConfig,
     PpoConfig,
     RewardsConfig,
+    SacConfig,
     Section,
     StateNormalizationConfig,
     TrainerConfig,
@@ -113,6 +114,8 @@ class RulkaConfig(Section):
     """DPO."""
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
     """GRPO."""
+    sac: SacConfig = Field(default_factory=SacConfig)
+    """SAC and REDQ."""
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     """Relay address, TLS, credentials, message limits."""
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
@@ -443,6 +446,20 @@ def check_consistency(cfg: RulkaConfig) -> None:
             "config key `environment.tm2020.observation` is lidar: set `nn.vis.no_image: true` "
             "(the beams go into the float inputs; there is no image)"
         )
+    if cfg.sac.target_critics > cfg.sac.n_critics:
+        raise ConfigError(
+            f"config key `sac.target_critics` ({cfg.sac.target_critics}) exceeds `sac.n_critics` "
+            f"({cfg.sac.n_critics}): the target draws its subset from the ensemble"
+        )
+    if cfg.sac.log_std_min >= cfg.sac.log_std_max:
+        raise ConfigError("config key `sac.log_std_min` must be below `sac.log_std_max`")
+    if tr.algorithm == "sac" and env.backend in _TM_BACKENDS:
+        if not env.continuous_actions:
+            raise ConfigError("config key `environment.continuous_actions` must be true for training.algorithm sac "
+                              "(SAC acts with analog gas, brake and steer)")
+        if not nn.vis.no_image:
+            raise ConfigError("config key `nn.vis.no_image` must be true for training.algorithm sac "
+                              "(rulka's SAC reads the float observation only)")
     if env.backend == "gym" and not env.gym_id:
         raise ConfigError("config key `environment.gym_id` is required when `environment.backend` is gym")
     if env.backend == "gym" and cfg.map_cycle.entries:

@@ -4,8 +4,10 @@ Discrete actions are {accelerate, nothing, brake, brake+accelerate} x {straight,
 the order the TrackMania RL tools use (index 0 = accelerate straight, 6 = brake straight), so that
 action indices mean the same thing in rulka, in recorded runs and in the game backends.
 
-Continuous actions are ``(gas, brake, steer)``: gas and brake in [0, 1], steer in [-1, 1] with
-negative = left, positive = right (like a gamepad stick).
+Continuous ("analog") actions are float32 ``(gas, brake, steer)``: gas and brake in [0, 1], steer in
+[-1, 1] with negative = left, positive = right (like a gamepad's triggers and stick); their ``Box``
+bounds are ``CONTINUOUS_LOW`` / ``CONTINUOUS_HIGH``. Segments carry them as ``(T, 3)`` float32,
+and every backend that takes analog input (the simulator, a TM2020 gamepad) reads this order.
 
 Every action, discrete or continuous, reduces to four "flags" ``(accelerate, brake, left,
 right)`` in [0, 1]: exactly 0/1 for discrete actions, the analog amounts for continuous ones.
@@ -55,6 +57,9 @@ ACTION_NAMES: tuple[str, ...] = (
     "brake_accelerate_left",
     "brake_accelerate_right",
 )
+# Box bounds of the analog action (gas, brake, steer)
+CONTINUOUS_LOW: tuple[float, float, float] = (0.0, 0.0, -1.0)
+CONTINUOUS_HIGH: tuple[float, float, float] = (1.0, 1.0, 1.0)
 ACTION_ACCELERATE = 0
 ACTION_NOTHING = 3
 ACTION_BRAKE = 6

@@ -12,6 +12,9 @@ Example::
     env = gym.make("rulka/SimTrack-v0", track="hairpins")
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(0)   # accelerate
+
+``rulka/SimTrackAnalog-v0`` is the same env with analog ``(gas, brake, steer)`` actions (a ``Box``;
+``rulka.envs.actions`` documents the layout), as TM2020 takes them from a gamepad.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rulka.envs.actions import N_ACTIONS, action_to_flags
+from rulka.envs.actions import CONTINUOUS_HIGH, CONTINUOUS_LOW, N_ACTIONS, action_to_flags
 from rulka.envs.car_state import CarState
 from rulka.envs.pipeline import PipelineParams, TrackmaniaPipeline
 from rulka.envs.sim.camera import Camera
@@ -184,7 +187,7 @@ class SimTrackEnv(gym.Env):
         self.observation_space = spaces.Dict(obs)
         if self.continuous:
             self.action_space = spaces.Box(
-                np.array([0.0, 0.0, -1.0], dtype=np.float32), np.array([1.0, 1.0, 1.0], dtype=np.float32)
+                np.array(CONTINUOUS_LOW, dtype=np.float32), np.array(CONTINUOUS_HIGH, dtype=np.float32)
             )
         else:
             self.action_space = spaces.Discrete(N_ACTIONS)
