@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from rulka.errors import UserError
 from rulka.net.keys import add_worker, generate_keys, revoke_worker
 from rulka.net.link import Message
 from rulka.net.status import query_status
@@ -205,12 +206,15 @@ def test_status_lists_workers_and_counters(workers, cfg, keys):
     workers[1].send("stats", encode_stats({"episodes": 3, "samples_per_s": 41.5, "weights_version": 2}))
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        st = query_status(cfg, keys / "bundles" / "w1")
+        st = query_status(cfg, keys)
         rows = {r["name"]: r for r in st["workers"]}
         if rows.get("w2", {}).get("episodes") == 3:
             break
     assert rows["w2"]["samples_per_s"] == 41.5 and rows["w2"]["address"].startswith("127.0.0.1:")
     assert st["server"]["clients"]["w2"]["messages_in"] > 0
+    # the report lists every address: a worker's credential may not read it
+    with pytest.raises(UserError, match="status_forbidden"):
+        query_status(cfg, keys / "bundles" / "w1")
 
 
 @pytest.mark.slow  # several seconds of waiting for (re)connections

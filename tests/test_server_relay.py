@@ -12,7 +12,14 @@ from rulka.net.keys import add_worker, generate_keys, load_credentials, revoke_w
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import encode_stats
 from rulka.net.wire import deserialize, join_token, make_envelopes, serialize
-from rulka.server.relay import HELLO_TIMEOUT_S, RelayCore, RelayProtocol
+from rulka.server.relay import (
+    HELLO_TIMEOUT_S,
+    RATE_LIMITS,
+    READ_PAUSE_BYTES,
+    STALL_TIMEOUT_S,
+    RelayCore,
+    RelayProtocol,
+)
 
 
 @pytest.fixture(scope="module")
@@ -137,12 +144,18 @@ def test_ping_and_status(core, keys):
     assert w.received() == [{"pong": w.proto.conn_id}]
     send_message(w, creds["w1"], "stats", encode_stats({"episodes": 4, "samples_per_s": 20.0,
                                                         "weights_version": 2}), 5, "trainer", 1)
-    obs = Client(core).hello(creds["w2"], [])  # observer: no channel
+    obs = Client(core).hello(creds["trainer"], [])  # observer: no channel
     obs.received()
     obs.send("OBJ", {"status": -1}, serialize(None))
     [reply] = obs.received()
     row = next(r for r in reply["status"]["workers"] if r["name"] == "w1")
     assert (row["episodes"], row["weights_version"], row["address"]) == (4, 2, "10.0.0.9:1234")
+    assert core.trainer is None  # the observer did not take the trainer's place
+    # a worker's credential may not read the report (it lists every address)
+    spy = Client(core).hello(creds["w2"], [])
+    spy.received()
+    spy.send("OBJ", {"status": -1}, serialize(None))
+    assert spy.received() == [{"refused": "status_forbidden"}]
     assert "w2" not in core.workers  # the observer did not take w2's place
 
 
@@ -164,6 +177,7 @@ def test_wrong_password(core):
     c = Client(core, password=b"x" * len(core.password))
     c.send("HELLO", obj=["workers"])
     assert c.closed and core.bad["wrong_password"] == 1
+    assert c.received() == [{"refused": "wrong_password"}]  # the client can say why
 
 
 def test_pickle_payload_is_never_executed(core, keys):
@@ -262,3 +276,76 @@ def test_client_that_stops_reading_is_cut_off(core, keys):
     assert w.closed and core.bad["slow_client"] == 1
     w2 = connect(core, creds, "w2")  # others are not affected
     assert not w2.closed
+
+
+def test_replies_count_toward_backlog_and_a_full_client_is_not_read(core, keys):
+    _, creds = keys
+    obs = Client(core).hello(creds["trainer"], [])
+    obs.received()
+    obs.proto.pauseProducing()  # its socket buffer is full: Twisted pauses the relay's writes
+    assert obs.transport.producerState == "producing"
+    for _ in range(READ_PAUSE_BYTES // 100):
+        obs.proto._buckets["status"][0] = 5.0  # past the rate limit: only the backlog counts here
+        obs.send("OBJ", {"status": -1}, serialize(None))
+        if obs.transport.producerState == "paused":
+            break
+    assert obs.transport.producerState == "paused"  # the relay stopped reading from it
+    assert obs.proto._backlog > READ_PAUSE_BYTES
+    obs.proto.resumeProducing()  # it read: reading resumes
+    assert obs.transport.producerState == "producing"
+    obs.proto.pauseProducing()
+    core.max_backlog_bytes = 4000
+    for _ in range(40):
+        obs.proto._buckets["status"][0] = 5.0
+        obs.send("OBJ", {"status": -1}, serialize(None))
+        if obs.closed:
+            break
+    assert obs.closed and core.bad["slow_client"] == 1
+
+
+def test_ping_and_status_are_rate_limited(core, keys):
+    _, creds = keys
+    obs = Client(core).hello(creds["trainer"], [])
+    obs.received()
+    rate, burst = RATE_LIMITS["status"]
+    for _ in range(50):
+        obs.send("OBJ", {"status": -1}, serialize(None))
+    assert len(obs.received()) == int(burst)
+    assert core.bad["rate_limited"] == 50 - int(burst) and not obs.closed
+    w = connect(core, creds, "w1")
+    for _ in range(200):
+        w.send("OBJ", {"ping": -1}, serialize(None))
+    assert len(w.received()) == int(RATE_LIMITS["ping"][1])
+
+
+def test_a_stalled_frame_closes_the_connection(core, keys):
+    _, creds = keys
+    w = connect(core, creds, "w1")
+    w.raw(f"{core.max_frame_bytes:<10}".encode() + core.password + b"x" * 100)  # announce, then stall
+    core.clock.advance(STALL_TIMEOUT_S - 1)
+    assert not w.closed
+    core.clock.advance(2)
+    assert w.closed and core.bad["stalled_frame"] == 1
+    # a frame that completes in time is fine
+    w2 = connect(core, creds, "w2")
+    body = serialize([99, "OBJ", {"ping": -1}, serialize(None)])
+    frame = f"{len(body):<10}".encode() + core.password + body
+    w2.raw(frame[:20])
+    core.clock.advance(STALL_TIMEOUT_S - 1)
+    w2.raw(frame[20:])
+    core.clock.advance(STALL_TIMEOUT_S)
+    assert not w2.closed and core.bad["stalled_frame"] == 1
+
+
+def test_revocation_closes_observer_connections_too(core, keys, tmp_path):
+    root, creds = keys
+    add_worker(root, "temp")
+    temp = load_credentials(root / "bundles" / "temp", "worker")
+    w = Client(core).hello(temp, ["workers", "w:temp"])
+    obs = Client(core).hello(temp, [])
+    assert not w.closed and not obs.closed
+    revoke_worker(root, "temp")
+    core._worker_keys_mtime = -1.0  # the periodic reload (every 2 s in the server)
+    core.worker_keys()
+    assert w.closed and obs.closed
+    assert {"refused": "revoked"} in w.received() and {"refused": "revoked"} in obs.received()

@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--server", required=True, metavar="HOST:PORT", help="the rulka-server to ask")
     parser.add_argument("--keys", required=True, type=Path, metavar="DIR",
-                        help="credentials: the trainer's keys folder or a worker bundle (from `rulka keys`)")
+                        help="credentials: the trainer's keys folder (from `rulka keys generate`; a worker bundle is refused)")
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help="run config for network settings other than host/port (TLS, chunk size)")
     parser.add_argument("--json", action="store_true", help="print the raw report as JSON instead of a table")

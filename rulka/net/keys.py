@@ -291,6 +291,21 @@ def _read_password(root: Path) -> str:
     return pw
 
 
+def check_certificate(path: Path) -> None:
+    """Raise UserError unless ``path`` holds a readable PEM certificate (the CA a client trusts)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing: copy the whole worker bundle or keys folder") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise UserError(f"{path} is not a PEM certificate (damaged or wrong file): "
+                        "copy it again from the keys folder") from None
+
+
 def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
     """Load the credentials ``role`` ("trainer", "server" or "worker") needs from ``path``.
 
@@ -303,6 +318,8 @@ def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
     password = _read_password(root)
     trainer_public = load_ed25519_public(root / "trainer.pub")
     client_dir = root / "client"
+    if role in ("worker", "trainer"):
+        check_certificate(client_dir / "certificate.pem")
     if role == "worker":
         if not (root / "worker.key").exists():
             raise UserError(f"{root} is not a worker bundle (no worker.key): use the folder "

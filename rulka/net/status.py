@@ -12,6 +12,14 @@ from rulka.errors import UserError
 from rulka.net.keys import load_credentials
 from rulka.net.settings import NetworkSettings
 
+REFUSAL_HINTS = {
+    "status_forbidden": "status needs the trainer's keys folder, not a worker bundle",
+    "wrong_password": "the password in the keys differs from the server's",
+    "unknown_identity": "this identity is not enrolled, or was revoked",
+    "revoked": "this identity was revoked",
+    "unauthenticated": "the identity token does not match the enrolled key",
+}
+
 
 def _load_any_credentials(path: str | os.PathLike[str]) -> Any:
     root = Path(path)
@@ -25,7 +33,8 @@ def query_status(cfg_network: Any, credentials_dir: str | os.PathLike[str], time
     (identity -> address, connected, messages/bytes in/out, bad inputs by reason); ``trainer`` the
     trainer's latest stats; each ``workers`` row has ``name``, ``address``, ``episodes``,
     ``samples_per_s``, ``weights_version``, ``last_seen_s`` (see ``rulka.net.stats``).
-    ``credentials_dir``: the trainer's keys folder or a worker bundle. Raises UserError if the
+    ``credentials_dir``: the trainer's keys folder (the relay refuses a worker bundle: the
+    report lists every address). Raises UserError if the
     server does not answer within ``timeout`` seconds.
     """
     from rulka.net.tls import _make_endpoint, _stop_endpoint
@@ -49,6 +58,9 @@ def query_status(cfg_network: Any, credentials_dir: str | os.PathLike[str], time
                 continue
             if isinstance(obj, dict) and isinstance(obj.get("status"), dict):
                 return obj["status"]
+            if isinstance(obj, dict) and "refused" in obj:
+                raise UserError(f"rulka-server refused the status request ({obj['refused']}): "
+                                + REFUSAL_HINTS.get(str(obj["refused"]), "check the keys"))
     finally:
         _stop_endpoint(endpoint)
     raise UserError(f"no answer from rulka-server at {settings.host}:{settings.port} within {timeout:g} s "

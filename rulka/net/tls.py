@@ -61,7 +61,7 @@ def free_local_port() -> int:
 
 
 def _make_endpoint(settings: NetworkSettings, creds: Credentials, groups: list[str]) -> Any:
-    from tlspyo import Endpoint
+    from rulka.net.endpoint import GuardedEndpoint
 
     # tlspyo logs a warning for every message queued while the server is away; rulka reports
     # the connection state itself, so keep tlspyo to errors unless rulka.net is debugging
@@ -73,7 +73,7 @@ def _make_endpoint(settings: NetworkSettings, creds: Credentials, groups: list[s
     last_exc: Exception | None = None
     for _ in range(5):  # the free port can be taken between the probe and tlspyo's bind
         try:
-            return Endpoint(
+            return GuardedEndpoint(
                 ip_server=settings.host, port=settings.port, password=creds.password, groups=tuple(groups),
                 local_com_port=free_local_port(), security=None if settings.allow_plain_tcp else "TLS",
                 keys_dir=str(creds.client_tls_dir), hostname=settings.host,
@@ -103,6 +103,8 @@ class _TlsLink:
         self._closed = threading.Event()
         self._last_pong = 0.0
         self._conn_id = 0
+        self.problem = ""  # why the link is not connected ("" when it is, or not known yet)
+        self.refused: str | None = None  # the server's last refusal reason (e.g. "revoked")
         self._reassembler = Reassembler(self._sender_key, max_message_bytes=settings.max_message_bytes,
                                         max_partials=settings.max_partial_messages,
                                         partial_timeout_s=settings.partial_timeout_s)
@@ -131,6 +133,27 @@ class _TlsLink:
 
     def _on_delivered(self, chunks: int) -> None:
         """Called from the receiver thread after ``chunks`` envelopes were processed."""
+
+    # -- why the link is down ----------------------------------------------------------------------
+    def _on_link_report(self, obj: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if "refused" in obj:
+            reason = str(obj["refused"])[:64]
+            self._refused_at = now
+            self.refused = reason
+            self._set_problem(REFUSALS.get(reason, f"refused by the server ({reason})"))
+        elif now - getattr(self, "_refused_at", -1e9) > 2.0:  # the close that follows a refusal says less
+            self._set_problem(explain_link_error(str(obj.get("link_error", ""))[:300], self.settings))
+
+    def _set_problem(self, text: str) -> None:
+        """Log why the link is down once per change (and when it is up again)."""
+        if text == self.problem:
+            return
+        previous, self.problem = self.problem, text
+        if text:
+            log.warning("%s cannot connect to %s:%d: %s", self.identity, self.settings.host, self.settings.port, text)
+        elif previous:
+            log.info("%s connected to %s:%d", self.identity, self.settings.host, self.settings.port)
 
     # -- public --------------------------------------------------------------------------------
     def connected(self) -> bool:
@@ -268,9 +291,13 @@ class _TlsLink:
             self._conn_id = obj["pong"]
             self._last_pong = time.monotonic()
             if new_conn:
+                self._set_problem("")
                 self._on_connected()
             return 0
         if isinstance(obj, dict) and "status" in obj and len(obj) == 1:
+            return 0
+        if isinstance(obj, dict) and ("refused" in obj or "link_error" in obj):
+            self._on_link_report(obj)
             return 0
         try:
             msg = self._reassembler.feed(obj)
@@ -303,6 +330,38 @@ class _TlsLink:
             self._last_log[reason] = now
             log.warning("%s dropped bad input (%s): %s [total %d]", self.identity, reason, detail,
                         self.bad_inputs[reason])
+
+
+REFUSALS = {
+    "wrong_password": "wrong password: the password file in these credentials differs from the server's",
+    "unknown_identity": "this identity is not enrolled on the server, or was revoked "
+                        "(`rulka keys list` on the trainer's keys folder)",
+    "revoked": "this identity was revoked (`rulka keys revoke-worker`)",
+    "unauthenticated": "the identity token does not match the enrolled key (an old bundle?)",
+    "forbidden_channel": "the server refused the channels this link asked for",
+}
+# refusals that no retry can fix: the role should stop instead of retrying for ever
+FATAL_REFUSALS = frozenset({"unknown_identity", "revoked", "unauthenticated", "wrong_password"})
+
+
+def explain_link_error(text: str, settings: NetworkSettings) -> str:
+    """A user-facing reason for a tlspyo connection failure message."""
+    low = text.lower()
+    where = f"{settings.host}:{settings.port}"
+    if "certificate verify failed" in low or "certificate_verify_failed" in low:
+        return ("TLS certificate verify failed: the server's certificate is not signed by the CA in "
+                "client/certificate.pem, or it does not name the host " + repr(settings.host))
+    if "refused" in low:
+        return f"server unreachable: connection refused at {where} (is rulka-server running on that port?)"
+    if "timed out" in low or "timeout" in low:
+        return f"server unreachable: connection to {where} timed out (firewall or port forwarding?)"
+    if "dns" in low or "name" in low and "resol" in low or "no address" in low:
+        return f"server unreachable: cannot resolve {settings.host!r}"
+    if "no route" in low or "unreachable" in low:
+        return f"server unreachable: no route to {where}"
+    if "ssl" in low or "tls" in low or "handshake" in low:
+        return f"TLS handshake with {where} failed ({text[:160]}); is it a rulka-server with TLS?"
+    return f"connection to {where} lost ({text[:160]})"
 
 
 def _stop_endpoint(endpoint: Any) -> None:

@@ -18,7 +18,16 @@ Here:
 - the trainer queue is bounded in bytes; the latest complete ``weights`` message (all its
   chunks) is retained and sent to every worker as it joins;
 - every client has counters (messages/bytes in/out, bad inputs by reason), and the latest
-  ``stats`` per sender are kept for ``rulka status``.
+  ``stats`` per sender are kept for ``rulka status``;
+- a client that does not read is not read from either: when Twisted's write buffer for it is
+  full, the relay stops reading its socket until the buffer drains, and everything written to
+  it (forwarded messages and the relay's own replies) counts toward its backlog, beyond which it
+  is disconnected (``slow_client``); ``ping`` and ``status`` are rate-limited per connection;
+- a frame whose header arrived must complete within ``STALL_TIMEOUT_S`` (``stalled_frame``);
+- ``status`` answers the trainer's identity only (it lists every address); revoking a worker
+  closes all its connections, observers included;
+- a refused client gets one ``{"refused": reason}`` message before the connection closes, so it
+  can say why (``wrong_password``, ``unknown_identity``, ``unauthenticated``, ...).
 
 Channels (tlspyo groups): ``trainer``, ``workers``, ``w:<name>``, and three the relay answers
 itself: ``ping`` (replies ``{"pong": conn_id}``), ``status`` (replies ``{"status": report}``) and
@@ -55,6 +64,12 @@ log = logging.getLogger("rulka.server")
 
 HEADER = 10  # tlspyo's length header: ASCII digits padded with spaces
 HELLO_TIMEOUT_S = 15.0
+STALL_TIMEOUT_S = 30.0  # a frame whose header arrived must be complete within this
+# token buckets per connection: (refill per second, burst); links ping every heartbeat_s (and
+# ten times a second for their first seconds), `rulka status` asks once a second
+RATE_LIMITS = {"ping": (20.0, 40.0), "status": (1.0, 5.0)}
+READ_PAUSE_BYTES = 256 * 1024  # backlog beyond which the relay stops reading from a client
+LOG_EVERY_S = 5.0  # one log line per (reason, client) this often; the counters count every one
 FRAME_OVERHEAD = 4096  # envelope fields + tlspyo tuple around one chunk
 
 
@@ -108,6 +123,8 @@ class RelayCore:
         self.stats: dict[str, tuple[float, dict[str, Any]]] = {}
         self._worker_keys: dict[str, Ed25519PublicKey] = {}
         self._worker_keys_mtime = -1.0
+        self.observers: set[RelayProtocol] = set()
+        self._last_log: dict[tuple[str, str | None], float] = {}
 
     # -- identities --------------------------------------------------------------------------------
     def worker_keys(self) -> dict[str, Ed25519PublicKey]:
@@ -118,7 +135,10 @@ class RelayCore:
             for name, conn in list(self.workers.items()):
                 if name not in self._worker_keys:
                     log.warning("worker %s was revoked; closing its connection", name)
-                    conn._abort()
+                    conn._refuse("revoked")
+            for conn in list(self.observers):
+                if conn.identity != "trainer" and conn.identity not in self._worker_keys:
+                    conn._refuse("revoked")
         return self._worker_keys
 
     def key_for(self, identity: str) -> Ed25519PublicKey | None:
@@ -131,9 +151,12 @@ class RelayCore:
         if who is not None and who in self.clients and self.clients[who].connected:
             c = self.clients[who]
             c.bad[reason] = c.bad.get(reason, 0) + 1
-        # one line per bad input; the counters are what `rulka status` shows
-        log.warning("bad input (%s) from %s%s", reason, who or "unauthenticated client",
-                    f": {detail}" if detail else "")
+        # at most one line per reason and client every few seconds; the counters count them all
+        now = time.monotonic()
+        if now - self._last_log.get((reason, who), -LOG_EVERY_S) >= LOG_EVERY_S:
+            self._last_log[(reason, who)] = now
+            log.warning("bad input (%s) from %s%s [total %d]", reason, who or "unauthenticated client",
+                        f": {detail}" if detail else "", self.bad[reason])
 
     # -- routing -------------------------------------------------------------------------------
     def enqueue_for_trainer(self, obj: bytes, sender: str) -> None:
@@ -204,6 +227,9 @@ class RelayProtocol(protocol.Protocol):
         self._backlog = 0
         self.observer = False  # authenticated, joined no channel: may only ping and ask for status
         self.counters = ClientCounters(address)
+        self._stall_timer: Any = None
+        self._reading_paused = False
+        self._buckets = {name: [burst, 0.0] for name, (_, burst) in RATE_LIMITS.items()}
 
     # -- Twisted callbacks ---------------------------------------------------------------------
     def connectionMade(self) -> None:
@@ -213,20 +239,28 @@ class RelayProtocol(protocol.Protocol):
         self._write([self._next_stamp(), "HELLO", None])
         self._hello_timer = self.core.clock.callLater(HELLO_TIMEOUT_S, self._hello_timeout)
 
-    # IPushProducer: between pause and resume, count what is written and cut a client that lags
+    # IPushProducer: between pause and resume, count what is written and cut a client that lags;
+    # past READ_PAUSE_BYTES of backlog read nothing from it (its requests would only add to what
+    # it does not read). Not at the first pause: TLS pauses producers during its handshake,
+    # which needs reading to finish.
     def pauseProducing(self) -> None:
         self._paused = True
 
     def resumeProducing(self) -> None:
         self._paused, self._backlog = False, 0
+        if self._reading_paused and not self.closing:
+            self._reading_paused = False
+            self.transport.resumeProducing()
 
     def stopProducing(self) -> None:
         self._paused = False
 
     def connectionLost(self, reason: Any = None) -> None:
         self.transport.unregisterProducer()
-        if self._hello_timer is not None and self._hello_timer.active():
-            self._hello_timer.cancel()
+        for timer in (self._hello_timer, self._stall_timer):
+            if timer is not None and timer.active():
+                timer.cancel()
+        self.core.observers.discard(self)
         who = self.identity
         if who is None or self.observer:
             return
@@ -263,10 +297,16 @@ class RelayProtocol(protocol.Protocol):
                     return self._reject("oversized", f"frame of {length} bytes announced "
                                                      f"(limit {self.core.max_frame_bytes})")
                 if not hmac.compare_digest(bytes(self._buf[HEADER:head]), self.core.password):
-                    return self._reject("wrong_password")
+                    return self._refuse("wrong_password")
                 self._need = head + length
             if len(self._buf) < self._need:
+                if self._stall_timer is None:
+                    self._stall_timer = self.core.clock.callLater(STALL_TIMEOUT_S, self._stalled)
                 return None
+            if self._stall_timer is not None:
+                if self._stall_timer.active():
+                    self._stall_timer.cancel()
+                self._stall_timer = None
             with memoryview(self._buf) as view:
                 body = bytes(view[head:self._need])
             del self._buf[:self._need]
@@ -309,9 +349,9 @@ class RelayProtocol(protocol.Protocol):
         identity, sig = tokens[0]
         key = self.core.key_for(identity)
         if key is None:
-            return self._reject("unknown_identity", f"{identity[:64]!r} is not enrolled (or revoked)")
+            return self._refuse("unknown_identity", f"{identity[:64]!r} is not enrolled (or revoked)")
         if not verify_join_token(identity, sig, key):
-            return self._reject("unauthenticated", f"bad identity token for {identity[:64]!r}")
+            return self._refuse("unauthenticated", f"bad identity token for {identity[:64]!r}")
         channels = {g for g in groups if not g.startswith("auth:")}
         allowed = {"trainer"} if identity == "trainer" else {"workers", f"w:{identity}"}
         if not channels <= allowed:
@@ -321,6 +361,7 @@ class RelayProtocol(protocol.Protocol):
         self.identity, self.alive = identity, True
         if not channels:  # `rulka status` and other observers
             self.observer = True
+            self.core.observers.add(self)
             return None
         core = self.core
         old = core.trainer if identity == "trainer" else core.workers.get(identity)
@@ -343,9 +384,13 @@ class RelayProtocol(protocol.Protocol):
         ((channel, count),) = dest.items()
         if not isinstance(channel, str) or not isinstance(count, int):
             return self.core.count_bad("malformed", self.identity, "bad channel")
+        if channel in RATE_LIMITS and not self._take_token(channel):
+            return self.core.count_bad("rate_limited", self.identity, f"too many {channel} requests")
         if channel == "ping":
             return self._write([self._next_stamp(), "OBJ", serialize({"pong": self.conn_id})])
         if channel == "status":
+            if self.identity != "trainer":  # the report lists every address: not for workers
+                return self._write([self._next_stamp(), "OBJ", serialize({"refused": "status_forbidden"})])
             return self._write([self._next_stamp(), "OBJ", serialize({"status": self.core.status()})])
         try:
             env = check_envelope(deserialize(obj), max_message_bytes=self.core.settings.max_message_bytes)
@@ -400,9 +445,32 @@ class RelayProtocol(protocol.Protocol):
         self._stamp += 1
         return self._stamp
 
+    def _take_token(self, name: str) -> bool:
+        rate, burst = RATE_LIMITS[name]
+        bucket = self._buckets[name]
+        now = time.monotonic()
+        bucket[0] = min(burst, bucket[0] + (now - bucket[1]) * rate) if bucket[1] else bucket[0]
+        bucket[1] = now
+        if bucket[0] < 1.0:
+            return False
+        bucket[0] -= 1.0
+        return True
+
     def _write(self, frame: list[Any]) -> None:
+        if self.closing:
+            return
         body = serialize(frame)
         self.transport.write(f"{len(body):<{HEADER}}".encode() + body)
+        self._count_backlog(len(body) + HEADER)
+
+    def _count_backlog(self, n: int) -> None:
+        if self._paused:
+            self._backlog += n
+            if self._backlog > self.core.max_backlog_bytes:
+                self._reject("slow_client", f"{self._backlog} bytes waiting to be read")
+            elif self._backlog > READ_PAUSE_BYTES and not self._reading_paused and not self.closing:
+                self._reading_paused = True
+                self.transport.pauseProducing()
 
     def send_obj(self, obj: bytes) -> None:
         """Forward one envelope (already serialized by its sender) to this client."""
@@ -413,20 +481,40 @@ class RelayProtocol(protocol.Protocol):
         self.transport.writeSequence([f"{len(prefix) + len(obj):<{HEADER}}".encode() + prefix, obj])
         self.counters.messages_out += 1
         self.counters.bytes_out += len(obj)
-        if self._paused:
-            self._backlog += len(obj)
-            if self._backlog > self.core.max_backlog_bytes:
-                self._reject("slow_client", f"{self._backlog} bytes waiting to be read")
+        self._count_backlog(len(obj) + len(prefix) + HEADER)
 
     # -- closing -------------------------------------------------------------------------------
     def _reject(self, reason: str, detail: str = "") -> None:
         self.core.count_bad(reason, self.identity, f"{detail} [{self.address}]" if detail else f"[{self.address}]")
         self._abort()
 
+    def _refuse(self, reason: str, detail: str = "") -> None:
+        """Tell the client why (one message it can log), count it, and close the connection."""
+        if not self.closing:
+            self._write([self._next_stamp(), "OBJ", serialize({"refused": reason})])
+            self.core.count_bad(reason, self.identity, f"{detail} [{self.address}]" if detail else f"[{self.address}]")
+            self.closing = True
+            self._buf.clear()
+            self.transport.loseConnection()  # sends what was written, then closes
+            # a client that never reads must not hold the connection open
+            self.core.clock.callLater(5.0, self._force_close)
+
+    def _force_close(self) -> None:
+        try:
+            self.transport.abortConnection()
+        except Exception as exc:  # noqa: BLE001 - already closed
+            log.debug("abort after refusal: %s", exc)
+
     def _abort(self) -> None:
         self.closing = True
         self._buf.clear()
         self.transport.abortConnection()
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        if not self.closing and self._need is not None:
+            self._reject("stalled_frame", f"{len(self._buf)} of {self._need} bytes of a frame after "
+                                          f"{STALL_TIMEOUT_S:g} s")
 
     def _hello_timeout(self) -> None:
         if not self.alive and not self.closing:

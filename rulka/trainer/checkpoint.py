@@ -8,14 +8,20 @@ A checkpoint is a folder ``checkpoints/ckpt-<n>/`` holding
 - ``trainer.json``: the trainer's counters, dedupe state, RNG states, journal position;
 - ``replay/``: whatever ``Memory.save`` writes.
 
+- ``manifest.json``: the SHA-256 of every other file, written last.
+
 The folder is written under a temporary name and renamed; ``checkpoints/latest.json`` (replaced
 atomically with ``os.replace``) names the newest complete one, so a crash at any moment leaves
-the previous checkpoint intact and readable.
+the previous checkpoint intact and readable. The previous checkpoint is kept as a fallback:
+``load_latest`` checks every file against the manifest and, when the newest checkpoint is damaged
+(a truncated or zero-filled file, a garbage ``latest.json``), loads the one before with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -29,6 +35,10 @@ from safetensors.torch import load_file, save_file
 from rulka.errors import BadInput
 
 _LATEST = "latest.json"
+_MANIFEST = "manifest.json"
+KEEP = 2  # the newest checkpoint and the one before it (the fallback)
+
+log = logging.getLogger("rulka.trainer")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -156,13 +166,137 @@ def write_checkpoint(root: Path, number: int, agent_state: Any, trainer_state: d
     (tmp / "trainer.json").write_text(json.dumps(trainer_state))
     if memory is not None:
         memory.save(tmp / "replay")
+    write_manifest(tmp, number)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     atomic_write_text(root / _LATEST, json.dumps({"checkpoint": final.name, "number": number}))
-    for old in root.iterdir():
-        if old.name.startswith("ckpt-") and old.name != final.name:
-            shutil.rmtree(old, ignore_errors=True)
+    for old in checkpoint_folders(root)[KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(folder: Path, number: int) -> None:
+    """Record the SHA-256 of every file in ``folder`` (fsynced: the checksums must hit the disk
+    before the folder is named the latest)."""
+    files = {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*"))
+             if p.is_file() and p.name != _MANIFEST}
+    with open(folder / _MANIFEST, "w", encoding="utf-8") as f:
+        json.dump({"number": number, "sha256": files}, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify_manifest(folder: Path) -> None:
+    """Raise BadInput unless every file the manifest lists is present with its checksum."""
+    if not (folder / _MANIFEST).exists():
+        log.warning("%s has no %s (written before checksums): its files are not verified", folder, _MANIFEST)
+        return
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text())
+        files = manifest["sha256"]
+        if not isinstance(files, dict):
+            raise TypeError("sha256 is not a map")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadInput("checkpoint", f"{folder / _MANIFEST} is missing or damaged ({exc})") from None
+    for rel, digest in files.items():
+        path = folder / rel
+        if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise BadInput("checkpoint", f"{folder / _MANIFEST} names a file outside the checkpoint: {rel!r}")
+        if not path.is_file():
+            raise BadInput("checkpoint", f"{path} is missing")
+        if _sha256(path) != digest:
+            raise BadInput("checkpoint", f"{path} is damaged (checksum mismatch)")
+
+
+def checkpoint_folders(root: Path) -> list[Path]:
+    """Complete checkpoint folders under ``root``, newest (highest number) first."""
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        if p.is_dir() and p.name.startswith("ckpt-") and p.name[5:].isdigit():
+            found.append((int(p.name[5:]), p))
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def load_latest(root: Path, load_memory: Any = None) -> tuple[Path, Any, dict[str, Any]] | None:
+    """The newest intact checkpoint under ``root`` as (folder, agent state, trainer state), or
+    None when there is none at all. ``load_memory(folder / "replay")`` runs inside the same
+    check, so a replay that does not load also falls back to the previous checkpoint.
+
+    Raises UserError (one line naming each damaged checkpoint) when checkpoints exist but none
+    is intact."""
+    from rulka.errors import UserError
+
+    candidates: list[Path] = []
+    try:
+        latest = latest_checkpoint(root)
+        if latest is not None:
+            candidates.append(latest)
+    except BadInput as exc:
+        log.warning("%s; looking for the newest intact checkpoint", exc)
+    candidates += [p for p in checkpoint_folders(root) if p not in candidates]
+    if not candidates:
+        if (root / _LATEST).exists():
+            raise UserError(f"{root / _LATEST} exists but no checkpoint folder is left in {root}")
+        return None
+    problems = []
+    for folder in candidates:
+        try:
+            verify_manifest(folder)
+            agent_state, trainer_state = read_checkpoint(folder)
+            if load_memory is not None:
+                load_memory(folder / "replay")
+        except BadInput as exc:
+            problems.append(str(exc))
+            log.warning("checkpoint %s is damaged: %s", folder.name, exc)
+            continue
+        except (OSError, ValueError, KeyError, TypeError, MemoryError) as exc:
+            problems.append(f"{folder.name}: {type(exc).__name__}: {exc}")
+            log.warning("checkpoint %s does not load: %s: %s", folder.name, type(exc).__name__, exc)
+            continue
+        if folder != candidates[0]:
+            log.warning("resuming from the previous checkpoint %s (the newest one is damaged)", folder.name)
+        return folder, agent_state, trainer_state
+    raise UserError(f"no intact checkpoint in {root}: " + "; ".join(problems))
+
+
+def oldest_journal_needed(root: Path, default: int) -> int:
+    """The lowest journal number a kept checkpoint replays from: journals below it are covered
+    by every checkpoint a resume could fall back to, and may be deleted."""
+    numbers = [default]
+    for folder in checkpoint_folders(root)[:KEEP]:
+        try:
+            numbers.append(int(json.loads((folder / "trainer.json").read_text())["journal_number"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return min(numbers)
+
+
+PUBLISHED = "published.json"
+
+
+def record_published(run_dir: Path, run_id: str, version: int) -> None:
+    """Persist the highest weights version published (before it is sent), so that a resumed
+    trainer never gives one version number to two different weight sets."""
+    atomic_write_text(run_dir / PUBLISHED, json.dumps({"run_id": run_id, "version": version}))
+
+
+def highest_published(run_dir: Path, run_id: str) -> int:
+    """The version ``record_published`` kept for ``run_id`` (0 if none or unreadable)."""
+    try:
+        data = json.loads((run_dir / PUBLISHED).read_text())
+        return int(data["version"]) if data.get("run_id") == run_id else 0
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
 
 
 def latest_checkpoint(root: Path) -> Path | None:

@@ -103,10 +103,17 @@ def _run(args: argparse.Namespace) -> int:
         progress = Progress("trainer", mode=str(opt(cfg, "logging.progress", "auto")))
     except ImportError:
         pass
-    link = connect_trainer(network_settings(cfg, host=host, port=port), keys)
-    trainer = Trainer(cfg, link, run_dir=run_dir, signing_key=creds.signing_key, resume=resume, progress=progress)
+    settings = network_settings(cfg, host=host, port=port)
+    # config, credentials, plugins and checkpoint first: a role that cannot start never connects
+    try:
+        trainer = Trainer(cfg, None, run_dir=run_dir, signing_key=creds.signing_key, resume=resume,
+                          progress=progress)
+    except MemoryError as exc:
+        raise UserError(f"cannot allocate the trainer's memory ({exc}): lower memory.memory_size_schedule "
+                        "or trainer.memory_kwargs") from None
     log.info("trainer: run %s in %s", trainer.run_id, run_dir)
     try:
+        trainer.attach(connect_trainer(settings, keys))
         summary = trainer.run(max_updates=args.max_updates,
                               max_seconds=args.minutes * 60 if args.minutes is not None else None, stop_event=stop)
     finally:

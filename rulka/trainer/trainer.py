@@ -71,7 +71,8 @@ class Trainer:
 
     Args:
         cfg: the run config (rulka.config); ``trainer.*`` and ``logging.*`` are read here.
-        link: a ``TrainerLink``.
+        link: a ``TrainerLink``; None to load the checkpoint first and ``attach`` the link
+            afterwards (a role that cannot resume must not connect at all).
         agent / memory: plugins; None builds ``trainer.agent`` / ``trainer.memory`` with their
             ``*_kwargs``.
         run_dir: the run's folder (checkpoints, journal, metrics, resolved config); None means
@@ -103,10 +104,8 @@ class Trainer:
         train_slice_s: float = 0.05,
         log_every_s: float | None = None,
     ) -> None:
-        if link is None:
-            raise ValueError("Trainer needs a link")
         self.cfg = cfg
-        self.link = link
+        self.link: TrainerLink = link  # type: ignore[assignment]  # checked by run()
         self.agent = agent if agent is not None else build_plugin(
             "agent", _default_agent_name(cfg), opt(cfg, "trainer.agent_kwargs"), cfg)
         self.memory = memory if memory is not None else build_plugin(
@@ -208,6 +207,10 @@ class Trainer:
             size = getattr(self.memory, "min_samples_to_train", 0)
         return int(size or 0)
 
+    def attach(self, link: TrainerLink) -> None:
+        """Give a trainer built with ``link=None`` its link (before ``run``)."""
+        self.link = link
+
     # -- weights ----------------------------------------------------------------------------------
     @staticmethod
     def _signed_encoder(signing_key: Any) -> Callable[[Any], bytes]:
@@ -237,6 +240,8 @@ class Trainer:
 
         self.version += 1
         self.memory.set_policy_version(self.version)
+        if self.run_dir is not None:
+            ckpt.record_published(self.run_dir, self.run_id, self.version)
         blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(),
                            self._actor_spec_with_config())
         self._last_weights = self._encode_weights(blob)
@@ -295,8 +300,10 @@ class Trainer:
         self._journal = JournalWriter(journal_path(self.run_dir / "journal", self.journal_number))
         folder = ckpt.write_checkpoint(self.run_dir / "checkpoints", self.checkpoint_number,
                                        self.agent.state_dict(), self._trainer_state(), self.memory)
+        # journals since the previous checkpoint stay: a resume falls back to it if this one is damaged
+        keep_from = ckpt.oldest_journal_needed(self.run_dir / "checkpoints", self.journal_number)
         for old in (self.run_dir / "journal").glob("journal-*.bin"):
-            if int(old.stem.split("-")[1]) < self.journal_number:
+            if int(old.stem.split("-")[1]) < keep_from:
                 old.unlink(missing_ok=True)
         self._save_policy()
         self._last_checkpoint = time.monotonic()
@@ -318,17 +325,18 @@ class Trainer:
 
     def _restore(self) -> None:
         assert self.run_dir is not None
-        folder = ckpt.latest_checkpoint(self.run_dir / "checkpoints")
+        found = ckpt.load_latest(self.run_dir / "checkpoints", self.memory.load)
         journal_from = 0
-        if folder is not None:
+        if found is not None:
+            folder, agent_state, state = found
             try:
-                agent_state, state = ckpt.read_checkpoint(folder)
-            except BadInput as exc:
-                raise UserError(f"cannot resume from {folder}: {exc}") from exc
-            self.agent.load_state_dict(agent_state)
-            self.memory.load(folder / "replay")
+                self.agent.load_state_dict(agent_state)
+            except (KeyError, ValueError, RuntimeError, TypeError) as exc:
+                raise UserError(f"cannot resume from {folder}: the agent state does not load "
+                                f"({type(exc).__name__}: {str(exc)[:200]})") from exc
             self.run_id = state["run_id"]
-            self.version = int(state["version"])
+            # versions published after this checkpoint carried other weights: never reuse them
+            self.version = max(int(state["version"]), ckpt.highest_published(self.run_dir, self.run_id))
             self.updates = int(state["updates"])
             self.samples = int(state["samples"])
             self.segments = int(state["segments"])
@@ -348,6 +356,7 @@ class Trainer:
             state_file = self.run_dir / "run.json"
             if state_file.exists():
                 self.run_id = json.loads(state_file.read_text())["run_id"]
+                self.version = ckpt.highest_published(self.run_dir, self.run_id)
         # the accepted log records what the memory holds: cut it back to the checkpoint, then the
         # journal replay appends what came after
         accepted = self.run_dir / ACCEPTED_LOG
@@ -674,6 +683,8 @@ class Trainer:
             stop_event: threading.Event | None = None, max_samples: int | None = None) -> dict[str, Any]:
         """Ingest and train until ``max_updates``/``max_seconds``/``max_samples`` or ``stop_event``;
         writes a final checkpoint (with a run folder) and returns ``summary()``."""
+        if self.link is None:
+            raise ValueError("Trainer needs a link: pass it or call attach(link) before run()")
         stop_event = stop_event or threading.Event()
         t0 = time.monotonic()
         self._write_run_file()
@@ -717,4 +728,5 @@ class Trainer:
                     obj.close()
                 except Exception:  # noqa: BLE001
                     pass
-        self.link.close()
+        if self.link is not None:
+            self.link.close()

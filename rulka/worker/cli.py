@@ -88,10 +88,14 @@ def _run(args: argparse.Namespace) -> int:
     from rulka.worker.worker import Worker
 
     link = connect_worker(network_settings(cfg, host=host, port=port), args.keys, name)
-    worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
-                    act_before_weights="random" if args.random_until_weights else "wait", produced_log=args.produced_log,
-                    max_steps_per_s=args.max_steps_per_s,
-                    weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
+    try:
+        worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
+                        act_before_weights="random" if args.random_until_weights else "wait",
+                        produced_log=args.produced_log, max_steps_per_s=args.max_steps_per_s,
+                        weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
+    except BaseException:
+        link.close()  # a worker that cannot start must not stay connected in its name
+        raise
     monitor = threading.Thread(target=_show_progress, args=(worker, stop, cfg), daemon=True)
     monitor.start()
     log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
