@@ -217,3 +217,45 @@ def test_instance_slots_give_each_env_its_own_port(tmp_path):
         a.close()
         b.close()
     TmnfEnv(cfg).close()  # released slots can be claimed again
+
+
+@pytest.mark.slow
+def test_a_crashed_game_process_is_relaunched_through_the_launch_script(tmp_path):
+    """The Linux/Wine path: a script started with the port; the game process dies mid-race; the
+    episode ends truncated, the next reset launches the script again."""
+    import socket
+    import stat
+    import sys
+
+    from rulka.envs.tmnf.game import ScriptLauncher
+
+    script = tmp_path / "launch_game.sh"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} -m rulka.envs.tmnf.fake --port $1 --countdown-ms -100\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = TmnfEnv(tmnf_cfg(game_start_timeout_s=30, tmi_protection_timeout_s=15), launcher=ScriptLauncher(str(script)),
+                  port=port)
+    try:
+        env.reset()
+        for _ in range(3):
+            assert not env.step(0)[3]
+        first = env.game.process
+        first.proc.kill()  # the game crashes
+        first.proc.wait(10)
+        truncated, info = False, {}
+        for _ in range(5):
+            _, _, _, truncated, info = env.step(0)
+            if truncated:
+                break
+        assert truncated and info["cutoff"] == "game_lost"
+        env.reset()
+        assert env.game.process is not first and env.game.process.alive()
+        assert env.game.counters["launches"] == 2
+        _, _, _, truncated, _ = env.step(0)
+        assert not truncated
+    finally:
+        env.close()
+    assert env.game.process is None

@@ -45,8 +45,9 @@ def not_listening_message(port: int, waited_s: float, profile: str = "default") 
 
 def timeout_message(seconds: float) -> str:
     return (
-        f"No message from the game for {seconds:.0f}s. Is the window minimised (TMNF pauses), stuck at "
-        "login, or crashed? Un-minimising and restarting the instance."
+        f"No message from the game for {seconds:.0f}s (environment.tmi_protection_timeout_s). Is the window "
+        "minimised (TMNF pauses), stuck at login, or crashed? Restarting the game (reconnecting when rulka "
+        "did not launch it)."
     )
 
 

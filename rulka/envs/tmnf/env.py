@@ -99,6 +99,7 @@ class TmnfEnv(gym.Env):
         h = _get(config, "nn.vis.image_size.height")
         self.image_size = (int(w), int(h)) if w and h else (160, 120)
         self.launcher = launcher if launcher is not None else launcher_from_config(config)
+        self.fake_maps = isinstance(self.launcher, FakeLauncher) or _get(config, "environment.game_launch") == "fake"
         self.slot: InstanceSlot | None = None
         if port is None and isinstance(self.launcher, FakeLauncher):
             port = 0  # the fake game takes any free port: fake workers never collide
@@ -143,7 +144,7 @@ class TmnfEnv(gym.Env):
             if reference_line:
                 points, checkpoints = read_reference_file(Path(reference_line).expanduser())
                 line = make_reference_line(points, self.params, checkpoints)
-            elif isinstance(self.launcher, FakeLauncher):
+            elif self.fake_maps:  # rulka's fake game plays simulator tracks: their centreline is the line
                 from rulka.envs.sim.tracks import get_track
 
                 line = get_track(map_path).reference_line(self.params)
