@@ -9,6 +9,11 @@
 
 Both refuse to decompress into more than ``max_output_bytes`` and raise ``BadInput`` on anything
 malformed, so a hostile or truncated payload costs a counter, not memory or a crash.
+
+On the wire a segment is a short header naming its codec, then the compressor's bytes
+(:func:`frame_segment`); the trainer decodes each segment with the codec its header names
+(:class:`SegmentDecoder`), so ``worker.compressor`` is the only setting and the two sides cannot
+disagree.
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ class ZstdCompressor(SampleCompressor):
     ``max_output_bytes``: largest segment ``decompress`` accepts.
     """
 
+    codec = "zstd"
+
     def __init__(self, level: int = 3, delta: bool | str = "auto",
                  max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
         if delta not in (True, False, "auto"):
@@ -123,6 +130,8 @@ class ZstdCompressor(SampleCompressor):
 class PlainCompressor(SampleCompressor):
     """No compression: the segment as plain msgpack (``"none"``)."""
 
+    codec = "none"
+
     def __init__(self, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
         self.max_output_bytes = int(max_output_bytes)
 
@@ -146,3 +155,84 @@ def make_compressor(name: str = "zstd", **kwargs: Any) -> SampleCompressor:
 
     factory = resolve("compressor", name)
     return factory(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# the segment header: which codec made the bytes
+# ---------------------------------------------------------------------------------------------
+
+SEGMENT_MAGIC = b"rulka-seg/1:"
+"""Start of a framed segment (neither a zstd frame nor a msgpack map starts like this)."""
+_MAX_CODEC_NAME = 200
+
+
+def codec_name(compressor: SampleCompressor, configured: str | None = None) -> str:
+    """The name a segment's header gives for ``compressor``: its ``codec`` attribute, else the
+    name it was configured under, else its ``module:Class``."""
+    if getattr(compressor, "codec", ""):
+        return str(compressor.codec)
+    if configured:
+        return configured
+    return f"{type(compressor).__module__}:{type(compressor).__qualname__}"
+
+
+def frame_segment(codec: str, body: bytes) -> bytes:
+    """``body`` (a compressor's output) behind a header naming ``codec``."""
+    name = codec.encode("ascii")
+    if not 0 < len(name) <= _MAX_CODEC_NAME:
+        raise ValueError(f"codec name {codec!r} must be 1-{_MAX_CODEC_NAME} ASCII characters")
+    return SEGMENT_MAGIC + bytes([len(name)]) + name + body
+
+
+def split_segment(data: bytes) -> tuple[str | None, bytes | memoryview]:
+    """(codec named in the header, compressor bytes); codec None for a payload without a header
+    (written before headers existed). Raises BadInput on a broken header."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise BadInput("segment", "payload is not bytes")
+    view = memoryview(data)
+    if bytes(view[: len(SEGMENT_MAGIC)]) != SEGMENT_MAGIC:
+        return None, data
+    start = len(SEGMENT_MAGIC) + 1
+    if len(view) < start:
+        raise BadInput("segment", "truncated header")
+    length = view[start - 1]
+    raw_name = bytes(view[start : start + length])
+    if length == 0 or len(raw_name) != length:
+        raise BadInput("segment", "bad codec name in header")
+    try:
+        name = raw_name.decode("ascii")
+    except UnicodeDecodeError:
+        raise BadInput("segment", "codec name is not ASCII") from None
+    return name, view[start + length :]
+
+
+class SegmentDecoder:
+    """Trainer side: decodes framed segments with the codec each header names.
+
+    Codecs are looked up by name: registered compressors (built with default arguments), plus
+    ``default`` under its own name (with the configured arguments). A ``module:Class`` name is
+    decoded only when it is the configured one: a header from the network never makes the trainer
+    import a module it was not told to. A payload without a header is decoded by ``default``.
+    """
+
+    def __init__(self, default: SampleCompressor, default_codec: str | None = None) -> None:
+        self.default = default
+        self.default_codec = codec_name(default, default_codec)
+        self._codecs: dict[str, SampleCompressor] = {self.default_codec: default}
+
+    def _codec(self, name: str) -> SampleCompressor:
+        codec = self._codecs.get(name)
+        if codec is not None:
+            return codec
+        from rulka.registry import is_registered, resolve
+
+        if not is_registered("compressor", name):
+            raise BadInput("segment", f"unknown codec {name[:60]!r} (not a registered compressor)")
+        codec = self._codecs[name] = resolve("compressor", name)()
+        return codec
+
+    def decompress(self, data: bytes) -> Segment:
+        """The segment in ``data``; BadInput on an unknown codec or malformed bytes."""
+        name, body = split_segment(data)
+        codec = self.default if name is None else self._codec(name)
+        return codec.decompress(body if isinstance(body, bytes) else bytes(body))

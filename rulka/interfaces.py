@@ -56,6 +56,10 @@ class SampleCompressor(ABC):
     Must be lossless for everything a Memory uses; must never pickle.
     """
 
+    codec: str = ""
+    """Name written in each segment's header, by which the trainer finds the decoder (a registered
+    compressor name); empty: the name the config gives the plugin."""
+
     @abstractmethod
     def compress(self, segment: Segment) -> bytes: ...
 

@@ -47,6 +47,11 @@ def registered(kind: str) -> list[str]:
     return sorted(_BUILTIN.get(kind, {}))
 
 
+def is_registered(kind: str, name: str) -> bool:
+    """Whether ``name`` is a registered name of ``kind`` (not a ``module:Class`` path)."""
+    return name in _BUILTIN.get(kind, {})
+
+
 def is_known(kind: str, name: str) -> bool:
     """Whether ``name`` is registered for ``kind`` or has the ``module:Class`` form (nothing is imported)."""
     return name in _BUILTIN.get(kind, {}) or (":" in name and all(name.partition(":")[::2]))

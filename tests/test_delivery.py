@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from roles_helpers import ConstActor, CountingAgent, CountingEnv, ListMemory
 
-from rulka.compress import ZstdCompressor
+from rulka.compress import SegmentDecoder, ZstdCompressor
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
 from rulka.net.weights import decode_weights
@@ -178,7 +178,7 @@ def test_non_numeric_extras_are_left_out_and_a_failing_memory_is_counted(keys, t
     worker._run_episode(threading.Event(), None)
     worker._io_step()
     msgs = [m for m in trainer.link.receive(timeout=1) if m.kind == "segment"]
-    seg = ZstdCompressor().decompress(msgs[0].payload)
+    seg = SegmentDecoder(ZstdCompressor()).decompress(msgs[0].payload)
     assert "extra/note" not in seg.arrays and seg.arrays["extra/ok"].dtype.name == "float32"
     trainer.ingest(msgs)
     assert trainer.counters["bad_memory"] == 1 and trainer.samples == 0

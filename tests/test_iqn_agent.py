@@ -36,7 +36,9 @@ def test_training_fits_terminal_rewards():
     q = agent.online(None, torch.from_numpy(b.state_float), torch.full((16 * 8,), 0.5))
     taken = q.reshape(8, 16, 4)[:, torch.arange(16), torch.from_numpy(b.action)]
     assert taken.mean().item() == pytest.approx(2.0, abs=0.3)
-    assert set(metrics) >= {"losses/td_loss", "charts/grad_norm", "charts/learning_rate", "charts/mean_q"}
+    assert set(metrics) >= {"losses/td_loss", "losses/grad_norm", "charts/learning_rate", "charts/q_mean",
+                            "charts/epsilon", "charts/epsilon_boltzmann"}
+    assert metrics["charts/epsilon"] == pytest.approx(agent.exploration()[0])
 
 
 def test_soft_target_update_formula():

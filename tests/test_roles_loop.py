@@ -170,9 +170,9 @@ def test_test_mode_is_greedy_and_marks_evaluation_segments():
     w.run(max_episodes=1, drain_timeout_s=0)
     w._io_step()
     segs = [m for m in hub.trainer_link().receive(timeout=1) if m.kind == "segment"]
-    from rulka.compress import ZstdCompressor
+    from rulka.compress import SegmentDecoder, ZstdCompressor
 
-    seg = ZstdCompressor().decompress(segs[0].payload)
+    seg = SegmentDecoder(ZstdCompressor()).decompress(segs[0].payload)
     assert calls == [True] * 4 and seg.evaluation is True and seg.episode_done
     w.close()
 

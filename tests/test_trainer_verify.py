@@ -91,6 +91,8 @@ def test_rulka_verify_command_exit_codes(capsys):
     config = str(Path(__file__).resolve().parent.parent / "configs" / "cartpole_simple.yaml")
     assert main(["verify", config, "--segments", "3"]) == 0
     assert "verify: OK, 3 segments" in capsys.readouterr().out
+    assert main(["verify", config, "--segments", "3", "--set", "worker.compressor=none"]) == 0
+    assert "verify: OK, 3 segments" in capsys.readouterr().out
     bad = ["verify", config, "--segments", "3", "--set", "worker.compressor=roles_helpers:LossyCompressor"]
     assert main(bad) == 1
     assert "MISMATCH" in capsys.readouterr().out

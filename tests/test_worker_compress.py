@@ -119,3 +119,47 @@ def test_decompress_rejects_garbage_and_bombs():
         comp.decompress(good[: len(good) // 2])
     with pytest.raises(BadInput):
         PlainCompressor().decompress(pack(segment_to_plain(make_segment(5))))  # missing envelope
+
+
+@pytest.mark.parametrize("name", ["zstd", "none"])
+def test_a_segment_names_its_codec_and_the_trainer_decodes_by_that_name(name):
+    """Whatever worker.compressor a worker uses, a trainer configured with another one decodes it."""
+    from rulka.compress import SegmentDecoder, codec_name, frame_segment
+
+    seg = make_segment(frames=road_frames(51))
+    comp = make_compressor(name)
+    payload = frame_segment(codec_name(comp), comp.compress(seg))
+    assert payload.startswith(b"rulka-seg/1:")
+    other = "none" if name == "zstd" else "zstd"
+    assert_same(SegmentDecoder(make_compressor(other), other).decompress(payload), seg)
+
+
+def test_an_unknown_or_broken_codec_header_is_bad_input_and_imports_nothing():
+    from rulka.compress import SegmentDecoder, frame_segment
+
+    decoder = SegmentDecoder(ZstdCompressor(), "zstd")
+    for payload in (frame_segment("os:system", b"x"), frame_segment("lz5", b"x"), b"rulka-seg/1:", b"rulka-seg/1:\x05ab"):
+        with pytest.raises(BadInput):
+            decoder.decompress(payload)
+
+
+def test_trainer_stores_segments_of_a_worker_that_compresses_with_none(tmp_path):
+    """worker.compressor: none end to end: a trainer left at the zstd default accepts the segment."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from roles_helpers import CountingAgent, ListMemory
+
+    from rulka.compress import codec_name, frame_segment
+    from rulka.net.link import Message
+    from rulka.net.local import LocalHub
+    from rulka.trainer.trainer import Trainer
+
+    memory = ListMemory()
+    trainer = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=memory, run_dir=tmp_path,
+                      signing_key=Ed25519PrivateKey.generate())
+    seg = make_segment()
+    seg.worker_id = "w1"
+    plain = PlainCompressor()
+    trainer.ingest([Message("segment", "w1", frame_segment(codec_name(plain), plain.compress(seg)))])
+    trainer.close()
+    assert trainer.counters.get("bad_segment", 0) == 0
+    assert len(memory) == seg.num_transitions

@@ -22,7 +22,8 @@ FINISH_RATE = "charts/finish_rate"  # fraction of episodes that reached the fini
 EPISODES = "charts/episodes"  # cumulative count
 REFERENCE_TIME_MS = "charts/reference_time_ms"  # the track's reference time, logged once per map
 LEARNING_RATE = "charts/learning_rate"
-EPSILON = "charts/epsilon"
+EPSILON = "charts/epsilon"  # probability of a uniformly random action
+EPSILON_BOLTZMANN = "charts/epsilon_boltzmann"  # probability of a noisy-Q action
 Q_MEAN = "charts/q_mean"
 Q_STD = "charts/q_std"
 WEIGHTS_VERSION = "charts/weights_version"
@@ -54,7 +55,7 @@ NAMESPACES = ("charts", "losses", "perf")
 
 STANDARD_METRICS: tuple[str, ...] = (
     EPISODIC_RETURN, RACE_TIME_MS, FINISH_RATE, EPISODES, REFERENCE_TIME_MS, LEARNING_RATE,
-    EPSILON, Q_MEAN, Q_STD, WEIGHTS_VERSION, SAMPLES_RECEIVED, BATCHES_TRAINED, TD_LOSS, TEST_LOSS,
+    EPSILON, EPSILON_BOLTZMANN, Q_MEAN, Q_STD, WEIGHTS_VERSION, SAMPLES_RECEIVED, BATCHES_TRAINED, TD_LOSS, TEST_LOSS,
     GRAD_NORM, SAMPLES_PER_S, ACTIONS_PER_S, BATCHES_PER_S, SAMPLES_TRAINED_PER_SAMPLE_RECEIVED,
     INGEST_MB_PER_S, QUEUE_DEPTH, SEGMENTS_DROPPED, SEGMENTS_DUPLICATE, SEGMENTS_RESENT,
     UNSENT_SEGMENTS, WORKERS_CONNECTED, POLICY_LAG_MIN, POLICY_LAG_AVG, POLICY_LAG_MAX,

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from rulka.compress import ZstdCompressor
+from rulka.compress import SegmentDecoder
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
 from rulka.net.link import LinkClosed, Message, TrainerLink
@@ -111,7 +111,11 @@ class Trainer:
         self.memory = memory if memory is not None else build_plugin(
             "memory", str(opt(cfg, "trainer.memory") or _default_agent_name(cfg)),
             opt(cfg, "trainer.memory_kwargs"), cfg)
-        self.compressor = compressor or ZstdCompressor()
+        configured_codec = str(opt(cfg, "worker.compressor", "zstd"))
+        self.compressor = compressor or build_plugin(
+            "compressor", configured_codec, opt(cfg, "worker.compressor_kwargs"), cfg)
+        # each segment names its codec; the configured one decodes payloads without a header
+        self.segment_decoder = SegmentDecoder(self.compressor, None if compressor is not None else configured_codec)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.verify = bool(opt(cfg, "trainer.verify", False)) if verify is None else verify
         self.publish_every = max(1, int(opt(cfg, "trainer.publish_every_updates", 100)))
@@ -392,7 +396,7 @@ class Trainer:
     def _ingest_segment(self, sender: str, payload: bytes, *, journal: bool,
                         acks: dict[str, list[int]] | None, defer: bool = True) -> None:
         try:
-            seg = self.compressor.decompress(payload)
+            seg = self.segment_decoder.decompress(payload)
         except BadInput as exc:
             self._bad("segment", str(exc))
             return

@@ -110,7 +110,7 @@ def verify_pipeline(cfg: Any, segments: int = 20, max_steps: int = 100_000) -> d
     segments; compare, segment by segment, what the memory rebuilds from the *decompressed*
     bytes with the worker's *original* segment. Returns ``{"segments": n, "transitions": n,
     "first_difference": str | None}``."""
-    from rulka.compress import make_compressor
+    from rulka.compress import SegmentDecoder, codec_name, frame_segment, make_compressor
     from rulka.net.local import LocalHub
     from rulka.worker.build import build_plugin, make_env, opt
     from rulka.worker.worker import Worker
@@ -118,8 +118,11 @@ def verify_pipeline(cfg: Any, segments: int = 20, max_steps: int = 100_000) -> d
     algo = str(opt(cfg, "trainer.agent") or opt(cfg, "training.algorithm", "iqn"))
     agent = build_plugin("agent", algo, opt(cfg, "trainer.agent_kwargs"), cfg)
     memory = build_plugin("memory", str(opt(cfg, "trainer.memory") or algo), opt(cfg, "trainer.memory_kwargs"), cfg)
-    compressor = _Capturing(make_compressor(str(opt(cfg, "worker.compressor", "zstd")),
-                                            **dict(opt(cfg, "worker.compressor_kwargs", {}) or {})))
+    codec = str(opt(cfg, "worker.compressor", "zstd"))
+    kwargs = dict(opt(cfg, "worker.compressor_kwargs", {}) or {})
+    compressor = _Capturing(make_compressor(codec, **kwargs))
+    # the trainer's side: a compressor of its own, found by the name in each segment's header
+    decoder = SegmentDecoder(make_compressor(codec, **kwargs), codec)
     worker = Worker(cfg, LocalHub().worker_link("verify"), env=make_env(cfg), actor=agent.get_actor(),
                     compressor=compressor)
     checked = transitions = 0
@@ -132,7 +135,7 @@ def verify_pipeline(cfg: Any, segments: int = 20, max_steps: int = 100_000) -> d
             n = worker._run_episode(stop, segments * worker.segment_max_steps)
             steps += max(n, 0)
             for original, data in compressor.originals:
-                received = compressor.decompress(data)
+                received = decoder.decompress(frame_segment(codec_name(compressor.inner, codec), data))
                 problem = first_difference(received, memory, reference=original)
                 memory.append(received)
                 checked += 1

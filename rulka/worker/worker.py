@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rulka.compress import codec_name, frame_segment
 from rulka.envs.map_cycle import MapCycle
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import ActorModule, SampleCompressor
@@ -184,6 +185,8 @@ class Worker:
         self.env = env
         self.actor = actor
         self.compressor = compressor
+        # the codec name each segment's header carries (a given compressor names itself)
+        self._codec = codec_name(compressor) if compressor is not None else ""
         self.test = test
         self.act_before_weights = act_before_weights
         self.stats_every_s = stats_every_s
@@ -407,8 +410,9 @@ class Worker:
             if self.env is None and self.cfg is not None:
                 self.env = make_env(self.cfg)
             if self.compressor is None and (self.cfg is not None or self.actor is not None):
-                self.compressor = build_plugin("compressor", str(opt(self.cfg, "worker.compressor", "zstd")),
-                                               opt(self.cfg, "worker.compressor_kwargs"), self.cfg)
+                name = str(opt(self.cfg, "worker.compressor", "zstd"))
+                self.compressor = build_plugin("compressor", name, opt(self.cfg, "worker.compressor_kwargs"), self.cfg)
+                self._codec = codec_name(self.compressor, name)
                 self.segment_max_steps = int(opt(self.cfg, "worker.segment_max_steps", self.segment_max_steps))
             if self.env is not None and self.compressor is not None and (
                     self.actor is not None or self.act_before_weights == "random"):
@@ -453,7 +457,7 @@ class Worker:
             arrays=buf.arrays(), episode_done=done, map_name=str(info.get("map_name") or info.get("track") or ""),
             evaluation=test, info=info,
         )
-        payload = self.compressor.compress(seg)
+        payload = frame_segment(self._codec, self.compressor.compress(seg))
         if not self.outbox.add(seq, payload, stop_event):
             return False
         self.stats.segments += 1

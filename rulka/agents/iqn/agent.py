@@ -17,6 +17,7 @@ from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirr
 from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config.schedules import exponential_schedule, linear_schedule
 from rulka.interfaces import TrainingAgent
+from rulka.telemetry import metrics as m
 
 
 @dataclasses.dataclass
@@ -168,16 +169,19 @@ class IQNAgent(TrainingAgent):
         td = (online.detach().mean(1) - target.mean(1)).abs()
         if batch.report_td_errors is not None:
             batch.report_td_errors(td.cpu().numpy())
+        eps, eps_boltzmann = self.exploration()
         metrics = {
-            "losses/td_loss": float(per_item.detach().mean()),
-            "charts/grad_norm": float(grad_norm),
-            "charts/learning_rate": lr,
-            "charts/mean_q": float(q.detach().float().mean()),
+            m.TD_LOSS: float(per_item.detach().mean()),
+            m.GRAD_NORM: float(grad_norm),
+            m.LEARNING_RATE: lr,
+            m.Q_MEAN: float(q.detach().float().mean()),
             "charts/mean_target": float(target.mean()),
-            "charts/batches_trained": float(self.batches_trained),
+            m.BATCHES_TRAINED: float(self.batches_trained),
+            m.EPSILON: eps,
+            m.EPSILON_BOLTZMANN: eps_boltzmann,
         }
         if batch.test_batch is not None:
-            metrics["losses/test_loss"] = self.evaluate(batch.test_batch)
+            metrics[m.TEST_LOSS] = self.evaluate(batch.test_batch)
         return metrics
 
     def evaluate(self, batch: ReplayBatch) -> float:
