@@ -93,3 +93,36 @@ def test_float_normalisation_mini_race_slot():
     m, s = float_normalisation(3, 140)
     assert m == [70.0, 0.0, 0.0] and s == [70.0, 1.0, 1.0]
     assert np.allclose(float_normalisation(2, None)[1], [1.0, 1.0])
+
+
+def test_munchausen_bonus_clips_the_scaled_log_policy():
+    """alpha * clamp(tau * log pi(a|s), lo, 0) with pi = softmax(q / tau), by hand:
+    q = [0.015, 0], tau = 0.03: logits [0.5, 0]; log pi(1) = -log(1 + e^0.5) = -0.974077;
+    tau * log pi = -0.0292223, above lo: bonus 0.9 * -0.0292223 = -0.0263001.
+    q = [1, 0]: tau * log pi(1) = -1.0 - 0.03 * log(1 + e^-33.3) = -1.0000, clipped at lo = -0.5:
+    bonus 0.9 * -0.5 = -0.45 (the old tau * clamp(log pi) gave 0.9 * 0.03 * -1 = -0.027)."""
+    from rulka.agents.iqn.loss import munchausen_bonus
+
+    q = torch.tensor([[0.015, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    action = torch.tensor([1, 1, 0])
+    bonus = munchausen_bonus(q, action, alpha=0.9, tau=0.03, lo=-0.5)
+    greedy = 0.9 * 0.03 * -math.log1p(math.exp(-1 / 0.03))  # pi(0) ~ 1: log pi ~ -e^-33
+    assert bonus.tolist() == pytest.approx([-0.0263001, -0.45, greedy], abs=1e-6)
+
+
+def test_munchausen_next_value_is_the_soft_value():
+    """sum_a pi(a) (q_a - tau log pi(a)) for q = [1, 0], tau = 0.5: pi = softmax([2, 0]) =
+    [0.880797, 0.119203]; log pi = [-0.126928, -2.126928]; value = 0.880797 * (1 + 0.063464)
+    + 0.119203 * (0 + 1.063464) = 0.936695 + 0.126768 = 1.063464 (= tau * logsumexp(q / tau))."""
+    from rulka.agents.iqn.loss import munchausen_next_value
+
+    q_next = torch.tensor([[[1.0, 0.0]]])  # (n=1, B=1, A=2)
+    assert munchausen_next_value(q_next, 0.5).item() == pytest.approx(1.063464, abs=1e-5)
+
+
+def test_munchausen_with_double_dqn_is_refused():
+    from rulka.config import config_from_dict
+    from rulka.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="`nn.training.use_ddqn` cannot be combined with `btr.use_munchausen`"):
+        config_from_dict({"btr": {"use_munchausen": True}, "nn": {"training": {"use_ddqn": True}}})

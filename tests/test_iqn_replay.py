@@ -83,18 +83,39 @@ def test_missing_segment_closes_the_episode_as_cut_off():
 
 
 def test_replay_ratio_accounting():
+    """Linesight's offset: updates allowed = (training transitions - start_learning_size) x uses /
+    batch, so learning starts without a burst of start x uses / batch updates."""
     mem = memory(batch_size=4, number_times_single_memory_is_used_before_discard=2,
                  memory_size_schedule=[[0, (1000, 12)]])
     mem.append(make_segment(t=10, done=True))
     assert mem.trainable_updates(10) == 0  # 10 < start_learning_size 12
-    mem.append(make_segment(episode=1, t=10, done=True))
-    assert mem.trainable_updates(20) == 10  # 20 transitions * 2 uses / batch 4
-    for _ in range(7):
+    mem.append(make_segment(episode=1, t=2, done=True))
+    assert mem.trainable_updates(12) == 0  # learning may start, with no burst: (12 - 12) * 2 / 4
+    mem.append(make_segment(episode=2, t=8, done=True))
+    assert mem.trainable_updates(20) == 4  # (20 - 12) * 2 / 4
+    for _ in range(3):
         mem.sample()
-    assert mem.trainable_updates(20) == 10 and mem.remaining_updates() == 3
-    mem.append(make_segment(episode=2, t=2, done=True))
-    assert mem.trainable_updates(22) == 11  # 22 * 2 / 4
-    assert mem.remaining_updates() == 4
+    assert mem.trainable_updates(20) == 4 and mem.remaining_updates() == 1
+    mem.append(make_segment(episode=3, t=2, done=True))
+    assert mem.trainable_updates(22) == 5  # (22 - 12) * 2 / 4
+    assert mem.remaining_updates() == 2
+
+
+def test_test_buffer_transitions_do_not_count_toward_the_replay_ratio():
+    mem = memory(batch_size=4, number_times_single_memory_is_used_before_discard=2,
+                 memory_size_schedule=[[0, (1000, 10)]], buffer_test_ratio=0.5, seed=3)
+    mem.append(make_segment(t=60, done=True))
+    train, test = len(mem.train), len(mem.test)
+    assert train + test == 60 and 10 < train < 50  # about half went to the test store
+    assert mem.trainable_updates(60) == (train - 10) * 2 // 4
+
+
+def test_a_larger_start_size_in_the_schedule_pauses_training_until_data_catch_up():
+    mem = memory(batch_size=4, number_times_single_memory_is_used_before_discard=2,
+                 memory_size_schedule=[[0, (1000, 10)], [30, (2000, 20)]])
+    mem.append(make_segment(t=26, done=True))
+    assert mem.trainable_updates(26) == 8  # (26 - 10) * 2 / 4
+    assert mem.trainable_updates(30) == 3  # start 20 from frame 30: (26 - 20) * 2 / 4
 
 
 def test_memory_size_schedule_grows_capacity_and_start_threshold():
@@ -132,13 +153,13 @@ def test_per_priority_rule_and_sampling_bias():
     b = mem.sample(6000)
     freq = np.bincount(b.slots, minlength=4) / 6000
     assert freq == pytest.approx([0.5, 1 / 6, 1 / 6, 1 / 6], abs=0.03)
-    # importance weights (N p)^-beta normalised by their batch mean: slot 0 weighs 1/3 of the others
-    w0 = b.weights[b.slots == 0].mean()
-    w1 = b.weights[b.slots == 1].mean()
-    assert w0 / w1 == pytest.approx(1 / 3, rel=1e-4)
-    # new transitions get twice the average priority
+    # importance weights (N P)^-beta divided by their maximum (Schaul et al.): P = [1/2, 1/6, 1/6, 1/6],
+    # (4 P)^-1 = [1/2, 3/2, 3/2, 3/2], / 3/2 = [1/3, 1, 1, 1]
+    assert b.weights[b.slots == 0] == pytest.approx(1 / 3, rel=1e-5)
+    assert b.weights[b.slots != 0] == pytest.approx(1.0, rel=1e-5)
+    # a new transition enters at the largest priority given so far (3), not at the mean
     mem.append(make_segment(episode=1, t=1, done=True))
-    assert mem.tree.get(np.array([4]))[0] == pytest.approx(2 * 6.0 / 4)
+    assert mem.tree.get(np.array([4]))[0] == pytest.approx(3.0)
 
 
 def test_td_errors_reported_by_batch_update_priorities():

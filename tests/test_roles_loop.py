@@ -205,3 +205,38 @@ def test_trainer_metrics_names_and_per_worker_rates():
     assert m["perf/pc1/samples_per_s"] == 20.5 and m["perf/pc1/unsent_segments"] == 3
     assert m["perf/policy_lag_max"] == 1  # segment made with v0 while the trainer published v1
     assert m["perf/ingest_mb_per_s"] > 0
+
+
+def test_engineered_reward_schedules_follow_the_trainers_frame_count():
+    """The trainer's frame count travels with the weights; the worker hands it to its env before
+    each episode, so rewards.engineered_*_reward_schedule advance (scaled by global_schedule_speed)."""
+    from rulka.config import config_from_dict
+    from rulka.envs.sim.env import SimTrackEnv
+
+    cfg = config_from_dict({"rewards": {"engineered_speedslide_reward_schedule": [[0, 0.0], [100, 1.0]]},
+                            "training": {"global_schedule_speed": 2.0}, "nn": {"vis": {"no_image": True}}})
+    seen = []
+
+    class Recording(SimTrackEnv):
+        def set_frames_played(self, frames):
+            seen.append(frames)
+            super().set_frames_played(frames)
+
+    env = Recording(config=cfg)
+    # global_schedule_speed 2 stretches the knots: 1.0 is reached at frame 200
+    assert env.params.engineered_speedslide_reward_schedule == ((0.0, 0.0), (200.0, 1.0))
+    hub = LocalHub()
+    t = Trainer({}, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
+    t.ingest([seg_msg("w", i, t=25) for i in range(4)])  # 100 frames played
+    t.publish()
+    w = Worker({"worker": {"segment_max_steps": 50}}, hub.worker_link("pc1"), env=env, actor=ConstActor(),
+               weights_decoder=lambda d: decode_weights(d, KEY.public_key()))
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the weights arrive through the worker's I/O thread
+        w.run(max_steps=10, drain_timeout_s=0)
+        if seen[-1] == 100:
+            break
+    w.close()
+    assert t.samples == 100 and seen[-1] == 100

@@ -489,6 +489,12 @@ def check_consistency(cfg: RulkaConfig) -> None:
             f"config key `training.batch_size` ({tr.batch_size}) is larger than the first replay size "
             f"in `memory.memory_size_schedule` ({cfg.memory.memory_size_schedule[0][1][0]})"
         )
+    if cfg.btr.use_munchausen and nn.training.use_ddqn:
+        raise ConfigError(
+            "config key `nn.training.use_ddqn` cannot be combined with `btr.use_munchausen`: the Munchausen "
+            "target takes a softmax expectation over the next actions, not the max that Double DQN decouples "
+            "(M-DQN and BTR use no Double DQN); turn one off"
+        )
     if cfg.rewards.shaped_reward_min_dist_to_cur_vcp > cfg.rewards.shaped_reward_max_dist_to_cur_vcp:
         raise ConfigError(
             "config key `rewards.shaped_reward_min_dist_to_cur_vcp` is larger than `rewards.shaped_reward_max_dist_to_cur_vcp`"

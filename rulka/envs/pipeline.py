@@ -183,6 +183,11 @@ class PipelineParams:
             elif f.name in ("float_inputs_mean", "float_inputs_std"):
                 v = tuple(float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1))
             kwargs[f.name] = v
+        scaled_knots = getattr(cfg, "scaled_knots", None)
+        if callable(scaled_knots):  # a RulkaConfig: schedules stretched by training.global_schedule_speed
+            for f in fields(cls):
+                if f.name.startswith("engineered_") and f.name.endswith("_schedule"):
+                    kwargs[f.name] = tuple((float(x), float(v)) for x, v in scaled_knots(f"rewards.{f.name}"))
         if "ms_per_action" not in kwargs:
             steps = lookup("tm_engine_step_per_action")
             ms_step = lookup("ms_per_tm_engine_step") or 10

@@ -233,6 +233,7 @@ class Trainer:
         """The agent's actor spec plus, as ``run_config_json``, the config sections a worker needs
         (a JSON string: a config tree is deeper than the blob header's plain-data check allows)."""
         spec = dict(self.agent.actor_spec())
+        spec["frames_played"] = int(self.samples)  # workers' schedules (engineered rewards) follow it
         run_config = self.worker_config()
         if run_config is not None:
             spec["run_config_json"] = json.dumps(run_config, default=str)

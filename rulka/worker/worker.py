@@ -185,6 +185,7 @@ class Worker:
         self.env = env
         self.actor = actor
         self.compressor = compressor
+        self._frames_played = 0  # the trainer's frame count, from the latest weights
         # the codec name each segment's header carries (a given compressor names itself)
         self._codec = codec_name(compressor) if compressor is not None else ""
         self.test = test
@@ -285,6 +286,10 @@ class Worker:
                 return False
             self.actor = build_plugin("actor", spec["actor"], spec.get("kwargs"), self.cfg)
         self.actor.load_weights(blob.tensors)
+        frames = spec.get("frames_played")
+        if isinstance(frames, int) and not isinstance(frames, bool) and frames >= 0:
+            self._frames_played = frames
+            self._tell_env_frames_played()
         self.stats.weights_version = int(blob.version)
         self.stats.weights_loaded += 1
         self.run_id = str(blob.run_id)
@@ -443,6 +448,15 @@ class Worker:
         self.stats.paused_s += time.monotonic() - t0
         self._next_step_t = time.monotonic()  # the step cap does not make up for the pause
 
+    def _tell_env_frames_played(self) -> None:
+        # an env with frame-driven schedules (the TrackMania pipeline's engineered rewards) follows
+        # the trainer's frame count, which comes with the weights
+        if self.env is None:
+            return
+        set_frames = getattr(getattr(self.env, "unwrapped", self.env), "set_frames_played", None)
+        if callable(set_frames):
+            set_frames(self._frames_played)
+
     def _act(self, obs: Any, test: bool) -> tuple[Any, dict[str, Any]]:
         if self.actor is None:
             return self.env.action_space.sample(), {}
@@ -517,6 +531,7 @@ class Worker:
         # fill_buffer false reaches the trainer for its metrics but not its memory
         test = self.test or (entry is not None and not entry.is_exploration)
         keep: dict[str, Any] = {} if entry is None or entry.fill_buffer else {"fill_buffer": False}
+        self._tell_env_frames_played()
         if entry is not None:
             obs, reset_info = self.env.reset(seed=start_id, options=MapCycle.reset_options(entry))
         else:

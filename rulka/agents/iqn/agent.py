@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from rulka.agents.iqn.actor import EXPLORATION_KEY, IQNActor
-from rulka.agents.iqn.loss import quantile_huber_loss
+from rulka.agents.iqn.loss import munchausen_bonus, munchausen_next_value, quantile_huber_loss
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
 from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config.schedules import exponential_schedule, linear_schedule
@@ -110,13 +110,10 @@ class IQNAgent(TrainingAgent):
         q_next = self.target(next_img, next_float, taus).reshape(n, b, -1).float()  # (n, B, A)
         if self.hp.use_munchausen:
             ent = self.hp.munchausen_entropy_tau
-            logpi_next = torch.log_softmax(q_next.mean(0) / ent, dim=1)  # (B, A)
-            next_value = (logpi_next.exp()[None] * (q_next - ent * logpi_next[None])).sum(-1)  # (n, B)
+            next_value = munchausen_next_value(q_next, ent)  # (n, B)
             q_s = self.target(_t(batch.state_img, dev), _t(batch.state_float, dev), taus).reshape(n, b, -1).mean(0)
-            logpi_s = torch.log_softmax(q_s.float() / ent, dim=1)
             a = _t(batch.action, dev).long()
-            bonus = self.hp.munchausen_alpha * ent * logpi_s.gather(1, a[:, None])[:, 0].clamp(self.hp.munchausen_lo, 0)
-            reward = reward + bonus
+            reward = reward + munchausen_bonus(q_s, a, self.hp.munchausen_alpha, ent, self.hp.munchausen_lo)
         elif self.hp.use_ddqn:
             q_online_next = self._online_fwd(next_img, next_float, stratified_mirrored_taus(b, n, device=dev))
             a_star = q_online_next.reshape(n, b, -1).mean(0).argmax(1)  # (B,)

@@ -15,7 +15,11 @@ Training flow (what a trainer does)::
 
 ``trainable_updates`` returns 0 until the memory holds ``start_learning_size`` transitions (from
 ``memory_size_schedule``) and then the total number of batches the replay ratio allows:
-``transitions_added * number_times_single_memory_is_used_before_discard / batch_size``.
+``(train_transitions_added - start_learning_size) * number_times_single_memory_is_used_before_discard
+/ batch_size``. As in Linesight, the transitions needed to start learning are offset, so training
+starts at the pace of new data instead of with a burst of ``start_learning_size x ratio / batch``
+updates, and a larger start size later in the schedule pauses training until data catch up; the
+held-out test transitions do not count.
 About 5% of transitions go to a held-out test store; every ``test_every`` calls ``sample`` attaches
 a ``test_batch`` on which the agent reports ``losses/test_loss``.
 """
@@ -169,13 +173,15 @@ class MiniRaceReplayMemory(Memory):
         self.test = _TransitionRing(max(1, int(size * self.test_ratio) + 1), self.n_max)
         self.tree: SumTree | None = SumTree(self.train.capacity) if self.prio_alpha > 0 else None
         self._prio_updated = False
+        self.max_priority = 1.0  # largest PER priority given so far: new transitions enter at it
         # frames ("float", "potential", optional "img"), laid out by the first segment
         self.frames = FrameStore(self._frames_needed())
         self.obs_key = ""
         self.episodes = EpisodeStitcher(self.n_max, self.max_pending)
         # counters
         self.frames_played = 0
-        self.transitions_added = 0
+        self.transitions_added = 0  # train + test
+        self.train_transitions_added = 0  # what the replay ratio counts
         self.batches_sampled = 0
         self._counters: dict[str, int] = {"segments": 0, "skipped_no_fill": 0, "rejected": 0}
 
@@ -246,16 +252,17 @@ class MiniRaceReplayMemory(Memory):
             self.frames.grow(self._frames_needed())
 
     def trainable_updates(self, frames_played: int | None = None) -> int:
-        """Total number of updates (batches) the replay ratio allows so far:
-        ``transitions_added * number_times_single_memory_is_used_before_discard / batch_size``,
-        or 0 while fewer than ``start_learning_size`` transitions are stored. A trainer trains
-        while its update count is below this; ``remaining_updates()`` is the difference with
-        the batches sampled here."""
+        """Total number of updates (batches) the replay ratio allows so far: ``(training
+        transitions added - start_learning_size) x number_times_single_memory_is_used_before_discard
+        / batch_size`` (Linesight's offset), or 0 while fewer than ``start_learning_size``
+        transitions are stored. A trainer trains while its update count is below this;
+        ``remaining_updates()`` is the difference with the batches sampled here."""
         if frames_played is not None:
             self.set_frames_played(frames_played)
-        if len(self.train) < max(1, self.start_learning_size):
+        start = self.start_learning_size
+        if len(self.train) < max(1, start):
             return 0
-        return int(self.transitions_added * self.replay_ratio / self.batch_size)
+        return max(0, int((self.train_transitions_added - start) * self.replay_ratio / self.batch_size))
 
     def remaining_updates(self) -> int:
         """Updates allowed now minus batches already sampled from this memory."""
@@ -357,14 +364,13 @@ class MiniRaceReplayMemory(Memory):
             if ring is self.train and self.tree is not None:
                 self.tree.set(slots, default_priority)
         self.transitions_added += count
+        self.train_transitions_added += int((~is_test).sum())
         return count
 
     def _default_priority(self) -> float:
-        n = len(self.train)
-        if not self._prio_updated or n == 0 or self.tree is None or self.tree.total <= 0:
-            return 1.0
-        # new transitions get twice the average priority so they are seen soon
-        return 2.0 * self.tree.total / n
+        # Schaul et al.: a new transition has no TD error yet; it enters at the largest priority
+        # given so far, so it is sampled soon
+        return self.max_priority
 
     def __len__(self) -> int:
         return len(self.train)
@@ -379,7 +385,7 @@ class MiniRaceReplayMemory(Memory):
             slots = self.tree.find(self.rng.uniform(0.0, total, size=batch_size))
             p = self.tree.get(slots) / total
             weights = np.power(n * np.maximum(p, 1e-12), -self.prio_beta)
-            weights = weights / weights.mean()
+            weights = weights / weights.max()  # Schaul et al.: weights only scale updates down
         else:
             slots = ring.slots_back(self.rng.integers(0, n, size=batch_size))
             weights = np.ones(batch_size)
@@ -440,7 +446,9 @@ class MiniRaceReplayMemory(Memory):
         if time is not None and self.min_horizon_prio is not None:
             mask &= np.asarray(time) < self.min_horizon_prio
         if mask.any():
-            self.tree.set(np.asarray(slots)[mask], np.power(td[mask] + self.prio_epsilon, self.prio_alpha))
+            priorities = np.power(td[mask] + self.prio_epsilon, self.prio_alpha)
+            self.tree.set(np.asarray(slots)[mask], priorities)
+            self.max_priority = max(self.max_priority, float(priorities.max()))
             self._prio_updated = True
 
     # ------------------------------------------------------------------ verify mode
@@ -492,6 +500,7 @@ class MiniRaceReplayMemory(Memory):
                 "test_count": self.test.count, "test_capacity": self.test.capacity,
                 "frames_played": self.frames_played, "transitions_added": self.transitions_added,
                 "batches_sampled": self.batches_sampled, "prio_updated": self._prio_updated,
+                "max_priority": self.max_priority, "train_transitions_added": self.train_transitions_added,
                 "counters": self.counters}
         write_replay(directory, arrays, meta)
 
@@ -516,6 +525,8 @@ class MiniRaceReplayMemory(Memory):
         self.transitions_added = int(meta["transitions_added"])
         self.batches_sampled = int(meta["batches_sampled"])
         self._prio_updated = bool(meta["prio_updated"])
+        self.max_priority = float(meta.get("max_priority", 1.0))
+        self.train_transitions_added = int(meta.get("train_transitions_added", self.train.count))
         self._counters.update({k: int(v) for k, v in meta["counters"].items() if k in self._counters})
         self.episodes.restart(meta["counters"])
 

@@ -175,6 +175,7 @@ class SimTrackEnv(gym.Env):
         self.params = pipeline_params
         self.start_noise = float(start_noise)
         self._setups: dict[str, tuple[Track, TrackmaniaPipeline, Camera | None]] = {}
+        self._frames_played = 0.0
         self._select("gen:0" if self.track_names[0] == "gen:*" else self.track_names[0])
 
         dim = self.pipeline.float_input_dim
@@ -210,6 +211,7 @@ class SimTrackEnv(gym.Env):
                 line = track.reference_line(self.params)
             camera = Camera(track, *self.image_size) if self.image or self.render_mode else None
             setup = (track, TrackmaniaPipeline(self.params, line), camera)
+            setup[1].set_frames_played(self._frames_played)
             if len(self._setups) >= _MAX_SETUPS:  # bounded: "gen:*" would otherwise grow forever
                 self._setups.pop(next(iter(self._setups)))
             self._setups[key] = setup
@@ -217,6 +219,13 @@ class SimTrackEnv(gym.Env):
         self._setup_key = key
         self.map_name = short_name or self.track.name
         self.car = CarPhysics(self.track)
+
+    def set_frames_played(self, frames: float) -> None:
+        """The run's frame count (sent by the trainer with the weights): moves the engineered
+        reward schedules (``rewards.engineered_*_reward_schedule``) along."""
+        self._frames_played = float(frames)
+        for _, pipeline, _ in self._setups.values():
+            pipeline.set_frames_played(self._frames_played)
 
     @classmethod
     def from_config(cls, cfg: Any, **overrides: Any) -> SimTrackEnv:
