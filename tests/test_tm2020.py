@@ -333,7 +333,7 @@ def test_worker_loses_no_transition_across_a_fault(caplog: pytest.LogCaptureFixt
     the next episodes run, and every step the env made arrives in a segment, in order."""
     import threading
 
-    from rulka.compress import ZstdCompressor
+    from rulka.compress import SegmentDecoder, ZstdCompressor
     from rulka.net.local import LocalHub
     from rulka.worker.worker import Worker
     from tests.roles_helpers import ConstActor
@@ -353,7 +353,7 @@ def test_worker_loses_no_transition_across_a_fault(caplog: pytest.LogCaptureFixt
             timer.cancel()
             worker.close()
         assert game.inputs == NEUTRAL
-    segs = [ZstdCompressor().decompress(m.payload) for m in trainer.receive(timeout=2) if m.kind == "segment"]
+    segs = [SegmentDecoder(ZstdCompressor()).decompress(m.payload) for m in trainer.receive(timeout=2) if m.kind == "segment"]
     assert "game paused" in caplog.text and "game is back" in caplog.text
     by_episode: dict[int, list] = {}
     for s in sorted(segs, key=lambda s: s.seq):

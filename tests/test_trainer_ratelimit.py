@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from roles_helpers import ConstActor, CountingAgent, CountingEnv, ListMemory
 from test_trainer_checkpoint import seg_msg
 
-from rulka.compress import ZstdCompressor
+from rulka.compress import SegmentDecoder, ZstdCompressor
 from rulka.errors import BadInput
 from rulka.net.local import LocalHub
 from rulka.segment import pack
@@ -142,7 +142,8 @@ def test_worker_pauses_at_the_credit_limit_and_resumes_with_more():
         time.sleep(0.3)
         assert worker.counters.next_seq == 6
         assert worker.stats.paused_s > 0.4
-        seqs = sorted(ZstdCompressor().decompress(m.payload).seq for m in tlink.receive(1.0) if m.kind == "segment")
+        seqs = sorted(SegmentDecoder(ZstdCompressor()).decompress(m.payload).seq for m in tlink.receive(1.0)
+                      if m.kind == "segment")
         assert seqs == list(range(6))
     finally:
         stop.set()
