@@ -170,6 +170,11 @@ class TM2020Env(gym.Env):
             out["float"][self._prev] = np.concatenate(list(self._flags))
         return out
 
+    def set_frames_played(self, frames: float) -> None:
+        """The run's frame count (sent by the trainer with the weights): moves the engineered
+        reward schedules along."""
+        self.pipeline.set_frames_played(frames)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         self._flags.clear()

@@ -110,6 +110,7 @@ class TmnfEnv(gym.Env):
         self.game = GameInstance(port, self.launcher, self.settings)
         self.default_map = str(_get(config, "environment.track", "default"))
         self._setups: dict[tuple[str, str], _MapSetup] = {}
+        self._frames_played = 0.0  # the trainer's frame count (engineered reward schedules)
         self._start_states: dict[str, bytes] = {}
         self._pending: int | None = None
         self._hud_hidden = False
@@ -155,8 +156,16 @@ class TmnfEnv(gym.Env):
                 )
             setup = _MapSetup(map_path, short_name or Path(map_path).name.split(".")[0],
                               TrackmaniaPipeline(self.params, line))
+            setup.pipeline.set_frames_played(self._frames_played)
             self._setups[key] = setup
         return setup
+
+    def set_frames_played(self, frames: float) -> None:
+        """The run's frame count (sent by the trainer with the weights): moves the engineered
+        reward schedules along."""
+        self._frames_played = float(frames)
+        for setup in self._setups.values():
+            setup.pipeline.set_frames_played(self._frames_played)
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
