@@ -29,10 +29,34 @@ def _files() -> list[Path]:
     return out
 
 
+def _mentions_platform(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "platform" and isinstance(n.value, ast.Name)
+               and n.value.id in ("sys", "os") for n in ast.walk(node))
+
+
+def _platform_guarded(tree: ast.AST) -> set[int]:
+    """ids of nodes that only run on some platforms: under an ``if`` on ``sys.platform``, or in a
+    function that checks ``sys.platform`` before anything else (``if not linux: return``)."""
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _mentions_platform(node.test):
+            guarded |= {id(n) for child in node.body for n in ast.walk(child)}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))][:1]
+            if first and isinstance(first[0], ast.If) and _mentions_platform(first[0].test):
+                guarded |= {id(n) for n in ast.walk(node)}
+    return guarded
+
+
 def posix_only_uses(source: str) -> list[tuple[int, str]]:
-    """(line, what) for every POSIX-only module, call or argument in ``source``."""
+    """(line, what) for every POSIX-only module, call or argument in ``source`` that is not behind a
+    ``sys.platform`` check."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    guarded = _platform_guarded(tree)
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] in POSIX_MODULES]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in POSIX_MODULES:
@@ -53,6 +77,9 @@ def test_the_scan_catches_each_kind_of_posix_only_call():
     assert sorted(w for _, w in posix_only_uses(src)) == ["fcntl", "os.fork", "os.kill", "signal.SIGKILL",
                                                           "start_new_session="]
     assert posix_only_uses("import socket\nsocket.socket().settimeout(1)\nproc.kill()\n") == []
+    guarded = ("import os, sys\nif sys.platform != 'win32':\n    os.kill(1, 9)\n"
+               "def f():\n    if not sys.platform.startswith('linux'):\n        return\n    os.setsid()\n")
+    assert posix_only_uses(guarded) == []
 
 
 def test_no_posix_only_call_on_the_worker_path():
