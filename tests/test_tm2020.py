@@ -390,3 +390,29 @@ def test_continuous_actions_reach_the_pad_as_analog_values() -> None:
             np.testing.assert_allclose(prev[-1], [0.0, 0.8, 0.0, 0.6], atol=1e-6)
         finally:
             env.close()
+
+
+@pytest.mark.slow
+def test_a_finished_race_terminates_and_the_next_reset_restarts_it() -> None:
+    """Drive the fake track to the finish (scripted driver's actions through the env, 4x time):
+    the episode terminates on the game's finish flag, then reset restarts the race."""
+    from rulka.envs.sim.driver import ScriptedDriver
+
+    with FakeTM2020(countdown_s=0.2, fps=120, time_scale=4.0) as game:
+        env = _env(game)
+        driver = ScriptedDriver(game.track)
+        try:
+            env.reset()
+            total, steps, info, te = 0.0, 0, {}, False
+            for steps in range(1, 3000):
+                _, r, te, tr, info = env.step(driver.action(game.car))
+                total += r
+                if te or tr:
+                    break
+            assert te and not tr and info["finished"] and info["fault"] == ""
+            assert info["progress_m"] == pytest.approx(env.pipeline.line.finish_progress)
+            resets_before = game.resets
+            _, info = env.reset()
+            assert game.resets > resets_before and info["progress_m"] < 1.0 and not info["finished"]
+        finally:
+            env.close()

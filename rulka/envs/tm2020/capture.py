@@ -122,7 +122,6 @@ class WindowsCapture:
         if sys.platform != "win32":
             raise UserError("Windows screen capture needs Windows; on Linux use environment.tm2020.capture: linux")
         try:
-            import win32con  # noqa: F401
             import win32gui
             import win32ui
         except ImportError as exc:

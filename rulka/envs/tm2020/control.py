@@ -98,6 +98,13 @@ class Controller:
         time.sleep(hold_s)
         self._reset_button(False)
 
+    def press_confirm(self, hold_s: float = 0.1) -> None:
+        """Dismiss the end-of-race screen (gamepad A / keyboard Enter), as TMRL does after a finish."""
+        self.neutral()
+        self._confirm_button(True)
+        time.sleep(hold_s)
+        self._confirm_button(False)
+
     def close(self) -> None:
         try:
             self.neutral()
@@ -116,6 +123,9 @@ class Controller:
 
     def _reset_button(self, down: bool) -> None:
         raise NotImplementedError
+
+    def _confirm_button(self, down: bool) -> None:
+        """Press/release the confirm button; backends without one do nothing."""
 
 
 class NeutralOnExit:
@@ -161,7 +171,12 @@ class GamepadController(Controller):
         pad.update()
 
     def _reset_button(self, down: bool) -> None:
-        button = self._vg.XUSB_BUTTON.XUSB_GAMEPAD_B
+        self._button(self._vg.XUSB_BUTTON.XUSB_GAMEPAD_B, down)
+
+    def _confirm_button(self, down: bool) -> None:
+        self._button(self._vg.XUSB_BUTTON.XUSB_GAMEPAD_A, down)
+
+    def _button(self, button: Any, down: bool) -> None:
         if down:
             self._pad.press_button(button=button)
         else:
@@ -169,9 +184,11 @@ class GamepadController(Controller):
         self._pad.update()
 
 
-# Windows scan codes (SendInput with KEYEVENTF_SCANCODE): W S A D, Delete (extended)
-_SCAN = {"gas": 0x11, "brake": 0x1F, "left": 0x1E, "right": 0x20, "reset": 0xD3}
-_XKEYS = {"gas": "Up", "brake": "Down", "left": "Left", "right": "Right", "reset": "BackSpace"}
+# Windows scan codes (SendInput with KEYEVENTF_SCANCODE): W S A D, Enter; Delete is the extended
+# key E0 53 (TMRL writes it 0xD3), sent as 0x53 with KEYEVENTF_EXTENDEDKEY
+_SCAN = {"gas": 0x11, "brake": 0x1F, "left": 0x1E, "right": 0x20, "confirm": 0x1C, "reset": 0x53}
+_EXTENDED = {"reset"}
+_XKEYS = {"gas": "Up", "brake": "Down", "left": "Left", "right": "Right", "reset": "BackSpace", "confirm": "Return"}
 
 
 class KeyboardController(Controller):
@@ -203,6 +220,9 @@ class KeyboardController(Controller):
     def _reset_button(self, down: bool) -> None:
         self._press("reset", down)
 
+    def _confirm_button(self, down: bool) -> None:
+        self._press("confirm", down)
+
     @staticmethod
     def _press_windows(key: str, down: bool) -> None:
         code = _SCAN[key]
@@ -218,9 +238,9 @@ class KeyboardController(Controller):
             _anonymous_ = ("u",)
             _fields_ = [("type", ctypes.c_ulong), ("u", _U)]
 
-        flags = 0x0008 | (0 if down else 0x0002) | (0x0001 if key == "reset" else 0)
+        flags = 0x0008 | (0 if down else 0x0002) | (0x0001 if key in _EXTENDED else 0)
         inp = INPUT(type=1)
-        inp.ki = KEYBDINPUT(0, code & 0xFF if key != "reset" else 0x53, flags, 0, None)
+        inp.ki = KEYBDINPUT(0, code, flags, 0, None)
         ctypes.windll.user32.SendInput(1, ctypes.byref(inp), ctypes.sizeof(inp))
 
     @staticmethod

@@ -214,7 +214,12 @@ class TM2020Interface(RealTimeGymInterface):
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
         self.controller.neutral()
-        self._await_healthy()
+        rec, _ = self._await_healthy()
+        if rec.finished:
+            # after a finish the game shows its end screen: restart, then dismiss it (fact sheet D.5)
+            self.controller.press_reset()
+            time.sleep(0.5)
+            self.controller.press_confirm()
         rec = self._respawn()
         self._fault = ""
         self._scans.clear()
