@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RULKA = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
 
 
+pytestmark = pytest.mark.filterwarnings("ignore:Time-step timed out")
+
+
 def _metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line)["metrics"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
 
