@@ -84,10 +84,12 @@ class SegmentCollector:
 
 
 def train_on_policy(cfg: Any, *, n_envs: int, max_frames: int, target: float, eval_every: int,
-                    eval_episodes: int = 10, rollouts_per_start: int = 1, log: bool = True
-                    ) -> tuple[float, int, Any]:
+                    eval_episodes: int = 10, rollouts_per_start: int = 1, eval_from: float = 0.0,
+                    log: bool = True) -> tuple[float, int, Any]:
     """Train the config's policy learner through actor -> Segment -> memory -> agent with
-    ``n_envs`` collectors (as many workers); returns (best greedy return, frames, agent)."""
+    ``n_envs`` collectors (as many workers); every ``eval_every`` updates, once the recent sampled
+    returns average ``eval_from``, the greedy policy plays ``eval_episodes`` (fixed seeds).
+    Returns (best greedy average, frames, agent)."""
     import gymnasium as gym
 
     from rulka.agents.policy.settings import make_agent, make_memory
@@ -110,8 +112,8 @@ def train_on_policy(cfg: Any, *, n_envs: int, max_frames: int, target: float, ev
         version += 1
         memory.set_policy_version(version)
         actor = agent.get_actor()
-        if agent.updates % eval_every == 0:
-            recent = np.mean([r for c in envs for r in c.returns[-5:]] or [0.0])
+        recent = np.mean([r for c in envs for r in c.returns[-5:]] or [0.0])
+        if agent.updates % eval_every == 0 and recent >= eval_from:
             score = greedy_return(eval_env, actor, eval_episodes, seed=10_000)
             best = max(best, score)
             if log:

@@ -182,3 +182,60 @@ def test_ppo_through_the_trainer_and_workers(tmp_path):
     metrics = [json.loads(line)["metrics"] for line in lines]
     assert any("losses/approx_kl" in m for m in metrics) and any("perf/policy_lag_max" in m for m in metrics)
     assert max(m.get("memory/segments", 0) for m in metrics) > 0
+
+
+def test_dpo_pair_command_records_two_runs_and_the_memory_reads_the_pairs(tmp_path, capsys):
+    from rulka.agents.policy.settings import make_agent
+    from rulka.cli import main
+    from rulka.envs.sim.policy import save_policy
+
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "dpo", "seed": 0}})
+    for name, seed in (("good", 0), ("bad", 1)):  # two "runs": two saved policies
+        agent = make_agent(cfg, device="cpu", seed=seed)
+        (tmp_path / name).mkdir()
+        save_policy(tmp_path / name / "policy.safetensors", agent.actor_weights(),
+                    {**agent.actor_spec(), "run_config_json": json.dumps(cfg.to_dict(), default=str)})
+    pairs = tmp_path / "pairs" / "pairs.jsonl"
+    assert main(["dpo", "pair", "--chosen", str(tmp_path / "good"), "--rejected", str(tmp_path / "bad"),
+                 "--out", str(pairs)]) == 0
+    assert main(["dpo", "pair", "--chosen", str(pairs.parent / "chosen-0.rulka-episode"),
+                 "--rejected", str(pairs.parent / "rejected-0.rulka-episode"), "--out", str(pairs)]) == 0
+    lines = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert lines == [{"chosen": "chosen-0.rulka-episode", "rejected": "rejected-0.rulka-episode"}] * 2
+    loaded = offline_pair_loader(pairs, n_actions=2)(0.99)
+    assert len(loaded) == 2 and len(loaded[0][0]) > 0
+    assert main(["dpo", "pair", "--chosen", str(pairs), "--rejected", str(pairs), "--out", str(pairs)]) == 2
+    assert "cannot read policy file" in capsys.readouterr().err  # one line, no traceback
+
+
+def test_sim_image_path_acts_and_trains(tmp_path):
+    """The simulator with the camera image: the worker's obs arrays (obs/img, obs/float,
+    obs/potential) go through the rollout builder into a PPO update on the CNN actor-critic."""
+    from rulka.agents.policy.settings import make_agent, make_memory
+    from rulka.envs.sim.env import SimTrackEnv
+    from rulka.worker.build import obs_to_arrays
+
+    cfg = load_config("configs/sim_ppo.yaml").with_overrides(
+        ["nn.vis.no_image=false", "ppo.rollout_steps_per_update=16", "ppo.num_minibatches=2"])
+    agent, memory = make_agent(cfg, device="cpu", seed=0), make_memory(cfg)
+    assert agent.spec.uses_image and agent.spec.float_dim == cfg.float_input_dim
+    actor, env = agent.get_actor(), SimTrackEnv(config=cfg)
+    obs, info = env.reset(seed=0)
+    frames, actions, extras, rewards = [obs_to_arrays(obs, info)], [], [], []
+    for _ in range(16):
+        action, extra = actor.act_with_info(obs)
+        obs, r, _, _, info = env.step(action)
+        frames.append(obs_to_arrays(obs, info))
+        actions.append(action)
+        extras.append(extra)
+        rewards.append(r)
+    arrays = {k: np.stack([f[k] for f in frames]) for k in frames[0]}
+    assert arrays["obs/img"].dtype == np.uint8 and "obs/potential" in arrays
+    arrays.update({"action": np.asarray(actions), "reward": np.asarray(rewards, np.float32),
+                   "terminated": np.zeros(16, bool), "truncated": np.zeros(16, bool),
+                   "extra/logprob": np.asarray([e["logprob"] for e in extras]),
+                   "extra/value": np.asarray([e["value"] for e in extras])})
+    memory.append(Segment(run_id="r", worker_id="w", episode_id=0, seq=0, index_in_episode=0, first_step=0,
+                          policy_version=0, arrays=arrays))
+    metrics = agent.train(memory.take())
+    assert np.isfinite(metrics["losses/policy_loss"]) and metrics["charts/update_steps"] == 16
