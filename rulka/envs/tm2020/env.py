@@ -35,7 +35,7 @@ from gymnasium import spaces
 
 from rulka.envs.actions import DEFAULT_PREVIOUS_ACTION, action_to_flags, discrete_to_flags
 from rulka.envs.pipeline import PipelineParams, TrackmaniaPipeline, make_reference_line
-from rulka.envs.reference_line import load_points, read_reference_file
+from rulka.envs.reference_line import read_reference_file
 from rulka.envs.tm2020.capture import make_capture
 from rulka.envs.tm2020.control import make_controller
 from rulka.envs.tm2020.interface import InterfaceSettings, TM2020Interface
@@ -254,5 +254,3 @@ class _Prebuilt(TM2020Interface):
     def __new__(cls, interface: TM2020Interface) -> TM2020Interface:  # type: ignore[misc]
         return interface
 
-
-__all__ = ["TM2020Env", "load_points"]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rulka.envs.sim.camera import Camera
-from rulka.envs.sim.physics import CarPhysics, Controls
+from rulka.envs.sim.physics import MATERIAL_ID, CarPhysics, Controls
 from rulka.envs.sim.tracks import Track, get_track
 from rulka.envs.tm2020 import telemetry as T
 from rulka.envs.tm2020.capture import WindowLost
@@ -289,8 +289,6 @@ class FakeTM2020:
 
 
 def _material(code: int) -> float:
-    from rulka.envs.sim.physics import MATERIAL_ID
-
     return float(MATERIAL_ID.get(code, 16))
 
 

@@ -11,7 +11,6 @@ uint S_Port = 9010;
 
 const uint16 RECORD_VERSION = 1;
 const uint16 N_FIELDS = 37;
-const uint8 NO_CONTACT = 80;
 
 Net::Socket@ g_server = null;
 Net::Socket@ g_client = null;
@@ -84,10 +83,10 @@ void SendRecord(CSmScriptPlayer@ api, CSceneVehicleVisState@ vis, CGameTerminal@
     buf.Write(finished ? 1.0f : 0.0f);
     buf.Write(float(vis.CurGear));
     buf.Write(VehicleState::GetRPM(vis));
-    buf.Write(float(vis.FLGroundContactMaterial));
-    buf.Write(float(vis.FRGroundContactMaterial));
-    buf.Write(float(vis.RLGroundContactMaterial));
-    buf.Write(float(vis.RRGroundContactMaterial));
+    buf.Write(float(int(vis.FLGroundContactMaterial)));
+    buf.Write(float(int(vis.FRGroundContactMaterial)));
+    buf.Write(float(int(vis.RLGroundContactMaterial)));
+    buf.Write(float(int(vis.RRGroundContactMaterial)));
     buf.Write(vis.FLSlipCoef);
     buf.Write(vis.FRSlipCoef);
     buf.Write(vis.RLSlipCoef);
