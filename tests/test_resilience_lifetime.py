@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rulka.net.keys import add_worker, generate_keys
+from rulka.net.tls import connect_worker
 from rulka.server.server import Server
 
 pytestmark = pytest.mark.integration
@@ -160,3 +161,100 @@ def test_huge_memory_size_exits_with_one_line(keys, server, tmp_path):
     assert r.returncode != 0
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert len(error_lines(r.stderr)) == 1, r.stderr[-3000:]
+
+
+# -- a worker that cannot connect says why ----------------------------------------------------------
+def start_worker(bundle: Path, port: int, state: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "rulka.worker.cli", "--server", f"localhost:{port}",
+                             "--keys", str(bundle), "--state-dir", str(state)],
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def stderr_after(p: subprocess.Popen[str], seconds: float) -> str:
+    """Let a worker run ``seconds``, stop it, return its stderr."""
+    try:
+        _, err = p.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=10)
+    return err
+
+
+def test_revoked_worker_says_so_once_and_stops(keys, server, tmp_path):
+    import shutil
+
+    from rulka.net.keys import revoke_worker
+
+    add_worker(keys, "doomed")
+    bundle = tmp_path / "doomed"
+    shutil.copytree(keys / "bundles" / "doomed", bundle)
+    revoke_worker(keys, "doomed")
+    p = start_worker(bundle, server.port, tmp_path / "state")
+    err = stderr_after(p, 60)
+    assert p.returncode not in (None, 0, -9), err[-3000:]
+    assert "Traceback" not in err
+    [line] = error_lines(err)
+    assert "revoked" in line
+
+
+def test_wrong_password_and_wrong_ca_are_named_once(keys, server, tmp_path):
+    import shutil
+
+    bundle = tmp_path / "w1"
+    shutil.copytree(keys / "bundles" / "w1", bundle)
+    (bundle / "password").write_text("not-the-password")
+    p = start_worker(bundle, server.port, tmp_path / "s1")
+    err = stderr_after(p, 60)
+    assert p.returncode not in (None, 0, -9) and "Traceback" not in err, err[-3000:]
+    assert "wrong password" in error_lines(err)[0]
+
+    other = tmp_path / "other"
+    generate_keys(other, ["localhost"])
+    shutil.copytree(keys / "bundles" / "w1", tmp_path / "w1ca")
+    shutil.copy(other / "client" / "certificate.pem", tmp_path / "w1ca" / "client" / "certificate.pem")
+    err = stderr_after(start_worker(tmp_path / "w1ca", server.port, tmp_path / "s2"), 30)
+    logged = [line for line in err.splitlines() if "cannot connect" in line]
+    assert len(logged) == 1 and "certificate verify failed" in logged[0], err[-3000:]  # once, not per retry
+    assert "link=TLS certificate verify failed" in err  # and in the worker's status line
+
+
+def test_unreachable_server_is_named_and_retries_back_off(keys):
+    import socket as socketlib
+    import threading
+
+    listener = socketlib.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    accepted = []
+
+    def accept_and_close() -> None:  # a port that accepts and closes at once
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(time.monotonic())
+            conn.close()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+    link = connect_worker({"host": "localhost", "port": port}, keys / "bundles" / "w1")
+    try:
+        time.sleep(12)
+        problem = link.problem
+    finally:
+        link.close()
+        listener.close()
+    # exponential from 0.5 s (0.5, 1, 2, 4, 8 with jitter): about 5 attempts in 12 s, where a
+    # fixed 0.5 s period made ~24
+    assert 3 <= len(accepted) <= 8, accepted
+    assert "closed before the server's hello" in problem
+    # a port where nothing listens
+    link = connect_worker({"host": "localhost", "port": port}, keys / "bundles" / "w1")
+    try:
+        deadline = time.monotonic() + 10
+        while "connection refused" not in link.problem and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "server unreachable: connection refused" in link.problem
+    finally:
+        link.close()

@@ -206,7 +206,8 @@ def test_no_identity_unknown_identity_revoked_and_forged(core, keys):
     assert c.closed and core.bad["unknown_identity"] == 1
     c = Client(core)
     c.send("HELLO", obj=["workers", "auth:gone:" + "00" * 64])  # revoked
-    assert c.closed and core.bad["unknown_identity"] == 2
+    assert c.closed and core.bad["revoked"] == 1 and core.bad["unknown_identity"] == 1
+    assert c.received() == [{"refused": "revoked"}]  # the worker can stop instead of retrying
     c = Client(core)
     forged = join_token("trainer", creds["w1"].signing_key)  # a worker key claiming "trainer"
     c.send("HELLO", obj=["trainer", forged])

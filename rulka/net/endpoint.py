@@ -64,6 +64,14 @@ def _set_parent_death_signal() -> None:
         log.debug("prctl(PR_SET_PDEATHSIG) unavailable: %s", exc)
 
 
+class _Protocol(ClientProtocol):
+    """Keeps the TLS layer's reason for a lost connection (the factory sees a less precise one)."""
+
+    def connectionLost(self, reason: Any) -> None:
+        self._client.lost_reason = (reason.getErrorMessage(), self._state)
+        super().connectionLost(reason)
+
+
 class _Factory(TLSClientFactory):
     """tlspyo's reconnecting factory, except that the backoff is reset only by a connection that
     lived ``HEALTHY_S`` (a relay that accepts and closes at once must not get a fixed 0.5 s
@@ -72,7 +80,7 @@ class _Factory(TLSClientFactory):
     def buildProtocol(self, addr: Any) -> Any:
         from twisted.internet import reactor
 
-        proto = ClientProtocol(client=self._client, password=self.password, groups=self._groups,
+        proto = _Protocol(client=self._client, password=self.password, groups=self._groups,
                                header_size=self._header_size)
         self._healthy = reactor.callLater(HEALTHY_S, self.resetDelay)
         return proto
@@ -81,8 +89,14 @@ class _Factory(TLSClientFactory):
         timer = getattr(self, "_healthy", None)
         if timer is not None and timer.active():
             timer.cancel()
-        self._client.tell_parent({"link_error": reason.getErrorMessage(), "failed": failed,
-                                  "retry_in_s": round(float(self.delay), 2)})
+        text = reason.getErrorMessage()
+        inner, state = getattr(self._client, "lost_reason", ("", ""))
+        self._client.lost_reason = ("", "")
+        if inner and inner != text:
+            text = f"{text} ({inner})"
+        if not failed and state == "HANDSHAKE":
+            text = f"closed before the server's hello (TLS handshake or protocol): {text}"
+        self._client.tell_parent({"link_error": text, "failed": failed, "retry_in_s": round(float(self.delay), 2)})
 
     def clientConnectionLost(self, connector: Any, reason: Any) -> None:
         ReconnectingClientFactory.clientConnectionLost(self, connector, reason)

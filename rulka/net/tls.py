@@ -291,6 +291,7 @@ class _TlsLink:
             self._conn_id = obj["pong"]
             self._last_pong = time.monotonic()
             if new_conn:
+                self.refused = None
                 self._set_problem("")
                 self._on_connected()
             return 0

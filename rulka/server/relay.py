@@ -47,8 +47,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from twisted.internet import protocol
 
-from rulka.errors import BadInput
-from rulka.net.keys import Credentials
+from rulka.errors import BadInput, UserError
+from rulka.net.keys import Credentials, check_worker_name
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import build_status, decode_stats_payload
 from rulka.net.wire import (
@@ -140,6 +140,13 @@ class RelayCore:
                 if conn.identity != "trainer" and conn.identity not in self._worker_keys:
                     conn._refuse("revoked")
         return self._worker_keys
+
+    def is_revoked(self, identity: str) -> bool:
+        """Whether ``rulka keys revoke-worker`` moved this identity's key aside."""
+        try:
+            return (self.creds.root / "revoked" / f"{check_worker_name(identity)}.pub").exists()
+        except UserError:
+            return False
 
     def key_for(self, identity: str) -> Ed25519PublicKey | None:
         if identity == "trainer":
@@ -349,7 +356,9 @@ class RelayProtocol(protocol.Protocol):
         identity, sig = tokens[0]
         key = self.core.key_for(identity)
         if key is None:
-            return self._refuse("unknown_identity", f"{identity[:64]!r} is not enrolled (or revoked)")
+            if self.core.is_revoked(identity):
+                return self._refuse("revoked", f"{identity[:64]!r} was revoked")
+            return self._refuse("unknown_identity", f"{identity[:64]!r} is not enrolled")
         if not verify_join_token(identity, sig, key):
             return self._refuse("unauthenticated", f"bad identity token for {identity[:64]!r}")
         channels = {g for g in groups if not g.startswith("auth:")}

@@ -96,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     except BaseException:
         link.close()  # a worker that cannot start must not stay connected in its name
         raise
-    monitor = threading.Thread(target=_show_progress, args=(worker, stop, cfg), daemon=True)
+    fatal: list[str] = []
+    monitor = threading.Thread(target=_show_progress, args=(worker, stop, cfg, fatal), daemon=True)
     monitor.start()
     log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
     try:
@@ -104,26 +105,44 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         stop.set()
         worker.close()
+    if fatal:
+        raise UserError(f"worker {name} stopped: {fatal[0]}")
     left = len(worker.outbox)
     print(f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}"
           + (f", {left} segments kept for the next run in {state_dir}" if left else ""), file=sys.stderr)
     return 0
 
 
-def _show_progress(worker: object, stop: threading.Event, cfg: object) -> None:
+def _show_progress(worker: object, stop: threading.Event, cfg: object, fatal: list[str]) -> None:
+    """Status line once a second (with why the link is down); stops the worker when the server
+    refused it for good (revoked, unknown, wrong password): retrying cannot help."""
+    from rulka.net.tls import FATAL_REFUSALS
+
+    progress = None
     try:
         from rulka.telemetry import Progress
         from rulka.worker.build import opt
+
+        progress = Progress("worker", mode=str(opt(cfg, "logging.progress", "auto")))
     except ImportError:
-        return
-    progress = Progress("worker", mode=str(opt(cfg, "logging.progress", "auto")))
+        pass
+    link = worker.link  # type: ignore[attr-defined]
     try:
         while not stop.wait(1.0):
-            s = worker.stats  # type: ignore[attr-defined]
-            progress.update(episodes=s.episodes, steps=s.steps, version=s.weights_version,
-                            unsent=len(worker.outbox), connected=worker.link.connected())  # type: ignore[attr-defined]
+            connected = link.connected()
+            problem = getattr(link, "problem", "")
+            if not connected and getattr(link, "refused", None) in FATAL_REFUSALS:
+                fatal.append(problem)
+                stop.set()
+                return
+            if progress is not None:
+                s = worker.stats  # type: ignore[attr-defined]
+                progress.update(episodes=s.episodes, steps=s.steps, version=s.weights_version,
+                                unsent=len(worker.outbox), connected=connected,  # type: ignore[attr-defined]
+                                link="ok" if connected else (problem or "connecting"))
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
 
 
 if __name__ == "__main__":
