@@ -60,3 +60,8 @@ def test_record_line_on_the_fake_game_writes_what_reference_line_loads(tmp_path,
     finish = track.centerline[track.finish_index]
     assert np.linalg.norm(npy[-1] - finish) < 5.0
     assert ReferenceLine.load(out.with_suffix(".npy")).n_zones == len(npy) + 20 + 1000
+    # `rulka sim render --line` drives the track against the recorded line and draws it
+    assert main(["sim", "render", "--track", "hairpins", "--line", str(out.with_suffix(".json")),
+                 "--out", str(tmp_path / "pics"), "--no-animation"]) == 0
+    assert "hairpins: driver finished" in capsys.readouterr().out
+    assert (tmp_path / "pics" / "hairpins_driver.png").stat().st_size > 1000

@@ -54,6 +54,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-seconds", type=float, default=60.0, help="stop the episode after this race time")
     p.add_argument("--every", type=int, default=2, help="keep one frame in N for the animation (default: 2)")
     p.add_argument("--no-animation", action="store_true", help="write only the PNG")
+    p.add_argument("--line", type=Path, default=None, metavar="FILE",
+                   help="a reference line (.npy / .json, e.g. from `rulka tm record-line --fake`): the rewards "
+                        "follow it and the PNG shows it in white, its real checkpoints as circles")
     p.set_defaults(func=cmd_render)
 
 
@@ -135,7 +138,14 @@ def cmd_render(args: argparse.Namespace) -> int:
             config = config_from_dict(json.loads(spec["run_config_json"]))
     env = SimTrackEnv(config=config, track=args.track, render_mode="rgb_array",
                       image=None if config is not None else True)
-    obs, _ = env.reset(seed=0)
+    reference = checkpoints = None
+    if args.line is not None:
+        from rulka.envs.reference_line import read_reference_file
+
+        reference, checkpoints = read_reference_file(args.line)
+        obs, _ = env.reset(seed=0, options={"map": args.track, "reference_line": str(args.line)})
+    else:
+        obs, _ = env.reset(seed=0)
     driver = ScriptedDriver(env.track)
     frames = [env.render()]
     trace = [(env.car.x, env.car.z, 0.0)]
@@ -161,7 +171,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     stem = args.out / f"{env.track.name.replace(':', '_')}_{who}"
     outcome = (f"finished in {info['race_time_ms'] / 1000:.2f} s" if info.get("finished")
                else f"stopped at {env.car.race_time_ms / 1000:.2f} s ({info.get('cutoff') or 'time limit'})")
-    picture = track_picture(env.track, np.asarray(trace), title=f"{env.track.name} - {who}: {outcome}")
+    picture = track_picture(env.track, np.asarray(trace), title=f"{env.track.name} - {who}: {outcome}",
+                            reference=reference, checkpoints=checkpoints)
     write_png(stem.with_suffix(".png"), picture)
     print(stem.with_suffix(".png"))
     if not args.no_animation:

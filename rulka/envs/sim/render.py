@@ -85,10 +85,19 @@ def compose_frame(
 
 
 def track_picture(
-    track: Track, trace: np.ndarray | None = None, max_side: int = 800, title: str | None = None
+    track: Track, trace: np.ndarray | None = None, max_side: int = 800, title: str | None = None,
+    reference: np.ndarray | None = None, checkpoints: np.ndarray | None = None,
 ) -> np.ndarray:
-    """RGB picture of ``track`` with the driven line (``trace``: (N, 3) x, z, speed) coloured by speed."""
+    """RGB picture of ``track`` with the driven line (``trace``: (N, 3) x, z, speed) coloured by
+    speed; ``reference`` ((M, 3) x, y, z: a reference line, e.g. from ``rulka tm record-line``) is
+    drawn in white under it, its real ``checkpoints`` as circles."""
     img, scale = track_map(track, max_side)
+    if reference is not None and len(reference) >= 2:
+        pts = map_points(track, np.asarray(reference)[:, [0, 2]], scale).astype(np.int32)
+        cv2.polylines(img, [pts.reshape(-1, 1, 2)], False, (255, 255, 255), 1, cv2.LINE_AA)
+    if checkpoints is not None and len(checkpoints):
+        for p in map_points(track, np.asarray(checkpoints)[:, [0, 2]], scale):
+            cv2.circle(img, (int(p[0]), int(p[1])), 5, (255, 255, 0), 1, cv2.LINE_AA)
     vmax = 1.0
     if trace is not None and len(trace) >= 2:
         vmax = float(np.max(trace[:, 2]))
