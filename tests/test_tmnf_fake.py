@@ -259,3 +259,23 @@ def test_a_crashed_game_process_is_relaunched_through_the_launch_script(tmp_path
     finally:
         env.close()
     assert env.game.process is None
+
+
+def test_hold_keeps_the_game_waiting_through_a_long_pause_mid_episode():
+    """The worker waits for the trainer's credit between segments: the env raises the plugin's
+    timeout for the pause, and restores the run timeout after."""
+    env, launcher = make_env(timeout_during_run_ms=300)
+    try:
+        env.reset()
+        env.step(0)
+        env.hold()
+        time.sleep(0.8)  # longer than the run timeout
+        env.release()
+        _, _, _, truncated, _ = env.step(0)
+        assert not truncated and launcher.game.counters["timeouts"] == 0
+        deadline = time.monotonic() + 2
+        while launcher.game._timeout_ms != 300 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert launcher.game._timeout_ms == 300
+    finally:
+        env.close()

@@ -435,6 +435,11 @@ class Worker:
         if self._credit_limit is None or self.counters.next_seq < self._credit_limit:
             return
         t0 = time.monotonic()
+        # a lock-step game (TMNF) waits inside a callback whose timeout is short during a race:
+        # an env that has hold()/release() is told that a pause of unknown length begins and ends
+        hold, release = getattr(self.env, "hold", None), getattr(self.env, "release", None)
+        if callable(hold):
+            hold()
         while (self._credit_limit is not None and self.counters.next_seq >= self._credit_limit
                and not stop_event.is_set()):
             if time.monotonic() - self._credit_t > CREDIT_TIMEOUT_S:
@@ -445,6 +450,8 @@ class Worker:
             self._credit_event.wait(0.05)
             self._credit_event.clear()
             self._swap_weights()
+        if callable(release):
+            release()
         self.stats.paused_s += time.monotonic() - t0
         self._next_step_t = time.monotonic()  # the step cap does not make up for the pause
 

@@ -354,6 +354,21 @@ class TmnfEnv(gym.Env):
             c.unrequest_frame()
         c.flush()
 
+    def hold(self) -> None:
+        """The worker pauses mid-episode for a while it does not know (waiting for the trainer's
+        credit): raise the plugin's timeout so the game, held inside its callback, keeps us."""
+        if self._pending is not None and self.client.connected:
+            try:
+                self.client.set_timeout(self.settings.timeout_between_runs_ms)
+                self.client.flush()
+            except GameConnectionError as exc:  # seen again, and handled, at the next step
+                log.debug("hold: %s", exc)
+
+    def release(self) -> None:
+        """The pause is over: the run timeout applies again (sent with the next step)."""
+        if self._pending is not None and self.client.connected:
+            self.client.set_timeout(self.settings.timeout_during_run_ms)
+
     def _game_lost(self, exc: BaseException | None) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         self.counters["game_lost"] += 1
         if exc is not None:
