@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):  # lazy: importing rulka stays free of torch and friends
     if name == "run_local":
-        from rulka.trainer.local import run_local
+        from rulka.local import run_local
 
         return run_local
     raise AttributeError(f"module 'rulka' has no attribute {name!r}")

@@ -13,6 +13,7 @@ from rulka.config import (
     config_from_dict,
     load_config,
     save_resolved,
+    with_overrides,
 )
 from rulka.config.reference import reference_yaml
 from rulka.errors import ConfigError
@@ -275,8 +276,8 @@ def test_loaded_config_is_read_only() -> None:
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError for frozen models
         cfg.training.batch_size = 1  # type: ignore[misc]
     assert (
-        cfg.with_overrides(
-            ["training.batch_size=1", "memory.memory_size_schedule=[[0, [100, 10]]]"]
+        with_overrides(
+            cfg, ["training.batch_size=1", "memory.memory_size_schedule=[[0, [100, 10]]]"]
         ).training.batch_size
         == 1
     )

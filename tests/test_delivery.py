@@ -218,6 +218,7 @@ def test_role_packages_export_lazily():
     import rulka.worker
 
     assert rulka.worker.Worker is Worker and rulka.trainer.Trainer is Trainer
-    from rulka.trainer.local import run_local
+    import rulka
+    from rulka.local import run_local
 
-    assert rulka.trainer.run_local is run_local
+    assert rulka.run_local is run_local

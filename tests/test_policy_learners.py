@@ -172,10 +172,9 @@ def test_grpo_pushes_up_the_better_trajectory():
 def test_ppo_through_the_trainer_and_workers(tmp_path):
     """The real worker -> link -> trainer path: actors record log pi and V, the trainer publishes
     after every PPO update and reports policy lag; a resumed run keeps its learner state."""
-    from rulka.trainer.local import run_local
+    from rulka.local import run_local
 
-    cfg = load_config("configs/cartpole_ppo.yaml").with_overrides(
-        ["ppo.rollout_steps_per_update=256", "worker.segment_max_steps=64"])
+    cfg = load_config("configs/cartpole_ppo.yaml", ["ppo.rollout_steps_per_update=256", "worker.segment_max_steps=64"])
     result = run_local(cfg, n_workers=2, run_dir=tmp_path / "run", max_updates=4, max_seconds=120)
     assert result.trainer["updates"] >= 4 and result.trainer["version"] >= 5
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
@@ -213,10 +212,10 @@ def test_sim_image_path_acts_and_trains(tmp_path):
     obs/potential) go through the rollout builder into a PPO update on the CNN actor-critic."""
     from rulka.agents.policy.settings import make_agent, make_memory
     from rulka.envs.sim.env import SimTrackEnv
-    from rulka.worker.build import obs_to_arrays
+    from rulka.plugins import obs_to_arrays
 
-    cfg = load_config("configs/sim_ppo.yaml").with_overrides(
-        ["nn.vis.no_image=false", "ppo.rollout_steps_per_update=16", "ppo.num_minibatches=2"])
+    cfg = load_config("configs/sim_ppo.yaml",
+                      ["nn.vis.no_image=false", "ppo.rollout_steps_per_update=16", "ppo.num_minibatches=2"])
     agent, memory = make_agent(cfg, device="cpu", seed=0), make_memory(cfg)
     assert agent.spec.uses_image and agent.spec.float_dim == cfg.float_input_dim
     actor, env = agent.get_actor(), SimTrackEnv(config=cfg)

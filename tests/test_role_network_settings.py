@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rulka.config import load_config
-from rulka.worker.build import network_settings
+from rulka.plugins import network_settings
 
 
 def test_every_network_key_reaches_the_transport_and_the_command_line_wins():

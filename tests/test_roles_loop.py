@@ -107,7 +107,7 @@ def test_worker_sends_stats_the_status_table_reads():
 
 
 def test_run_local_threads_trains_and_workers_follow(tmp_path):
-    from rulka.trainer.local import run_local
+    from rulka.local import run_local
 
     result = run_local({"worker": {"segment_max_steps": 5}, "trainer": {"publish_every_updates": 5}}, n_workers=2,
                        max_updates=20, max_seconds=60, agent=CountingAgent(), memory=ListMemory(),

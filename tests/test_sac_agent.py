@@ -12,8 +12,8 @@ import pytest
 import rulka.envs  # noqa: F401 - registers rulka/SimTrack*-v0
 from rulka.config import load_config
 from rulka.errors import ConfigError, UserError
+from rulka.plugins import build_plugin, obs_to_arrays
 from rulka.segment import Segment
-from rulka.worker.build import build_plugin, obs_to_arrays
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_sim_config_drives_and_trains(name):
     memory = build_plugin("memory", cfg.trainer.memory, cfg.trainer.memory_kwargs, cfg)
     actor = build_plugin("actor", agent.actor_spec()["actor"], agent.actor_spec()["kwargs"], cfg)
     actor.load_weights(agent.get_actor().get_weights())
-    from rulka.worker.build import make_env
+    from rulka.plugins import make_env
 
     env = make_env(cfg)
     obs, info = env.reset(seed=0)

@@ -18,7 +18,7 @@ CONFIG = REPO_ROOT / "configs" / "cartpole_simple.yaml"
 def test_a_short_run_fills_jsonl_tensorboard_and_offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("wandb")
     from rulka.config import load_config
-    from rulka.trainer.local import run_local
+    from rulka.local import run_local
 
     if not CONFIG.is_file():
         pytest.skip("configs/cartpole_simple.yaml is not in this checkout")

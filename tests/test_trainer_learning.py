@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_simple_dqn_learns_cartpole_through_the_roles():
     from rulka.agents.simple import SimpleDQNAgent
     from rulka.config import load_config
-    from rulka.trainer.local import run_local
+    from rulka.local import run_local
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

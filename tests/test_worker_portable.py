@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "rulka"
 WORKER_PATH = ["worker", "net", "envs/tmnf", "envs/map_cycle.py", "envs/pipeline.py", "envs/record_line.py",
-               "envs/reference_line.py", "envs/car_state.py", "envs/actions.py", "segment.py", "compress.py"]
+               "envs/reference_line.py", "envs/car_state.py", "envs/actions.py", "segment.py", "compress.py",
+               "plugins.py"]
 POSIX_MODULES = {"fcntl", "termios", "pwd", "grp", "resource", "posix", "pty", "tty", "syslog", "crypt"}
 POSIX_OS_CALLS = {"fork", "forkpty", "kill", "killpg", "getuid", "geteuid", "getgid", "setsid", "setpgid", "getpgid",
                   "chown", "lchown", "mkfifo", "wait3", "wait4", "nice", "sync", "symlink"}

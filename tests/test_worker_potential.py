@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from rulka.envs.sim.env import SimTrackEnv
-from rulka.worker.build import arrays_to_obs, obs_to_arrays
+from rulka.plugins import arrays_to_obs, obs_to_arrays
 
 
 def test_sim_potential_is_recorded_and_not_fed_back_as_observation() -> None:

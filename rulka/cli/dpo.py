@@ -44,7 +44,7 @@ def _env_args(p: argparse.ArgumentParser) -> None:
 def _policy_and_env(policy: str, config_path: str | None) -> tuple[Any, Any]:
     from rulka.config import config_from_dict, load_config
     from rulka.envs.sim.policy import load_policy
-    from rulka.worker.build import make_env
+    from rulka.plugins import make_env
 
     actor, spec = load_policy(policy)
     if config_path is not None:

@@ -109,7 +109,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_record_line(args: argparse.Namespace) -> int:
     if args.game == "tmnf":
         from rulka.envs.tmnf import tools
-        from rulka.worker.build import opt
+        from rulka.plugins import opt
 
         cfg = _config(args)
         if not args.map:

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
 def _main(args: argparse.Namespace) -> int:
     from rulka.config import load_config
     from rulka.errors import UserError
-    from rulka.trainer.verify import verify_pipeline
+    from rulka.verify import verify_pipeline
 
     if args.segments < 1:
         raise UserError("--segments must be at least 1")

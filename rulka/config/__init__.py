@@ -21,6 +21,7 @@ from rulka.config.loader import (
     parse_override,
     resolved_yaml,
     save_resolved,
+    with_overrides,
 )
 from rulka.config.model import SCHEDULE_KINDS, RulkaConfig
 from rulka.config.schedules import exponential_schedule, linear_schedule, staircase_schedule
@@ -42,4 +43,5 @@ __all__ = [
     "resolved_yaml",
     "save_resolved",
     "staircase_schedule",
+    "with_overrides",
 ]

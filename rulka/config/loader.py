@@ -541,6 +541,13 @@ def _origin(message: str, env_origins: Mapping[str, str], overrides: Sequence[st
     return None
 
 
+def with_overrides(cfg: RulkaConfig, overrides: Sequence[str]) -> RulkaConfig:
+    """A new, validated config: ``cfg`` with ``key.path=value`` overrides applied."""
+    data = cfg.to_dict()
+    apply_overrides(data, overrides)
+    return config_from_dict(data)
+
+
 def resolved_yaml(cfg: RulkaConfig, header: str = "") -> str:
     """The config as YAML that reloads to an equal config, computed values in a comment block."""
     lines = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -345,13 +344,6 @@ class RulkaConfig(Section):
         """The config as block-style YAML (short lists such as schedule knots stay on one line)."""
         return dump_yaml(self.to_dict())
 
-    def with_overrides(self, overrides: Sequence[str]) -> RulkaConfig:
-        """A new, validated config with ``key.path=value`` overrides applied."""
-        from rulka.config.loader import apply_overrides, config_from_dict
-
-        data = self.to_dict()
-        apply_overrides(data, overrides)
-        return config_from_dict(data)
 
 
 class _Dumper(yaml.SafeDumper):

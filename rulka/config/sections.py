@@ -5,7 +5,7 @@ Key names and defaults follow the configuration guide (``environment``, ``nn``, 
 ``grpo``, and ``state_normalization``); rulka adds ``network``, ``worker``, ``trainer``, ``logging``
 and ``user``. Every model forbids unknown keys and NaN/infinite numbers, and is frozen: change a
 loaded config with
-:meth:`rulka.config.RulkaConfig.with_overrides`, which validates again.
+:func:`rulka.config.with_overrides`, which validates again.
 
 Values the guide calls *computed* (``ms_per_action``, ``float_input_dim``, ...) are read-only
 properties, never YAML keys. The docstring under each field is its one-line documentation; it is

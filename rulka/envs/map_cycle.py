@@ -37,7 +37,7 @@ class MapCycle:
     def from_config(cls, cfg: Any) -> MapCycle | None:
         """The config's cycle, or None when ``map_cycle.entries`` is empty (then the env plays
         its own default: ``environment.track``)."""
-        from rulka.worker.build import opt
+        from rulka.plugins import opt
 
         raw = opt(cfg, "map_cycle.entries", []) or []
         entries: list[CycleEntry] = []

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def default_run_dir(cfg: Any) -> Path:
     """``logging.run_dir/<training.run_name>-<YYYYmmdd-HHMMSS>``."""
-    from rulka.worker.build import opt
+    from rulka.plugins import opt
 
     name = str(opt(cfg, "training.run_name", "run"))
     return Path(opt(cfg, "logging.run_dir", "runs")).expanduser() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     from rulka.config import load_config
     from rulka.config.built import check_startable
     from rulka.net.keys import load_credentials
-    from rulka.worker.build import network_settings, opt, parse_address
+    from rulka.plugins import network_settings, opt, parse_address
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

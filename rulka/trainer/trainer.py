@@ -46,6 +46,7 @@ from rulka.compress import SegmentDecoder
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
 from rulka.net.link import LinkClosed, Message, TrainerLink
+from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin, opt
 from rulka.segment import Segment, pack
 from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
@@ -53,8 +54,6 @@ from rulka.trainer.dedupe import Dedupe
 from rulka.trainer.journal import JournalWriter, journal_path, read_journal
 from rulka.trainer.ratelimit import SampleToInsertRatio, window_rate
 from rulka.trainer.verify import first_difference
-from rulka.worker.build import build_plugin, opt
-from rulka.worker.worker import WORKER_CONFIG_SECTIONS
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``Worker`` (rulka.worker.worker) is the importable role; ``rulka-worker`` (rulka.worker.cli) the
 command. Delivery guarantees live in ``rulka.worker.outbox``; plugin and env building in
-``rulka.worker.build``. Attributes are imported lazily so ``rulka-worker --help`` stays quick.
+``rulka.plugins``. Attributes are imported lazily so ``rulka-worker --help`` stays quick.
 """
 
 from __future__ import annotations

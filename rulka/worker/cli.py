@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from rulka.net.keys import load_credentials
-    from rulka.worker.build import network_settings, opt, parse_address
+    from rulka.plugins import network_settings, opt, parse_address
 
     # from the very start: a stop request during the (slow) start-up must stop cleanly too
     stop = threading.Event()
@@ -120,8 +120,8 @@ def _show_progress(worker: object, stop: threading.Event, cfg: object, fatal: li
 
     progress = None
     try:
+        from rulka.plugins import opt
         from rulka.telemetry import Progress
-        from rulka.worker.build import opt
 
         progress = Progress("worker", mode=str(opt(cfg, "logging.progress", "auto")))
     except ImportError:

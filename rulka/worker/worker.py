@@ -29,14 +29,13 @@ from rulka.envs.map_cycle import MapCycle
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import ActorModule, SampleCompressor
 from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
+from rulka.plugins import build_plugin, make_env, obs_to_arrays, opt
 from rulka.segment import ALLOWED_DTYPES, Segment, pack, unpack
-from rulka.worker.build import build_plugin, make_env, obs_to_arrays, opt
 from rulka.worker.outbox import Outbox, WorkerCounters
 
 log = logging.getLogger(__name__)
 
 # sections of the run config a worker needs; the trainer sends them with the weights
-WORKER_CONFIG_SECTIONS = ("environment", "rewards", "map_cycle", "exploration", "nn", "worker")
 
 
 @dataclass

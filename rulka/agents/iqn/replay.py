@@ -212,13 +212,6 @@ class MiniRaceReplayMemory(Memory):
         return self.frames["potential"] if "potential" in self.frames else None
 
     # ------------------------------------------------------------------ schedules
-    @classmethod
-    def from_config(cls, cfg: Any, *, seed: int | None = None) -> MiniRaceReplayMemory:
-        """Build from a rulka run config (see ``rulka.agents.iqn.settings``)."""
-        from rulka.agents.iqn.settings import make_memory
-
-        return make_memory(cfg, seed=seed)
-
     def _size_now(self, frames: int) -> tuple[int, int]:
         size, start = step_schedule(self.memory_size_schedule, frames)
         return int(size), int(start)

@@ -118,7 +118,7 @@ def offline_pair_loader(pairs_file: str | Path, *, n_actions: int | None = None
 def record_episode(env: Any, actor: Any, *, seed: int | None = None, greedy: bool = False,
                    worker_id: str = "recorded", episode_id: int = 0) -> tuple[Segment, float]:
     """Run one episode of ``actor`` in ``env``; return it as one segment and its return."""
-    from rulka.worker.build import obs_to_arrays
+    from rulka.plugins import obs_to_arrays
 
     obs, info = env.reset(seed=seed)
     frames = [obs_to_arrays(obs, info)]

@@ -61,7 +61,7 @@ MAX_MESSAGES_TO_START = 200_000  # messages while starting a rollout before givi
 
 
 def _get(cfg: Any, path: str, default: Any = None) -> Any:
-    from rulka.worker.build import opt
+    from rulka.plugins import opt
 
     return opt(cfg, path, default)
 

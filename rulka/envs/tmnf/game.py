@@ -201,7 +201,7 @@ class FakeLauncher:
 
 def launcher_from_config(cfg: Any) -> Launcher:
     """The launcher ``environment.game_launch`` names (``launch`` picks by platform)."""
-    from rulka.worker.build import opt
+    from rulka.plugins import opt
 
     mode = str(opt(cfg, "environment.game_launch", "launch"))
     if mode == "fake":
@@ -238,7 +238,7 @@ class GameSettings:
 
     @classmethod
     def from_config(cls, cfg: Any) -> GameSettings:
-        from rulka.worker.build import opt
+        from rulka.plugins import opt
 
         d = cls()
         return cls(

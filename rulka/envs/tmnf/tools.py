@@ -27,7 +27,7 @@ def plugin_source() -> bytes:
 
 def plugin_dir(cfg: Any) -> Path:
     """The TMInterface plugin folder (the folder of ``user.target_python_link_path``)."""
-    from rulka.worker.build import opt
+    from rulka.plugins import opt
 
     return Path(str(opt(cfg, "user.target_python_link_path", "~/Documents/TMInterface/Plugins/RulkaLink.as"))
                 ).expanduser().parent
@@ -57,7 +57,7 @@ def _port_free(port: int) -> bool:
 
 def check(cfg: Any) -> list[tuple[str, bool, str]]:
     """(what, ok, detail) for each part a TMNF worker needs on this PC."""
-    from rulka.worker.build import opt
+    from rulka.plugins import opt
 
     rows: list[tuple[str, bool, str]] = []
     launch = str(opt(cfg, "environment.game_launch", "launch"))
@@ -106,7 +106,7 @@ def record_line(cfg: Any, out: Path, map_path: str, port: int, fake: bool = Fals
     from rulka.envs.tmnf import protocol as P
     from rulka.envs.tmnf.game import AttachLauncher, FakeLauncher, GameInstance, GameSettings
     from rulka.envs.tmnf.state import decode_state
-    from rulka.worker.build import opt
+    from rulka.plugins import opt
 
     settings = GameSettings.from_config(cfg)
     settings.running_speed = 1.0  # a person drives in real time

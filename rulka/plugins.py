@@ -1,4 +1,5 @@
-"""Building plugins and envs from a run config; shared by the worker, the trainer and ``rulka verify``.
+"""Building plugins and envs from a run config, and the observation layout of segments; shared by
+the worker, the trainer and ``rulka verify`` (no role imports another: they all import this).
 
 Plugin convention: a plugin named in the config (registry name or ``module:Class``) is called with
 its ``*_kwargs`` from the config, plus ``cfg=<the run config>`` when its signature takes ``cfg``.
@@ -16,6 +17,9 @@ from rulka.errors import UserError
 from rulka.registry import resolve
 
 _MISSING = object()
+
+# the config sections a worker needs; the trainer sends them with the weights
+WORKER_CONFIG_SECTIONS = ("environment", "rewards", "map_cycle", "exploration", "nn", "worker")
 
 
 def opt(cfg: Any, path: str, default: Any = None) -> Any:
