@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rulka.envs.tm2020.telemetry import TelemetryClient
 from rulka.errors import UserError
 
@@ -107,54 +105,50 @@ def record_line(
     start_timeout_s: float = 600.0,
     lap_timeout_s: float = 1800.0,
     on_progress: Callable[[str], None] | None = None,
-) -> Path:
+) -> tuple[Path, Path]:
     """Record one lap driven by a person: positions from the start signal to the finish.
 
-    Waits for a race to start (race time back near 0, e.g. after a respawn), collects every new
-    position until the finished flag, then writes the line (rulka's reference-line JSON, resampled
-    every ``spacing_m`` metres) to ``out``. A respawn mid-lap starts over.
+    Waits for a race to start (race time back near 0, e.g. after a respawn), feeds every new
+    position to the shared ``LineRecorder`` until the finished flag, then writes ``out`` as
+    ``.npy`` and ``.json`` (``rulka.envs.record_line.save_recorded_line``, resampled every
+    ``spacing_m`` metres); returns both paths. A respawn mid-lap starts over.
     """
-    from rulka.envs.reference_line import ReferenceLine
+    from rulka.envs.record_line import LineRecorder, save_recorded_line
 
     say = on_progress or (lambda msg: log.info("%s", msg))
     say("waiting for a race to start: respawn (Delete / B) and drive one lap to the finish")
     deadline = time.monotonic() + start_timeout_s
     last_frame = None
-    points: list[np.ndarray] = []
+    recorder: LineRecorder | None = None
     last_rt = None
-    started = False
+    race_time = 0
     while True:
         if time.monotonic() > deadline:
             raise UserError("no complete lap recorded in time (no start, or no finish): drive a lap to the finish")
         rec = client.wait_newer(last_frame, 0.5)
-        if rec is None:
+        if rec is None or rec.paused:
             continue
         last_frame = rec.frame
         rt = rec.race_time_ms
-        if rec.paused:
-            continue
-        if not started:
+        if recorder is None:
             if 0 <= rt < 500 and not rec.finished:
-                started = True
-                points = [rec.position]
+                recorder = LineRecorder()
+                recorder.add(rec.position)
                 deadline = time.monotonic() + lap_timeout_s
                 say("recording: drive to the finish")
             last_rt = rt
             continue
         if last_rt is not None and rt < last_rt - 100:  # respawn: start over
-            started = False
+            recorder = None
             say("race restarted: recording again from the start signal")
             continue
         last_rt = rt
+        recorder.add(rec.position)
         if rec.finished:
+            race_time = rt
             break
-        if np.linalg.norm(rec.position - points[-1]) > 1e-3:
-            points.append(rec.position)
-    if len(points) < 2:
-        raise UserError("the recorded lap has fewer than two positions")
-    line = ReferenceLine(np.asarray(points), spacing_m)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    line.save(out)
-    say(f"reference line written to {out}: {line.length:.0f} m, {len(line.track_points)} points "
-        f"every {spacing_m} m")
-    return out
+    npy, js = save_recorded_line(recorder, out, spacing_m,
+                                 {"backend": "tm2020", "race_time_ms": race_time, "source": "rulka telemetry plugin"})
+    say(f"reference line written to {npy} and {js} ({len(recorder.points)} positions, race time "
+        f"{race_time / 1000:.2f} s); set environment.tm2020.reference_line to either")
+    return npy, js
