@@ -32,6 +32,8 @@ SCRIPTS: dict[str, str] = {
     "sim": "simulator actions per second on one core, with and without the image",
     "pipeline": "observation/reward pipeline cost per action on one core",
     "learner": "IQN training batches/s and samples/s at batch 512",
+    "trainer_loop": "trainer role with N unpaced workers: updates/s over IQNAgent.train alone, samples per insert",
+    "ingest": "transitions/s one trainer ingests at 160x120 + 184 floats, 1, 2 and all decode threads",
     "e2e": "time for the default `rulka run` to first finish the track",
     "peer_tmrl": "TMRL 0.7.1 side by side: relay path on the same payloads, bytes on the wire per transition",
     "tm2020_fake": "TM2020 worker loop on the fake game at 20 Hz: jitter p50/p99, capture+pipeline ms per step",

@@ -9,6 +9,7 @@ Prints one JSON object:
 - ``raw_tls_mb_s``: the ceiling, one CPython TLS stream on loopback, measured in the same run;
 - ``tlspyo_pickle_mb_s``: the same sizes through plain tlspyo (its Relay, default pickle
   serializer, no chunking): TMRL's path. Only this benchmark uses pickle, on data it made itself;
+- ``relay_vs_tlspyo_pickle``: rulka's relay over that baseline per size, same run (target >= 1);
 - ``cpu_s_per_100mb``: CPU seconds per 100 MB of payload in each process of the relay path
   (server, the two tlspyo endpoint children, this process's link threads): a figure that other
   load on a shared machine distorts much less than MB/s.
@@ -236,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_baseline:
             result["tlspyo_pickle_mb_s"] = tlspyo_pickle(keys, SIZES, total)
     result["relay_vs_raw_tls"] = {k: round(v / result["raw_tls_mb_s"], 3) for k, v in result["relay_mb_s"].items()}
+    pickle_mb_s = result.get("tlspyo_pickle_mb_s") or {}
+    result["relay_vs_tlspyo_pickle"] = {k: round(v / pickle_mb_s[k], 3) for k, v in result["relay_mb_s"].items()
+                                        if isinstance(pickle_mb_s.get(k), int | float) and pickle_mb_s[k] > 0}
     result["targets"] = {"relay_mb_s_min": TARGET_MB_S, "weights_26mb_to_4_workers_s_max": TARGET_FANOUT_S}
     result["meets_targets"] = (min(result["relay_mb_s"].values()) >= TARGET_MB_S
                                and result["weights_26mb_to_4_workers_s"] <= TARGET_FANOUT_S)

@@ -1219,6 +1219,9 @@ class TrainerConfig(Section):
     `rulka run` gives it the cores its workers leave, at least 1."""
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     """Samples per insert and backpressure to workers."""
+    ingest_threads: PositiveInt = 1
+    """Threads that decompress each batch of received segments (zstd releases the GIL).
+    More than 1 pays off with image segments and spare cores (bench/ingest.py)."""
 
     @field_validator("device")
     @classmethod

@@ -29,7 +29,9 @@ def journal_path(directory: Path, number: int) -> Path:
 
 
 class JournalWriter:
-    """Appends records to one journal file; ``flush`` after each so a killed process keeps them."""
+    """Appends records to one journal file. The trainer calls ``flush`` once per batch of
+    received messages, before it acknowledges any of them: a killed process keeps every record
+    a worker has let go of, at one write per batch instead of one per segment."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +41,9 @@ class JournalWriter:
     def append(self, worker: str, seq: int, payload: bytes) -> None:
         record = pack({"w": worker, "s": seq, "b": payload})
         self._f.write(_LEN.pack(len(record)) + record)
+
+    def flush(self) -> None:
+        """Hand what was appended to the operating system (before acknowledging it)."""
         self._f.flush()
 
     def close(self) -> None:

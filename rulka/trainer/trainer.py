@@ -122,6 +122,8 @@ class Trainer:
         ratio = opt(cfg, "trainer.max_updates_per_env_step", None)
         self.max_updates_per_env_step = float(ratio) if ratio is not None else None
         self.batch_size = int(getattr(self.agent, "batch_size", None) or opt(cfg, "training.batch_size", 64))
+        self.ingest_threads = int(opt(cfg, "trainer.ingest_threads", 1))
+        self._pool: Any = None
         self.rate_mode = str(opt(cfg, "trainer.rate_limit.mode", "ratio"))
         self.credit_segments = int(opt(cfg, "trainer.rate_limit.credit_segments", 4))
         self.max_deferred = int(opt(cfg, "trainer.rate_limit.max_deferred_segments", 256))
@@ -393,12 +395,18 @@ class Trainer:
         if n <= 5 or n % 100 == 0:
             log.warning("dropped input (%s, %d so far): %s", reason, n, detail[:200])
 
-    def _ingest_segment(self, sender: str, payload: bytes, *, journal: bool,
-                        acks: dict[str, list[int]] | None, defer: bool = True) -> None:
+    def _decode(self, payload: bytes) -> Segment | BadInput:
         try:
-            seg = self.segment_decoder.decompress(payload)
+            return self.segment_decoder.decompress(payload)
         except BadInput as exc:
-            self._bad("segment", str(exc))
+            return exc
+
+    def _ingest_segment(self, sender: str, payload: bytes, *, journal: bool,
+                        acks: dict[str, list[int]] | None, defer: bool = True,
+                        decoded: Segment | BadInput | None = None) -> None:
+        seg = decoded if decoded is not None else self._decode(payload)
+        if isinstance(seg, BadInput):
+            self._bad("segment", str(seg))
             return
         if acks is not None:
             self._last_heard[sender] = time.monotonic()
@@ -415,8 +423,7 @@ class Trainer:
             self._journal.append(sender, seg.seq, payload)
         if self._accepted_log is not None:
             line = f"{sender} {seg.seq}\n".encode()
-            self._accepted_log.write(line)
-            self._accepted_log.flush()
+            self._accepted_log.write(line)  # flushed with the journal, before the acks
             self.accepted_log_bytes += len(line)
         if seg.run_id not in ("", self.run_id):
             self.counters["other_run"] += 1
@@ -444,6 +451,12 @@ class Trainer:
                 self.last_race_time_ms = float(race_time)
         if acks is not None:
             acks[sender].append(seg.seq)
+
+    def _flush_logs(self) -> None:
+        if self._journal is not None:
+            self._journal.flush()
+        if self._accepted_log is not None and not self._accepted_log.closed:
+            self._accepted_log.flush()
 
     def _may_insert(self) -> bool:
         return (self.limiter is None or self.rate_mode == "throughput"
@@ -522,9 +535,18 @@ class Trainer:
         """Process received messages; acknowledge segments. Returns segments accepted."""
         before = self.segments
         acks: dict[str, list[int]] = defaultdict(list)
+        payloads = [m.payload for m in messages if m.kind == "segment"]
+        if self.ingest_threads > 1 and len(payloads) > 1:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.ingest_threads, thread_name_prefix="rulka-decode")
+            decoded = iter(list(self._pool.map(self._decode, payloads)))  # zstd releases the GIL
+        else:
+            decoded = iter([None] * len(payloads))
         for msg in messages:
             if msg.kind == "segment":
-                self._ingest_segment(msg.sender, msg.payload, journal=True, acks=acks)
+                self._ingest_segment(msg.sender, msg.payload, journal=True, acks=acks, decoded=next(decoded))
             elif msg.kind == "stats":
                 try:
                     from rulka.net.stats import decode_stats_payload
@@ -534,6 +556,7 @@ class Trainer:
                     self._bad("stats", str(exc))
             else:
                 self._bad("kind", f"unexpected message kind {msg.kind!r} from {msg.sender!r}")
+        self._flush_logs()  # what is acknowledged must be in the journal first
         for worker, seqs in acks.items():
             try:
                 self.link.send_to(worker, "ack", pack(seqs))
@@ -720,7 +743,10 @@ class Trainer:
         return self.summary()
 
     def close(self) -> None:
-        """Close files, metrics and the link."""
+        """Close files, metrics, the decode threads and the link."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._journal is not None:
             self._journal.close()
             self._journal = None

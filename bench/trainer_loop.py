@@ -1,0 +1,174 @@
+"""Benchmark: does the trainer role keep its learner busy? Updates/s of the whole trainer
+(``rulka run``: server, trainer and N unpaced workers as processes, real TLS on loopback) over
+``IQNAgent.train`` alone, in the same run, and the samples per insert it achieved.
+
+For each config and worker count: ``launch`` the run (``worker.max_steps_per_s`` cleared, metrics
+every 2 s), wait for learning to start, count updates and stored transitions over ``--seconds``
+from ``metrics.jsonl``, stop the run (it writes its final checkpoint). Then, in a fresh process
+with the trainer's own torch thread count, build the same agent and memory from the run's
+resolved config, load that checkpoint (weights and replay) and time ``agent.train(memory.sample())``
+alone: the learner's ceiling on this machine at this moment. ``ratio`` = trainer / alone (target
+>= 0.9); ``spi`` = samples per insert over the window (updates x batch / transitions stored),
+against the target. Also reported: the share of the window the learner spent inside
+``agent.train`` (``perf/learner_busy``), i.e. how much of the gap is the learner waiting for data
+(workers too slow on this machine) rather than trainer overhead.
+
+    python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIGS: dict[str, tuple[str, list[str]]] = {
+    "cartpole": ("configs/cartpole_iqn.yaml", []),
+    # the default sim run with its 48x36 camera image (the CPU default runs without it)
+    "sim_image": ("configs/sim_iqn.yaml", ["nn.vis.no_image=false"]),
+}
+COMMON = ["worker.max_steps_per_s=null", "logging.log_every_s=2", "logging.progress=never",
+          "logging.wandb.enabled=false"]
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("metrics"), dict):
+            out.append(rec)
+    return out
+
+
+def measure_role(config: str, overrides: list[str], workers: int, seconds: float, run_dir: Path,
+                 start_timeout_s: float = 240.0) -> dict[str, Any]:
+    """Launch the run, time ``seconds`` of training after the first update, stop it."""
+    from rulka.cli.run import launch
+
+    log = open(run_dir.parent / f"{run_dir.name}.log", "w")  # noqa: SIM115 - closed below
+    run = launch(REPO_ROOT / config, workers=workers, run_dir=run_dir, overrides=[*COMMON, *overrides],
+                 trainer_output=log)
+    try:
+        t_start = time.monotonic()
+        first = None
+        while time.monotonic() - t_start < start_timeout_s and run.alive():
+            recs = [r for r in _records(run_dir) if r["metrics"].get("charts/batches_trained", 0) > 0]
+            if recs:
+                first = recs[0]
+                break
+            time.sleep(1.0)
+        if first is None:
+            return {"error": f"no update within {start_timeout_s:.0f} s (see {run_dir}.log)"}
+        time.sleep(seconds)
+        last = _records(run_dir)[-1]
+    finally:
+        run.stop()
+        log.close()
+    m0, m1 = first["metrics"], last["metrics"]
+    dt_s = float(last["wall_time"]) - float(first["wall_time"])
+    updates = m1["charts/batches_trained"] - m0["charts/batches_trained"]
+    inserts = m1["charts/samples_received"] - m0["charts/samples_received"]
+    window = [r["metrics"] for r in _records(run_dir) if first["wall_time"] < r["wall_time"] <= last["wall_time"]]
+    busy = [w["perf/learner_busy"] for w in window if isinstance(w.get("perf/learner_busy"), int | float)]
+    return {"seconds": round(dt_s, 1), "updates": int(updates), "transitions": int(inserts),
+            "updates_per_s": round(updates / dt_s, 2) if dt_s > 0 else None,
+            "spi_target": m1.get("perf/samples_per_insert_target"),
+            "learner_busy": round(sum(busy) / len(busy), 3) if busy else None,
+            "limiter_dropped": m1.get("perf/limiter_dropped"),
+            "_inserts": inserts, "_updates": updates}
+
+
+def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
+    """``agent.train`` alone on the run's memory (its final checkpoint), with the trainer's threads."""
+    import torch
+    import yaml
+
+    from rulka.config import config_from_dict
+    from rulka.trainer import checkpoint as ckpt
+    from rulka.trainer.trainer import _default_agent_name
+    from rulka.worker.build import build_plugin, opt
+
+    cfg = config_from_dict(yaml.safe_load((run_dir / "config.resolved.yaml").read_text()))
+    threads = opt(cfg, "trainer.torch_threads")
+    if threads:
+        torch.set_num_threads(int(threads))
+    agent = build_plugin("agent", _default_agent_name(cfg), opt(cfg, "trainer.agent_kwargs"), cfg)
+    memory = build_plugin("memory", str(opt(cfg, "trainer.memory") or _default_agent_name(cfg)),
+                          opt(cfg, "trainer.memory_kwargs"), cfg)
+    folder = ckpt.latest_checkpoint(run_dir / "checkpoints")
+    agent_state, _ = ckpt.read_checkpoint(folder)
+    agent.load_state_dict(agent_state)
+    memory.load(folder / "replay")
+    batch_size = int(getattr(agent, "batch_size", 64))
+    for _ in range(3):
+        agent.train(memory.sample(batch_size))
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        agent.train(memory.sample(batch_size))
+        n += 1
+    return {"updates_per_s": round(n / (time.perf_counter() - t0), 2), "torch_threads": torch.get_num_threads(),
+            "memory_size": len(memory), "batch_size": batch_size}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="cartpole, 2 workers, 30 s")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
+    parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
+    parser.add_argument("--seconds", type=float, default=20.0, help="timed window of each run")
+    parser.add_argument("--alone-seconds", type=float, default=10.0)
+    parser.add_argument("--alone", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one run folder
+    args = parser.parse_args()
+    if args.alone is not None:
+        print(json.dumps(alone(args.alone, args.alone_seconds)))
+        return 0
+    configs, counts, seconds = args.configs.split(","), [int(n) for n in args.workers.split(",")], args.seconds
+    if args.quick:
+        configs, counts, seconds = ["cartpole"], [2], 30.0
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rulka-trainer-loop-") as tmp:
+        for name in configs:
+            config, overrides = CONFIGS[name]
+            for n in counts:
+                run_dir = Path(tmp) / f"{name}-{n}"
+                role = measure_role(config, overrides, n, seconds, run_dir)
+                row: dict[str, Any] = {"config": name, "workers": n, "trainer": role}
+                if "error" not in role:
+                    out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir),
+                                          "--alone-seconds", str(args.alone_seconds)],
+                                         capture_output=True, text=True, timeout=600)
+                    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+                    row["alone"] = json.loads(lines[-1]) if lines else {"error": out.stderr[-300:]}
+                    a = row["alone"].get("updates_per_s")
+                    r = role.pop("_inserts"), role.pop("_updates")
+                    if a and role["updates_per_s"] is not None:
+                        row["ratio"] = round(role["updates_per_s"] / a, 3)
+                    batch = int(row["alone"].get("batch_size", 64))
+                    if r[0] and role.get("spi_target"):
+                        row["spi"] = round(r[1] * batch / r[0], 2)
+                        row["spi_vs_target"] = round(row["spi"] / role["spi_target"], 3)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                results.append(row)
+    print(json.dumps({"bench": "trainer_loop", "results": results,
+                      "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                      "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
