@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
+from test_learning_iqn import _greedy_return
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_FRAMES = 200_000  # the single-process test's budget
@@ -36,27 +36,12 @@ def _frames(run_dir: Path) -> int:
     return 0
 
 
-def _greedy(actor, episodes: int = 20, seed: int = 100_000) -> float:
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        done, total = False, 0.0
-        while not done:
-            obs, r, te, tr, _ = env.step(actor.act(obs, test=True))
-            total += r
-            done = te or tr
-        returns.append(total)
-    return float(np.mean(returns))
-
-
 @pytest.mark.slow
 @pytest.mark.extended
 @pytest.mark.integration
 @pytest.mark.timeout(MINUTES * 60 + 300)
 def test_unpaced_cartpole_run_reaches_475(tmp_path):
+    import gymnasium as gym
     import torch
 
     from rulka.envs.sim.policy import load_policy
@@ -81,7 +66,7 @@ def test_unpaced_cartpole_run_reaches_475(tmp_path):
             seen = policy.stat().st_mtime
             frames = _frames(run_dir)
             actor, _ = load_policy(run_dir)
-            score = _greedy(actor)
+            score = _greedy_return(gym.make("CartPole-v1"), actor, 20, seed=100_000)
             history.append((frames, round(score, 1)))
             best = max(best, score)
             if best >= 475 or frames > MAX_FRAMES:
