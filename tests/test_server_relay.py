@@ -350,3 +350,32 @@ def test_revocation_closes_observer_connections_too(core, keys, tmp_path):
     core.worker_keys()
     assert w.closed and obs.closed
     assert {"refused": "revoked"} in w.received() and {"refused": "revoked"} in obs.received()
+
+
+def test_a_flooding_worker_cannot_crowd_out_an_honest_one(core, keys):
+    _, creds = keys
+    flood = connect(core, creds, "w1")
+    honest = connect(core, creds, "w2")
+    for n in range(40):  # far more than the whole queue (20 kB)
+        send_message(flood, creds["w1"], "segment", b"f" * 900, 100 + n, "trainer", 1)
+    assert core.bad["queue_full"] > 0 and core.queued_bytes["w1"] <= core.settings.server_queue_bytes // 2
+    for n in range(5):
+        send_message(honest, creds["w2"], "segment", b"h" * 900, 200 + n, "trainer", 1)
+    assert core.clients["w2"].bad.get("queue_full", 0) == 0  # every honest segment was queued
+    t = connect(core, creds, "trainer")
+    t.send("NTF", {"trainer": 12})
+    senders = [e["s"] for e in t.received()]
+    assert senders == ["w1", "w2"] * 5 + ["w1", "w1"]  # one message each in turn
+
+
+def test_multi_chunk_messages_are_not_interleaved(core, keys):
+    _, creds = keys
+    w1 = connect(core, creds, "w1")
+    w2 = connect(core, creds, "w2")
+    send_message(w1, creds["w1"], "segment", b"a" * 3000, 1, "trainer", 1)  # 3 chunks
+    send_message(w2, creds["w2"], "segment", b"b" * 3000, 1, "trainer", 1)
+    send_message(w1, creds["w1"], "segment", b"c" * 1000, 2, "trainer", 1)
+    t = connect(core, creds, "trainer")
+    t.send("NTF", {"trainer": -1})
+    got = [(e["s"], e["n"]) for e in t.received()]
+    assert got == [("w1", 1)] * 3 + [("w2", 1)] * 3 + [("w1", 2)]

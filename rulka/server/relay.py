@@ -15,8 +15,11 @@ Here:
   its own channels: the trainer ``trainer`` (segments, pulled with credit), a worker ``workers``
   (broadcasts) and ``w:<name>`` (messages to it); a client can only send as itself, a worker
   only to the trainer, and only the trainer to workers;
-- the trainer queue is bounded in bytes; the latest complete ``weights`` message (all its
-  chunks) is retained and sent to every worker as it joins;
+- the trainer queue is bounded in bytes and shared fairly: each sender may hold at most an equal
+  share of it (the bound over the workers connected or queued), and the trainer is served one
+  whole message per sender in turn, so a flooding worker cannot crowd out an honest one; the
+  latest complete ``weights`` message (all its chunks) is retained and sent to every worker as
+  it joins;
 - every client has counters (messages/bytes in/out, bad inputs by reason), and the latest
   ``stats`` per sender are kept for ``rulka status``;
 - a client that does not read is not read from either: when Twisted's write buffer for it is
@@ -111,7 +114,11 @@ class RelayCore:
         self.conn_serial = secrets.randbelow(1 << 48)
         self.trainer: RelayProtocol | None = None
         self.workers: dict[str, RelayProtocol] = {}
-        self.trainer_queue: collections.deque[bytes] = collections.deque()
+        # per sender: (chunk, last chunk of its message?), oldest first
+        self.trainer_queues: dict[str, collections.deque[tuple[bytes, bool]]] = {}
+        self.queued_bytes: dict[str, int] = collections.defaultdict(int)
+        self._turn: collections.deque[str] = collections.deque()  # senders waiting, in serving order
+        self._serving: str | None = None  # the sender whose message is being dispatched
         self.trainer_queue_bytes = 0
         self.trainer_credit = 0
         self.retained: list[bytes] = []  # chunks of the latest complete weights message
@@ -166,21 +173,51 @@ class RelayCore:
                         f": {detail}" if detail else "", self.bad[reason])
 
     # -- routing -------------------------------------------------------------------------------
-    def enqueue_for_trainer(self, obj: bytes, sender: str) -> None:
+    @property
+    def trainer_queue(self) -> list[bytes]:
+        """Every chunk waiting for the trainer (all senders)."""
+        return [obj for q in self.trainer_queues.values() for obj, _ in q]
+
+    def fair_share(self) -> int:
+        """Bytes one sender may hold in the trainer queue: an equal share among the workers
+        connected or with chunks queued."""
+        active = set(self.workers) | {s for s, q in self.trainer_queues.items() if q}
+        return self.settings.server_queue_bytes // max(1, len(active))
+
+    def enqueue_for_trainer(self, obj: bytes, sender: str, last: bool = True) -> None:
         if self.trainer_queue_bytes + len(obj) > self.settings.server_queue_bytes:
             self.count_bad("queue_full", sender, "trainer queue is full; chunk dropped")
             return
-        self.trainer_queue.append(obj)
+        if self.queued_bytes[sender] + len(obj) > self.fair_share():
+            self.count_bad("queue_full", sender, "this sender's share of the trainer queue is full; chunk dropped")
+            return
+        q = self.trainer_queues.setdefault(sender, collections.deque())
+        if not q and sender != self._serving:
+            self._turn.append(sender)
+        q.append((obj, last))
+        self.queued_bytes[sender] += len(obj)
         self.trainer_queue_bytes += len(obj)
         self.dispatch_trainer()
 
     def dispatch_trainer(self) -> None:
         t = self.trainer
-        while t is not None and self.trainer_credit > 0 and self.trainer_queue:
-            obj = self.trainer_queue.popleft()
+        while t is not None and self.trainer_credit > 0:
+            if self._serving is None or not self.trainer_queues.get(self._serving):
+                # the current sender has nothing queued (or its message is done): next in turn
+                self._serving = self._turn.popleft() if self._turn else None
+                if self._serving is None:
+                    return
+            sender = self._serving
+            q = self.trainer_queues[sender]
+            obj, last = q.popleft()
+            self.queued_bytes[sender] -= len(obj)
             self.trainer_queue_bytes -= len(obj)
             self.trainer_credit -= 1
             t.send_obj(obj)
+            if last:  # a whole message went out: the next sender's turn
+                self._serving = None
+                if q:
+                    self._turn.append(sender)
 
     def broadcast_weights_chunk(self, obj: bytes, env: dict[str, Any]) -> None:
         n = env["n"]
@@ -418,7 +455,7 @@ class RelayProtocol(protocol.Protocol):
             return self._route_from_trainer(channel, count, obj, env)
         if channel != "trainer" or count != 1:
             return self.core.count_bad("forbidden_route", self.identity, f"worker sent to {channel[:64]!r}")
-        return self.core.enqueue_for_trainer(obj, self.identity)  # type: ignore[arg-type]
+        return self.core.enqueue_for_trainer(obj, self.identity, env["i"] == env["c"] - 1)  # type: ignore[arg-type]
 
     def _route_from_trainer(self, channel: str, count: int, obj: bytes, env: dict[str, Any]) -> None:
         core = self.core

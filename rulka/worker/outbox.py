@@ -23,8 +23,10 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,10 @@ class Outbox:
     takes what is due and marks acknowledgements.
 
     ``directory`` (optional): where segments are written (durable mode); segments found there
-    at start are loaded as unacknowledged, and ``counters.bump_past`` is called for each.
+    at start are loaded as unacknowledged, and ``counters.bump_past`` is called for each. A file
+    larger than ``max_payload_bytes`` or that ``validate`` (payload -> None, raises on bad bytes)
+    rejects is moved to ``<directory>/../quarantine/`` and counted in ``quarantined``: it could
+    never be delivered, and resending it would block or loop for ever.
     """
 
     def __init__(
@@ -118,6 +123,8 @@ class Outbox:
         disk_limit_bytes: int = 4096 << 20,
         on_full: str = "block",
         counters: WorkerCounters | None = None,
+        max_payload_bytes: int | None = None,
+        validate: Callable[[bytes], Any] | None = None,
     ) -> None:
         if on_full not in ("block", "drop_oldest"):
             raise ValueError(f"on_full must be 'block' or 'drop_oldest', not {on_full!r}")
@@ -126,6 +133,9 @@ class Outbox:
         self.memory_limit_bytes = int(memory_limit_bytes)
         self.disk_limit_bytes = int(disk_limit_bytes)
         self.on_full = on_full
+        self.max_payload_bytes = max_payload_bytes
+        self._validate = validate
+        self.quarantined = 0
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._cond = threading.Condition()
         self.memory_bytes = 0
@@ -156,12 +166,55 @@ class Outbox:
             elif path.suffix == _SEGMENT_SUFFIX and path.stem.isdigit():
                 found.append((int(path.stem), path.stat().st_size))
         for seq, size in sorted(found):
+            if counters is not None:
+                counters.bump_past(seq)  # even a quarantined number is never reused
+            problem = self._check_file(seq, size)
+            if problem:
+                self._quarantine_file(seq, problem)
+                continue
             self._entries[seq] = _Entry(seq, size, None, True)
             self.disk_bytes += size
-            if counters is not None:
-                counters.bump_past(seq)
         if found:
             log.info("resuming with %d unacknowledged segments from %s", len(found), self.directory)
+
+    def _check_file(self, seq: int, size: int) -> str:
+        """Why the spilled segment ``seq`` can never be delivered ("" if it can)."""
+        if self.max_payload_bytes is not None and size > self.max_payload_bytes:
+            return f"{size} bytes, over network.max_message_bytes ({self.max_payload_bytes})"
+        if self._validate is not None:
+            try:
+                self._validate(self._path(seq).read_bytes())
+            except Exception as exc:  # noqa: BLE001 - any failure to decode means undeliverable
+                return f"cannot be decoded ({type(exc).__name__}: {str(exc)[:120]})"
+        return ""
+
+    def _quarantine_file(self, seq: int, problem: str) -> None:
+        assert self.directory is not None
+        folder = self.directory.parent / "quarantine"
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(self._path(seq), folder / self._path(seq).name)
+        except OSError:
+            self._path(seq).unlink(missing_ok=True)
+        self.quarantined += 1
+        log.warning("spilled segment %d %s: moved to %s (%d quarantined)", seq, problem, folder, self.quarantined)
+
+    def quarantine(self, seq: int, problem: str) -> None:
+        """Give up on segment ``seq`` (it can never be delivered): out of the outbox, its file
+        moved aside for inspection, counted in ``quarantined``."""
+        with self._cond:
+            entry = self._entries.pop(seq, None)
+            if entry is None:
+                return
+            if entry.payload is not None:
+                self.memory_bytes -= entry.size
+            if entry.on_disk:
+                self.disk_bytes -= entry.size
+                self._quarantine_file(seq, problem)
+            else:
+                self.quarantined += 1
+                log.warning("segment %d %s: dropped (%d quarantined)", seq, problem, self.quarantined)
+            self._cond.notify_all()
 
     def _read(self, entry: _Entry) -> bytes | None:
         try:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rulka.compress import codec_name, frame_segment
+from rulka.compress import SegmentDecoder, ZstdCompressor, codec_name, frame_segment
 from rulka.envs.map_cycle import MapCycle
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import ActorModule, SampleCompressor
@@ -76,6 +76,21 @@ def decode_ack(payload: bytes) -> list[int]:
     if not isinstance(obj, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in obj):
         raise BadInput("ack", "not a list of ints")
     return obj
+
+
+class _SpillCheck:
+    """Decodes a spilled segment left by an earlier run (raises BadInput when it cannot be). A
+    codec this process does not know is not a reason to give the segment up: the trainer may."""
+
+    def __init__(self) -> None:
+        self._decoder = SegmentDecoder(ZstdCompressor())
+
+    def __call__(self, data: bytes) -> None:
+        try:
+            self._decoder.decompress(data)
+        except BadInput as exc:
+            if "unknown codec" not in str(exc):
+                raise
 
 
 class _EpisodeBuffer:
@@ -209,6 +224,8 @@ class Worker:
             disk_limit_bytes=int(float(opt(cfg, "worker.spill_limit_mb", 4096)) * (1 << 20)),
             on_full=str(opt(cfg, "worker.on_full", "block")),
             counters=self.counters,
+            max_payload_bytes=getattr(getattr(link, "settings", None), "max_message_bytes", None),
+            validate=_SpillCheck(),
         )
         self.segment_max_steps = int(opt(cfg, "worker.segment_max_steps", 200))
         self._produced_log = Path(produced_log) if produced_log is not None else None
@@ -349,6 +366,9 @@ class Worker:
                 self.link.send("segment", payload)
             except OutboxFull:
                 break  # the link is saturated; try again on the next round
+            except ValueError as exc:  # over network.max_message_bytes: it can never be sent
+                self.outbox.quarantine(seq, str(exc))
+                continue
             except LinkClosed:
                 self._stop.set()
                 return
