@@ -31,3 +31,9 @@ class BadInput(Exception):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``exc`` as one line of at most ``limit`` characters (for ``error: ...`` messages)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -53,11 +53,13 @@ def build_plugin(kind: str, name: str, kwargs: Mapping[str, Any] | None = None, 
         raise UserError(f"{kind} plugin '{name}' cannot be built with {sorted(kw)}: {exc}") from exc
 
 
-def make_env(cfg: Any) -> Any:
+def make_env(cfg: Any, render_mode: str | None = None) -> Any:
     """The env the config describes: ``environment.backend == "gym"`` makes
     ``gymnasium.make(environment.gym_id, **environment.gym_kwargs)``; any other backend is an
-    ``env`` plugin (``"sim"`` by default) called with ``config=cfg``."""
+    ``env`` plugin (``"sim"`` by default) called with ``config=cfg``. ``render_mode`` (e.g.
+    ``"rgb_array"`` for videos) is passed on; an env plugin that takes none cannot render."""
     backend = opt(cfg, "environment.backend", "sim")
+    extra = {} if render_mode is None else {"render_mode": render_mode}
     if backend == "gym":
         import gymnasium
 
@@ -65,7 +67,7 @@ def make_env(cfg: Any) -> Any:
         if not gym_id:
             raise UserError("environment.backend is 'gym' but environment.gym_id is not set")
         try:
-            return gymnasium.make(gym_id, **dict(opt(cfg, "environment.gym_kwargs", {}) or {}))
+            return gymnasium.make(gym_id, **dict(opt(cfg, "environment.gym_kwargs", {}) or {}), **extra)
         except gymnasium.error.Error as exc:
             raise UserError(f"cannot make gym env '{gym_id}': {exc}") from exc
     factory = resolve("env", backend)
@@ -73,7 +75,10 @@ def make_env(cfg: Any) -> Any:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
-    return factory(config=cfg) if "config" in params else factory()
+    if extra and "render_mode" not in params:
+        raise UserError(f"env plugin '{backend}' takes no render_mode: it cannot render frames")
+    kwargs = {"config": cfg} if "config" in params else {}
+    return factory(**kwargs, **extra)
 
 
 POTENTIAL_KEY = "obs/potential"

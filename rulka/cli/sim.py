@@ -46,7 +46,8 @@ def register(subparsers: Any) -> None:
                        description=("Drive one episode (scripted driver, or a saved policy with --policy) and "
                                     "write NAME.gif (camera view beside a map) and NAME.png (the track with "
                                     "the driven line coloured by speed) into --out."))
-    p.add_argument("--track", default="default", help="bundled name, gen:<seed> or a track .json (default: default)")
+    p.add_argument("--track", default=None,
+                   help="bundled name, gen:<seed> or a track .json (default: the policy's track, else default)")
     p.add_argument("--policy", default=None, metavar="WEIGHTS_OR_RUN_DIR",
                    help="a policy.safetensors file, or a run folder holding one (default: the scripted driver)")
     p.add_argument("--out", type=Path, default=Path("renders"), metavar="DIR", help="output folder (default: renders)")
@@ -113,75 +114,69 @@ def cmd_reference(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_render(args: argparse.Namespace) -> int:
-    import numpy as np
+class _DriverActor:
+    """The scripted driver as an actor (it reads the car, not the observation)."""
 
-    from rulka.envs.sim.driver import ScriptedDriver
+    def __init__(self, env: Any) -> None:
+        from rulka.envs.sim.driver import ScriptedDriver
+
+        self.env = env
+        self.driver = ScriptedDriver(env.track)
+
+    def reset(self) -> None:  # after env.reset, which may have changed the track
+        from rulka.envs.sim.driver import ScriptedDriver
+
+        if self.driver.track is not self.env.track:
+            self.driver = ScriptedDriver(self.env.track)
+
+    def act(self, obs: Any, test: bool = False) -> Any:
+        import numpy as np
+
+        car = self.env.car
+        if self.env.continuous:
+            ctl = self.driver.controls(car)
+            return np.array([ctl.gas, ctl.brake, -ctl.steer], dtype=np.float32)
+        return self.driver.action(car)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    import math
+
     from rulka.envs.sim.env import SimTrackEnv
-    from rulka.envs.sim.render import track_picture, write_animation, write_png
+    from rulka.envs.video import EpisodeRecorder, file_stem
+    from rulka.evaluation import run_episode
 
     if args.every < 1:
         raise UserError("--every must be >= 1")
-    actor = None
+    actor: Any = None
     config: Any = None
     if args.policy:
-        from rulka.envs.sim.policy import load_policy
+        from rulka.envs.sim.policy import load_policy, read_policy_file, spec_config
 
-        actor, spec = load_policy(args.policy)
-        config = spec.get("run_config")
-        if config is None and isinstance(spec.get("run_config_json"), str):
-            # what rulka-trainer writes into <run>/weights/policy.safetensors
-            import json
-
-            from rulka.config import config_from_dict
-
-            config = config_from_dict(json.loads(spec["run_config_json"]))
-    env = SimTrackEnv(config=config, track=args.track, render_mode="rgb_array",
+        config = spec_config(read_policy_file(args.policy)[2])
+        actor, _ = load_policy(args.policy, config)
+    env = SimTrackEnv(config=config, track=args.track or (None if config is not None else "default"),
+                      render_mode="rgb_array",
                       image=None if config is not None else True)
     reference = checkpoints = None
+    options = None
     if args.line is not None:
         from rulka.envs.reference_line import read_reference_file
 
         reference, checkpoints = read_reference_file(args.line)
-        obs, _ = env.reset(seed=0, options={"map": args.track, "reference_line": str(args.line)})
-    else:
-        obs, _ = env.reset(seed=0)
-    driver = ScriptedDriver(env.track)
-    frames = [env.render()]
-    trace = [(env.car.x, env.car.z, 0.0)]
-    info: dict[str, Any] = {}
-    step = 0
-    while env.car.race_time_ms < args.max_seconds * 1000:
-        if actor is not None:
-            action = actor.act(obs, test=True)
-        else:
-            action = driver.action(env.car)
-            if env.continuous:
-                ctl = driver.controls(env.car)
-                action = np.array([ctl.gas, ctl.brake, -ctl.steer], dtype=np.float32)
-        obs, _, terminated, truncated, info = env.step(action)
-        step += 1
-        trace.append((env.car.x, env.car.z, env.car.speed))
-        if not args.no_animation and step % args.every == 0:
-            frames.append(env.render())
-        if terminated or truncated:
-            break
-    args.out.mkdir(parents=True, exist_ok=True)
-    who = "policy" if actor is not None else "driver"
-    stem = args.out / f"{env.track.name.replace(':', '_')}_{who}"
-    outcome = (f"finished in {info['race_time_ms'] / 1000:.2f} s" if info.get("finished")
-               else f"stopped at {env.car.race_time_ms / 1000:.2f} s ({info.get('cutoff') or 'time limit'})")
-    picture = track_picture(env.track, np.asarray(trace), title=f"{env.track.name} - {who}: {outcome}",
-                            reference=reference, checkpoints=checkpoints)
-    write_png(stem.with_suffix(".png"), picture)
-    print(stem.with_suffix(".png"))
-    if not args.no_animation:
-        fps = max(1, round(20 / args.every))
-        anim = stem.with_suffix("." + args.format)
-        try:
-            write_animation(anim, frames, fps=fps)
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise UserError(f"cannot write {anim}: {exc} (try --format gif)") from exc
-        print(anim)
+        options = {"map": env.track.name, "reference_line": str(args.line)}
+    if actor is None:
+        actor = _DriverActor(env)
+    recorder = EpisodeRecorder(every=args.every, animate=not args.no_animation)
+    max_steps = math.ceil(args.max_seconds * 1000 / (10 * env.steps_per_action))
+    run_episode(env, actor, seed=0, options=options, max_steps=max_steps, on_reset=recorder.start,
+                on_step=recorder.step)
+    who = "policy" if args.policy else "driver"
+    outcome = recorder.outcome()
+    paths = recorder.write(args.out, f"{file_stem(env.track.name)}_{who}", fmt=args.format,
+                           title=f"{env.track.name} - {who}: {outcome}", reference=reference,
+                           checkpoints=checkpoints)
+    for path in paths:
+        print(path)
     print(f"{env.track.name}: {who} {outcome}")
     return 0

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rulka.errors import UserError
+from rulka.errors import UserError, one_line
 
 POLICY_FILE = "policy.safetensors"
 
@@ -45,25 +45,65 @@ def find_policy_file(path: str | Path) -> Path:
     )
 
 
-def load_policy(path: str | Path) -> tuple[Any, dict[str, Any]]:
-    """The actor saved at ``path`` (built from the registry, weights loaded) and its spec."""
+def read_policy_file(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """(file, tensors, actor spec) of the policy at ``path``; a missing, truncated or foreign file,
+    or one without a valid ``actor_spec``, raises a one-line UserError."""
     from safetensors import safe_open
     from safetensors.torch import load_file
-
-    from rulka.registry import resolve
 
     file = find_policy_file(path)
     try:
         with safe_open(str(file), framework="pt") as fh:
             meta = fh.metadata() or {}
         tensors = load_file(str(file))
-    except Exception as exc:  # a corrupt or foreign file: say so in one line
-        raise UserError(f"cannot read policy file '{file}': {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file: say so in one line
+        raise UserError(f"cannot read policy file '{file}': {one_line(exc)}") from exc
     try:
         spec = json.loads(meta["actor_spec"])
-        name = spec["actor"]
+        if not isinstance(spec, dict) or not isinstance(spec["actor"], str):
+            raise TypeError("actor_spec is not {'actor': name, ...}")
+        if not isinstance(spec.get("kwargs", {}), dict):
+            raise TypeError("actor_spec kwargs is not a mapping")
     except (KeyError, ValueError, TypeError) as exc:
         raise UserError(f"policy file '{file}' has no valid 'actor_spec' metadata entry") from exc
-    actor = resolve("actor", str(name))(**dict(spec.get("kwargs", {})))
-    actor.load_weights(tensors)
+    return file, tensors, spec
+
+
+def spec_config(spec: Mapping[str, Any]) -> Any:
+    """The run config a policy file carries (``run_config_json``, what rulka-trainer writes, or a
+    plain ``run_config`` mapping) as a RulkaConfig; None when it carries none."""
+    from rulka.config import config_from_dict
+
+    data = spec.get("run_config")
+    if data is None and isinstance(spec.get("run_config_json"), str):
+        try:
+            data = json.loads(spec["run_config_json"])
+        except ValueError as exc:
+            raise UserError(f"the policy's run_config_json is not JSON: {exc}") from exc
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise UserError("the policy's run config is not a mapping")
+    return config_from_dict(data)
+
+
+def load_policy(path: str | Path, cfg: Any = None) -> tuple[Any, dict[str, Any]]:
+    """The actor saved at ``path`` and its spec. The actor is built as a worker builds it (registry
+    name or ``module:Class``, the spec's kwargs, plus ``cfg`` when it takes one) and its weights
+    loaded; any mismatch between the file and its actor is a one-line UserError."""
+    from rulka.worker.build import build_plugin
+
+    file, tensors, spec = read_policy_file(path)
+    name = spec["actor"]
+    try:
+        actor = build_plugin("actor", name, spec.get("kwargs"), cfg)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - kwargs the actor refuses (a damaged or foreign spec)
+        raise UserError(f"policy file '{file}': actor '{name}' cannot be built from its spec: "
+                        f"{one_line(exc)}") from exc
+    try:
+        actor.load_weights(tensors)
+    except Exception as exc:  # noqa: BLE001 - wrong shapes, missing or extra tensors
+        raise UserError(f"policy file '{file}' does not fit its actor '{name}': {one_line(exc)}") from exc
     return actor, spec
