@@ -205,7 +205,9 @@ def register(subparsers: Any) -> None:
 def _main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
-    if not Path(args.config).is_file():
+    from rulka.bundled import bundled_config
+
+    if not Path(args.config).is_file() and bundled_config(args.config) is None:
         raise UserError(f"config file {args.config} not found")
     run_dir = args.resume or args.run_dir
     run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,

@@ -127,7 +127,12 @@ def read_yaml_file(path: str | Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        from rulka.bundled import bundled_config
+
+        bundled = bundled_config(path)  # configs/sim_iqn.yaml from any folder: the copy rulka ships
+        if bundled is None:
+            raise ConfigError(f"config file {path} does not exist") from None
+        text = bundled.read_text(encoding="utf-8")
     except IsADirectoryError:
         raise ConfigError(f"config file {path} is a directory without a {RESOLVED_NAME}") from None
     except (OSError, UnicodeDecodeError) as exc:
