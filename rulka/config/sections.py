@@ -1210,6 +1210,10 @@ class TrainerConfig(Section):
     """ppo/grpo/dpo: drop (and count) data from weights more than N versions old (null = keep all)."""
     checkpoint_every_s: PositiveFloat = 300
     """Seconds between checkpoints."""
+    eval_every_versions: NonNegativeInt = 0
+    """Every N weights versions, ask one worker (in turn) for greedy test episodes, logged as eval/... and not trained on (0 = never)."""
+    eval_episodes: PositiveInt = 1
+    """Greedy test episodes per request."""
     verify: bool = False
     """Check that the memory rebuilds exactly what workers saw."""
     device: str = "auto"

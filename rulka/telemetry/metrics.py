@@ -1,7 +1,8 @@
 """Metric names shared by the roles, the tests and `rulka plot`, plus small aggregators.
 
 Names are namespaced like CleanRL's: ``charts/...`` (what the policy does), ``losses/...`` (what
-the optimiser sees), ``perf/...`` (whether the system is the bottleneck). Per-map and per-worker
+the optimiser sees), ``perf/...`` (whether the system is the bottleneck), ``eval/...`` (greedy
+test episodes: the policy's level without exploration; same leaves as ``charts/``). Per-map and per-worker
 variants put the map or worker name in the middle: ``charts/<map>/race_time_ms``,
 ``perf/<worker>/samples_per_s``.
 """
@@ -51,12 +52,19 @@ POLICY_LAG_MIN = "perf/policy_lag_min"
 POLICY_LAG_AVG = "perf/policy_lag_avg"
 POLICY_LAG_MAX = "perf/policy_lag_max"
 
-NAMESPACES = ("charts", "losses", "perf")
+# -- greedy test episodes (trainer.eval_every_versions): the charts/ episode metrics under eval/ -------
+EVAL_RETURN = "eval/episodic_return"
+EVAL_RACE_TIME_MS = "eval/race_time_ms"
+EVAL_FINISH_RATE = "eval/finish_rate"
+EVAL_EPISODES = "eval/episodes"
+
+NAMESPACES = ("charts", "losses", "perf", "eval")
 
 STANDARD_METRICS: tuple[str, ...] = (
     EPISODIC_RETURN, RACE_TIME_MS, FINISH_RATE, EPISODES, REFERENCE_TIME_MS, LEARNING_RATE,
-    EPSILON, EPSILON_BOLTZMANN, Q_MEAN, Q_STD, WEIGHTS_VERSION, SAMPLES_RECEIVED, BATCHES_TRAINED, TD_LOSS, TEST_LOSS,
-    GRAD_NORM, SAMPLES_PER_S, ACTIONS_PER_S, BATCHES_PER_S, SAMPLES_TRAINED_PER_SAMPLE_RECEIVED,
+    EPSILON, EPSILON_BOLTZMANN, Q_MEAN, Q_STD, WEIGHTS_VERSION, SAMPLES_RECEIVED, BATCHES_TRAINED, TD_LOSS,
+    TEST_LOSS, GRAD_NORM, EVAL_RETURN, EVAL_RACE_TIME_MS, EVAL_FINISH_RATE, EVAL_EPISODES, SAMPLES_PER_S,
+    ACTIONS_PER_S, BATCHES_PER_S, SAMPLES_TRAINED_PER_SAMPLE_RECEIVED,
     INGEST_MB_PER_S, QUEUE_DEPTH, SEGMENTS_DROPPED, SEGMENTS_DUPLICATE, SEGMENTS_RESENT,
     UNSENT_SEGMENTS, WORKERS_CONNECTED, POLICY_LAG_MIN, POLICY_LAG_AVG, POLICY_LAG_MAX,
 )
@@ -182,10 +190,14 @@ class EpisodeStats:
 
     ``add(map_name, episodic_return, race_time_ms, finished)`` per episode; ``pop_metrics()``
     returns mean return, mean race time of finished episodes and finish rate, both overall and
-    per map (``charts/<map>/...``), plus the cumulative episode counts.
+    per map (``charts/<map>/...``), plus the cumulative episode counts. ``namespace="eval"``
+    names them ``eval/...`` instead (greedy test episodes).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str = "charts") -> None:
+        if namespace not in NAMESPACES:
+            raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
+        self.namespace = namespace
         self._lock = threading.Lock()
         self._pending: dict[str, list[tuple[float, float | None, bool]]] = {}
         self._episodes: dict[str, int] = {}
@@ -240,4 +252,6 @@ class EpisodeStats:
             for map_name, count in episodes.items():
                 if _valid_scope(map_name):
                     out[per_map(EPISODES, map_name)] = float(count)
+        if self.namespace != "charts":
+            out = {f"{self.namespace}/{name.partition('/')[2]}": value for name, value in out.items()}
         return out

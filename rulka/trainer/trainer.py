@@ -119,6 +119,9 @@ class Trainer:
         self.verify = bool(opt(cfg, "trainer.verify", False)) if verify is None else verify
         self.publish_every = max(1, int(opt(cfg, "trainer.publish_every_updates", 100)))
         self.checkpoint_every_s = float(opt(cfg, "trainer.checkpoint_every_s", 300))
+        # greedy test episodes: every N versions one worker (in turn) is asked for some
+        self.eval_every_versions = int(opt(cfg, "trainer.eval_every_versions", 0))
+        self.eval_episodes = int(opt(cfg, "trainer.eval_episodes", 1))
         ratio = opt(cfg, "trainer.max_updates_per_env_step", None)
         self.max_updates_per_env_step = float(ratio) if ratio is not None else None
         self.batch_size = int(getattr(self.agent, "batch_size", None) or opt(cfg, "training.batch_size", 64))
@@ -164,6 +167,8 @@ class Trainer:
         self._returns: list[float] = []  # recent episode returns (progress line)
         # returns, race times and finish rates per map since the last metrics record
         self.episode_stats = EpisodeStats()
+        self.eval_stats = EpisodeStats(namespace="eval")  # greedy test episodes, apart
+        self._eval_turn = 0
         self.last_race_time_ms: float | None = None  # latest finished race (progress line)
         self._last_train_metrics: dict[str, float] = {}
         # rate limit: segments held back while the learner is behind, credit granted per worker
@@ -248,11 +253,22 @@ class Trainer:
         self.memory.set_policy_version(self.version)
         if self.run_dir is not None:
             ckpt.record_published(self.run_dir, self.run_id, self.version)
-        blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(),
-                           self._actor_spec_with_config())
+        spec = self._actor_spec_with_config()
+        if self.eval_every_versions and self.version % self.eval_every_versions == 0:
+            spec.update(self._eval_request())
+        blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(), spec)
         self._last_weights = self._encode_weights(blob)
         self.link.broadcast("weights", self._last_weights)
         return self.version
+
+    def _eval_request(self) -> dict[str, Any]:
+        """Ask for ``eval_episodes`` greedy test episodes (they ride with the weights): from the
+        workers heard from, one in turn; any worker while none is known."""
+        known = sorted(set(self._last_heard) | set(self.worker_stats))
+        worker = known[self._eval_turn % len(known)] if known else ""
+        self._eval_turn += 1
+        self.counters["eval_requests"] += 1
+        return {"eval_episodes": self.eval_episodes, "eval_worker": worker}
 
     def _republish_after_reconnect(self) -> None:
         # a restarted server has lost the weights it retained for late joiners: send them again
@@ -427,6 +443,8 @@ class Trainer:
             self.accepted_log_bytes += len(line)
         if seg.run_id not in ("", self.run_id):
             self.counters["other_run"] += 1
+        if seg.evaluation:
+            self.counters["eval_segments"] += 1
         self.segments += 1
         self._window["bytes"] += len(payload)
         if defer and (self._deferred or not self._may_insert()):
@@ -440,7 +458,12 @@ class Trainer:
             self._store(seg)
         if self.version:
             self._lags.append(self.version - seg.policy_version)
-        if seg.episode_done:
+        if seg.episode_done and seg.evaluation:
+            # a greedy test episode (the trainer's request, a map-cycle evaluation entry, a test
+            # worker): logged under eval/..., apart from the exploring episodes' charts/...
+            if self.eval_stats.add_segment(seg):
+                self.counters["eval_episodes"] += 1
+        elif seg.episode_done:
             self.episodes += 1
             ret = seg.info.get("episode_return")
             if isinstance(ret, (int, float)):
@@ -658,6 +681,7 @@ class Trainer:
             metrics.update({"perf/policy_lag_min": min(self._lags), "perf/policy_lag_max": max(self._lags),
                             "perf/policy_lag_avg": float(np.mean(self._lags))})
         metrics.update(self.episode_stats.pop_metrics())
+        metrics.update(self.eval_stats.pop_metrics())
         metrics["charts/episodes"] = self.episodes  # the run's total (restored on resume)
         for worker, stats in self.worker_stats.items():
             if now - stats["_t"] < 30 and isinstance(stats.get("samples_per_s"), (int, float)):

@@ -52,6 +52,7 @@ class WorkerStats:
     bad_messages: int = 0
     paused_s: float = 0.0  # time spent waiting for the trainer's credit
     credit_timeouts: int = 0  # waits given up because no credit message came for CREDIT_TIMEOUT_S
+    eval_episodes: int = 0  # greedy test episodes run at the trainer's request
     last_returns: list[float] = field(default_factory=list)
 
 
@@ -162,7 +163,9 @@ class Worker:
             ``verify_key``.
         state_dir: where sequence numbers and unacknowledged segments persist
             (``worker.spill_dir``); None keeps them in memory only.
-        test: greedy actions only (evaluation episodes, ``Segment.evaluation``).
+        test: greedy actions only (evaluation episodes, ``Segment.evaluation``). Without it, the
+            worker still runs greedy test episodes when weights ask for them (``eval_episodes``
+            and ``eval_worker`` in the actor spec: ``trainer.eval_every_versions``).
         act_before_weights: ``"wait"`` for the first weights (default) or ``"random"``
             (``env.action_space.sample()``) when no actor is available yet.
         produced_log: optional text file; one ``seq`` line per produced segment (audits, tests).
@@ -231,6 +234,7 @@ class Worker:
         self._produced_log = Path(produced_log) if produced_log is not None else None
         self._map_cycle: MapCycle | bool | None = None  # built from the config; False: none configured
         self._pending: Any = None  # newest verified weights blob not loaded yet
+        self.eval_pending = 0  # greedy test episodes the trainer asked for, not run yet
         self._pending_lock = threading.Lock()
         self._weights_event = threading.Event()
         self._stop = threading.Event()
@@ -306,11 +310,20 @@ class Worker:
         if isinstance(frames, int) and not isinstance(frames, bool) and frames >= 0:
             self._frames_played = frames
             self._tell_env_frames_played()
+        self._take_eval_request(spec)
         self.stats.weights_version = int(blob.version)
         self.stats.weights_loaded += 1
         self.run_id = str(blob.run_id)
         log.debug("loaded weights v%d", blob.version)
         return True
+
+    def _take_eval_request(self, spec: dict[str, Any]) -> None:
+        """Weights may ask for greedy test episodes: ``eval_episodes`` N, from ``eval_worker``
+        (this worker's name, or empty for any worker)."""
+        n = spec.get("eval_episodes")
+        target = spec.get("eval_worker", "")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0 and target in ("", self.name):
+            self.eval_pending = max(self.eval_pending, min(n, 100))
 
     def _apply_step_cap(self) -> None:
         # the command line wins over worker.max_steps_per_s (which may arrive with the weights)
@@ -522,9 +535,13 @@ class Worker:
                     break
                 if max_steps is not None and steps >= max_steps:
                     break
-                n = self._run_episode(stop_event, None if max_steps is None else max_steps - steps)
+                requested = not self.test and self.eval_pending > 0 and self.actor is not None
+                n = self._run_episode(stop_event, None if max_steps is None else max_steps - steps, requested)
                 if n < 0:
                     break
+                if requested:
+                    self.eval_pending -= 1
+                    self.stats.eval_episodes += 1
                 steps += n
                 episodes += 1
             if drain_timeout_s > 0:
@@ -545,18 +562,22 @@ class Worker:
         self._start_left -= 1
         return self._start_seed
 
-    def _run_episode(self, stop_event: threading.Event, step_budget: int | None) -> int:
-        """One episode; returns its steps, or -1 if it was cut short by ``stop_event``."""
+    def _run_episode(self, stop_event: threading.Event, step_budget: int | None, requested_test: bool = False) -> int:
+        """One episode; returns its steps, or -1 if it was cut short by ``stop_event``.
+
+        Greedy (an evaluation episode) for a test worker, for a map-cycle entry with
+        ``is_exploration: false``, and for a test episode the trainer asked for
+        (``requested_test``: never stored for training, and it uses up no GRPO start)."""
         self._wait_for_credit(stop_event)
         episode_id = self.counters.take_episode()
-        start_id = self._next_start()
+        start_id = None if requested_test else self._next_start()
         if self._map_cycle is None and self.cfg is not None:
             self._map_cycle = MapCycle.from_config(self.cfg) or False
         entry = self._map_cycle.next() if self._map_cycle else None
         # a map-cycle entry with is_exploration false is an evaluation episode (greedy); one with
         # fill_buffer false reaches the trainer for its metrics but not its memory
-        test = self.test or (entry is not None and not entry.is_exploration)
-        keep: dict[str, Any] = {} if entry is None or entry.fill_buffer else {"fill_buffer": False}
+        test = self.test or requested_test or (entry is not None and not entry.is_exploration)
+        keep: dict[str, Any] = {} if (entry is None or entry.fill_buffer) and not requested_test else {"fill_buffer": False}
         self._tell_env_frames_played()
         if entry is not None:
             obs, reset_info = self.env.reset(seed=start_id, options=MapCycle.reset_options(entry))
