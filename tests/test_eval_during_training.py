@@ -137,3 +137,28 @@ def test_a_request_for_another_worker_is_not_run_here():
     stats = worker.run(max_episodes=2, drain_timeout_s=0)
     assert stats.eval_episodes == 0 and not any(s.evaluation for s in _segments(worker))
     worker.close()
+
+
+def _orange_pixels(path) -> int:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        rgb = np.asarray(image.convert("RGB")).astype(int)
+    return int((np.abs(rgb - np.array([0xFF, 0x7F, 0x0E])).sum(axis=2) < 30).sum())
+
+
+def test_plot_draws_greedy_test_episodes_beside_exploring_ones(tmp_path):
+    from rulka.telemetry import metrics as m
+    from rulka.telemetry.plot import plot_run
+
+    for name, with_eval in (("with", True), ("without", False)):
+        run = tmp_path / name
+        with MetricsLogger(run, run_name=name, tensorboard=False) as logger:
+            for i in range(1, 40):
+                values = {m.per_map(m.EPISODIC_RETURN, "A01"): float(i), m.per_map(m.RACE_TIME_MS, "A01"): 60_000 - 100 * i}
+                if with_eval and i % 5 == 0:
+                    values.update({m.per_map(m.EVAL_RETURN, "A01"): 2.0 * i,
+                                   m.per_map(m.EVAL_RACE_TIME_MS, "A01"): 50_000 - 200 * i})
+                logger.log(values, step=i * 1000)
+        paths = {p.name: p for p in plot_run(run)}
+        assert (_orange_pixels(paths["A01.png"]) > 50) == with_eval

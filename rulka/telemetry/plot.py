@@ -83,7 +83,7 @@ def reference_times(series: Series, maps: list[str],
 
 def _maps(series: Series) -> list[str]:
     maps = {scope for scope, base in (split_scoped(n) for n in series)
-            if scope is not None and base in (m.EPISODIC_RETURN, m.RACE_TIME_MS)}
+            if scope is not None and base in (m.EPISODIC_RETURN, m.RACE_TIME_MS, m.EVAL_RETURN, m.EVAL_RACE_TIME_MS)}
     overall = [OVERALL] if (m.EPISODIC_RETURN in series or m.RACE_TIME_MS in series) else []
     return overall + sorted(maps)
 
@@ -101,11 +101,11 @@ def _smooth(values: list[float]) -> list[float]:
 
 
 def _draw(ax: Any, points: list[tuple[float, float, float]], x_index: int, x0: float, x_scale: float,
-          scale: float, label: str) -> None:
+          scale: float, label: str, color: str = "tab:blue") -> None:
     xs = [(p[x_index] - x0) / x_scale for p in points]
     ys = [p[2] * scale for p in points]
-    ax.plot(xs, ys, ".", alpha=0.3, markersize=3, color="tab:blue")
-    ax.plot(xs, _smooth(ys), "-", color="tab:blue", label=label)
+    ax.plot(xs, ys, ".", alpha=0.3, markersize=3, color=color)
+    ax.plot(xs, _smooth(ys), "-", color=color, label=label)
 
 
 def _safe_name(name: str) -> str:
@@ -124,7 +124,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
     """Write PNGs for a run and return their paths.
 
     Per map (and ``all maps``): episodic return and race time against frames and against wall
-    time, with the track's reference time as a dashed line. Plus ``training.png`` with losses,
+    time, with the track's reference time as a dashed line; greedy test episodes (``eval/...``,
+    ``trainer.eval_every_versions``) in orange beside the exploring ones. Plus ``training.png`` with losses,
     the other run-wide charts (Q statistics, learning rate, epsilon...) and throughput, up to 12
     panels. ``out_dir`` defaults to
     ``<run_dir>/plots``. Raises UserError when there is nothing to draw.
@@ -157,9 +158,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
 
         fig = Figure(figsize=(11, 7))
         axes = fig.subplots(2, 2)
-        rows = [(m.EPISODIC_RETURN, "episodic return", 1.0), (m.RACE_TIME_MS, "race time (s)", 1e-3)]
-        for row, (base, ylabel, scale) in enumerate(rows):
+        rows = [(m.EPISODIC_RETURN, m.EVAL_RETURN, "episodic return", 1.0),
+                (m.RACE_TIME_MS, m.EVAL_RACE_TIME_MS, "race time (s)", 1e-3)]
+        for row, (base, eval_base, ylabel, scale) in enumerate(rows):
             points = series.get(name_of(base), [])
+            greedy = series.get(name_of(eval_base), [])
             for col, (x_index, x0, x_scale, xlabel) in enumerate(
                 [(0, 0.0, 1.0, "frames"), (1, wall0, wall_scale, f"wall time ({wall_unit})")]
             ):
@@ -167,10 +170,14 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None,
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel(ylabel)
                 ax.grid(alpha=0.3)
-                if not points:
+                if not points and not greedy:
                     ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
                     continue
-                _draw(ax, points, x_index, x0, x_scale, scale, ylabel)
+                if points:
+                    _draw(ax, points, x_index, x0, x_scale, scale, "exploring" if greedy else ylabel)
+                if greedy:
+                    _draw(ax, greedy, x_index, x0, x_scale, scale, "greedy (eval/)", color="tab:orange")
+                    ax.legend(loc="best", fontsize=8)
                 if base == m.RACE_TIME_MS and map_name in refs:
                     ax.axhline(refs[map_name] * scale, color="tab:red", linestyle="--",
                                label=f"reference {refs[map_name] / 1000:.2f} s")
