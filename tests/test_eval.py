@@ -275,3 +275,30 @@ def test_damaged_policy_from_the_installed_command_exits_non_zero_without_traceb
                           text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: cannot read policy file") and "Traceback" not in proc.stderr
+
+
+# -- every learner's policy, as rulka-trainer writes it --------------------------------------------
+class _NoMetrics:
+    def log(self, metrics: dict, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("config", ["cartpole_simple.yaml", "cartpole_iqn.yaml", "cartpole_ppo.yaml"])
+def test_eval_reads_what_the_trainer_writes_for_every_learner(config, tmp_path, capsys):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from rulka.net.local import LocalHub
+    from rulka.trainer.trainer import Trainer
+
+    cfg = load_config(REPO / "configs" / config, env_file=None)
+    trainer = Trainer(cfg, LocalHub().trainer_link(), run_dir=tmp_path / "run",
+                      signing_key=Ed25519PrivateKey.generate(), metrics=_NoMetrics())
+    trainer.checkpoint()  # writes weights/policy.safetensors beside config.resolved.yaml
+    trainer.close()
+    result = _eval_json(capsys, str(tmp_path / "run"), "--episodes", "2")
+    assert result["env"] == "gym CartPole-v1" and result["episodes"] == 2
+    assert result["actor"] == trainer.agent.actor_spec()["actor"]
+    assert all(e["length"] == e["episode_return"] > 0 for e in result["episode_results"])
