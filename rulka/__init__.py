@@ -1,13 +1,13 @@
 """rulka: distributed reinforcement learning for TrackMania (and any Gymnasium env) over TLS.
 
 Importing this package registers the built-in simulator with Gymnasium as ``rulka/SimTrack-v0``
-(an entry in gymnasium's registry: nothing is built, read, downloaded or created, and torch is
-not imported), so both of these work::
+and ``rulka/SimTrackAnalog-v0`` (entries in gymnasium's registry: nothing is built, read,
+downloaded or created, and torch is not imported), so both of these work::
 
     import gymnasium as gym
     import rulka
     env = gym.make("rulka/SimTrack-v0", track="hairpins")
-    env = gym.make("rulka:rulka/SimTrack-v0")  # gymnasium imports rulka itself
+    env = gym.make("rulka:rulka/SimTrackAnalog-v0")  # gymnasium imports rulka itself
 """
 
 __version__ = "0.1.0"
