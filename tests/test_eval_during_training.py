@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from roles_helpers import CountingAgent, ListMemory
 
 from rulka.agents.simple import SimpleDQNActor
-from rulka.compress import ZstdCompressor
+from rulka.compress import SegmentDecoder, ZstdCompressor
 from rulka.config import config_from_dict
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
@@ -97,7 +97,7 @@ def test_test_episodes_are_logged_under_eval_apart_from_exploring_ones(tmp_path)
 
 def _segments(worker: Worker) -> list[Segment]:
     payloads = worker.outbox.due(time.monotonic(), 0.0, 10**6, limit=10**6)
-    return [ZstdCompressor().decompress(p) for _, p in payloads]
+    return [SegmentDecoder(ZstdCompressor()).decompress(p) for _, p in payloads]
 
 
 def _worker_after_weights(name: str, spec_extra: dict) -> Worker:
