@@ -164,7 +164,7 @@ def load_for_eval(path: str | Path, env: str | None = None, overrides: Sequence[
 
 def describe_env(cfg: Any) -> str:
     """A short name for the env a config describes: ``sim (default)``, ``gym CartPole-v1``."""
-    from rulka.worker.build import opt
+    from rulka.plugins import opt
 
     backend = str(opt(cfg, "environment.backend", "sim"))
     if backend == "gym":
@@ -228,7 +228,7 @@ def run_episode(env: Any, actor: Any, *, seed: int | None = None, options: Mappi
 
 def make_eval_env(cfg: Any, render: bool = False) -> Any:
     """The run's env through the worker's env path, rendering ``rgb_array`` frames when asked."""
-    from rulka.worker.build import make_env
+    from rulka.plugins import make_env
 
     return make_env(cfg, render_mode="rgb_array" if render else None)
 

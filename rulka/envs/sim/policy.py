@@ -91,7 +91,7 @@ def load_policy(path: str | Path, cfg: Any = None) -> tuple[Any, dict[str, Any]]
     """The actor saved at ``path`` and its spec. The actor is built as a worker builds it (registry
     name or ``module:Class``, the spec's kwargs, plus ``cfg`` when it takes one) and its weights
     loaded; any mismatch between the file and its actor is a one-line UserError."""
-    from rulka.worker.build import build_plugin
+    from rulka.plugins import build_plugin
 
     file, tensors, spec = read_policy_file(path)
     name = spec["actor"]
