@@ -2,11 +2,12 @@
 env steps and wall-clock seconds until the greedy policy averages 475 over 10 fixed-seed episodes
 (PPO, GRPO) or the best greedy average reached (DPO), one torch thread.
 
-A peer's figures measured by hand on the same machine (CleanRL's ppo.py, which rulka does not ship)
-can be added with ``--peer-json FILE``: ``{"name": ..., "command": ..., "env_steps_to_500": ...,
-"seconds_to_500": ..., "sps": ...}``; they appear beside rulka's under ``peer``.
+A peer's figures measured by hand on the same machine (CleanRL's ppo.py, which rulka does not ship
+or run) are read from ``--peer-json`` (default ``bench/peer_cleanrl_cartpole.json``, which says how
+they were taken) and reported beside rulka's under ``peer``. Also reported: the env steps at which
+rulka's sampled episodes first average 475 over 10 (the figure CleanRL prints).
 
-    python bench/policy_cartpole.py [--quick] [--peer-json cleanrl.json]
+    python bench/policy_cartpole.py [--quick] [--peer-json FILE]
 """
 
 from __future__ import annotations
@@ -31,25 +32,28 @@ def run(algorithm: str, max_frames: int, target: float) -> dict:
     cfg = load_config(REPO / "configs" / f"cartpole_{algorithm}.yaml")
     n_envs = {"ppo": 4, "grpo": 1, "dpo": 2}[algorithm]
     t0 = time.perf_counter()
+    stats: dict = {}
     best, frames, agent = train_on_policy(cfg, n_envs=n_envs, max_frames=max_frames, target=target, eval_every=5,
-                                          rollouts_per_start=cfg.worker.rollouts_per_start, eval_from=100, log=False)
+                                          rollouts_per_start=cfg.worker.rollouts_per_start, eval_from=100, log=False,
+                                          stats=stats)
     seconds = time.perf_counter() - t0
     return {"config": f"configs/cartpole_{algorithm}.yaml", "workers_simulated": n_envs, "target": target,
             "reached": best >= target, "best_greedy": round(best, 1), "env_steps": frames,
-            "seconds": round(seconds, 1), "env_steps_per_s": round(frames / seconds, 1), "updates": agent.updates}
+            "seconds": round(seconds, 1), "env_steps_per_s": round(frames / seconds, 1), "updates": agent.updates,
+            "sampled_mean10_475_env_steps": stats.get("sampled_475_frames")}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="PPO only, capped at 60k env steps")
-    parser.add_argument("--peer-json", type=Path, default=None)
+    parser.add_argument("--peer-json", type=Path, default=Path(__file__).with_name("peer_cleanrl_cartpole.json"))
     args = parser.parse_args()
     out: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     out["ppo"] = run("ppo", 60_000 if args.quick else 400_000, 475)
     if not args.quick:
         out["grpo"] = run("grpo", 300_000, 475)
-        out["dpo"] = run("dpo", 300_000, 475)
-    if args.peer_json is not None:
+        out["dpo"] = run("dpo", 100_000, 475)
+    if args.peer_json is not None and args.peer_json.exists():
         out["peer"] = json.loads(args.peer_json.read_text())
     print(json.dumps(out))
 

@@ -85,11 +85,12 @@ class SegmentCollector:
 
 def train_on_policy(cfg: Any, *, n_envs: int, max_frames: int, target: float, eval_every: int,
                     eval_episodes: int = 10, rollouts_per_start: int = 1, eval_from: float = 0.0,
-                    log: bool = True) -> tuple[float, int, Any]:
+                    log: bool = True, stats: dict[str, Any] | None = None) -> tuple[float, int, Any]:
     """Train the config's policy learner through actor -> Segment -> memory -> agent with
     ``n_envs`` collectors (as many workers); every ``eval_every`` updates, once the recent sampled
     returns average ``eval_from``, the greedy policy plays ``eval_episodes`` (fixed seeds).
-    Returns (best greedy average, frames, agent)."""
+    Returns (best greedy average, frames, agent); ``stats`` (if given) receives
+    ``sampled_475_frames``: the frames when the last 10 sampled episodes first averaged 475."""
     import gymnasium as gym
 
     from rulka.agents.policy.settings import make_agent, make_memory
@@ -101,12 +102,18 @@ def train_on_policy(cfg: Any, *, n_envs: int, max_frames: int, target: float, ev
                              rollouts_per_start=rollouts_per_start) for i in range(n_envs)]
     eval_env = gym.make(cfg.environment.gym_id)
     actor, version, best, frames = agent.get_actor(), 1, 0.0, 0
+    finished: list[float] = []
     memory.set_policy_version(version)
     while frames < max_frames:
         while not memory.ready():
             for c in envs:
                 seg = c.collect(actor, version)
                 frames += seg.num_transitions
+                if seg.episode_done:
+                    finished.append(float(seg.info["episode_return"]))
+                    if (stats is not None and "sampled_475_frames" not in stats and len(finished) >= 10
+                            and np.mean(finished[-10:]) >= 475):
+                        stats["sampled_475_frames"] = frames
                 memory.append(seg)
         agent.train(memory.take())
         version += 1

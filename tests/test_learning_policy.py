@@ -2,10 +2,12 @@
 log pi and V) -> ``Segment`` (cut as a worker cuts it) -> trajectory memory -> learner, configured
 by configs/*.yaml; and the simulator's default track through ``rulka run`` (extended).
 
-Thresholds: CartPole-v1's random policy averages ~22 steps (greedy of an untrained network:
-8-10, it pushes one way). PPO must reach the solved level, 475. GRPO and DPO must reach a greedy
-average of at least 150 over 10 fixed-seed episodes: seven times random, and a level no policy
-reaches without balancing for several seconds (a fixed push falls in ~10 steps).
+Thresholds (greedy average over 10 fixed-seed episodes): CartPole-v1's random policy averages ~22
+steps, an untrained network's greedy policy 8-10 (it pushes one way). PPO and GRPO must reach the
+solved level, 475 (measured here: PPO 484 at 116k env steps, GRPO 500 at 39k). DPO must reach 300:
+fourteen times random and 15 s of balancing, which a policy without a learned angle feedback
+never reaches; it is a lower bar than 475 because DPO's pairs only say which of two episodes was
+longer (measured here: 443 at 19k env steps, then flat around 430 up to 45k).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from rulka.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
-BEYOND_RANDOM = 150.0
+DPO_THRESHOLD = 300.0
 
 
 @pytest.mark.slow
@@ -38,12 +40,12 @@ def test_cartpole_ppo_reaches_475():
 
 @pytest.mark.extended
 @pytest.mark.timeout(2400)
-def test_cartpole_grpo_beyond_random():
+def test_cartpole_grpo_reaches_475():
     torch.set_num_threads(1)
     cfg = load_config(CONFIGS / "cartpole_grpo.yaml")
-    best, frames, _ = train_on_policy(cfg, n_envs=1, max_frames=300_000, target=BEYOND_RANDOM, eval_every=5,
+    best, frames, _ = train_on_policy(cfg, n_envs=1, max_frames=300_000, target=475, eval_every=5,
                                       rollouts_per_start=cfg.worker.rollouts_per_start, eval_from=60)
-    assert best >= BEYOND_RANDOM, f"best greedy average {best} after {frames} frames"
+    assert best >= 475, f"best greedy average {best} after {frames} frames"
 
 
 @pytest.mark.extended
@@ -51,8 +53,8 @@ def test_cartpole_grpo_beyond_random():
 def test_cartpole_dpo_beyond_random():
     torch.set_num_threads(1)
     best, frames, _ = train_on_policy(load_config(CONFIGS / "cartpole_dpo.yaml"), n_envs=2, max_frames=300_000,
-                                      target=BEYOND_RANDOM, eval_every=10, eval_from=60)
-    assert best >= BEYOND_RANDOM, f"best greedy average {best} after {frames} frames"
+                                      target=DPO_THRESHOLD, eval_every=10, eval_from=60)
+    assert best >= DPO_THRESHOLD, f"best greedy average {best} after {frames} frames"
 
 
 def _sim_run_finishes(tmp_path: Path, config: str, minutes: int) -> None:
