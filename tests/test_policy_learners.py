@@ -60,6 +60,11 @@ def test_group_memory_gives_exactly_k_episodes_of_one_start():
     assert len(batch.rollouts) == 3 and {r.start_key for r in batch.rollouts} == {("a", 7)}
     assert [len(r) for r in batch.rollouts] == [8, 8, 4]
     assert not mem.ready()
+    # starts that never fill a group are bounded (oldest dropped, counted)
+    small = GroupMemory(group_size=2, max_pending_episodes=2)
+    for start in range(3):
+        small.append(seg("a", episode=start, start=start))
+    assert len(small.buckets) == 2 and small.counters["dropped_partial_groups"] == 1
     # a lost middle segment drops its episode (counted), never a half trajectory
     mem.append(seg("c", episode=0, index=0, done=False))
     mem.append(seg("c", episode=0, index=2, start=1))

@@ -258,6 +258,9 @@ class GroupMemory(_PolicyMemory):
         if rollout is None:
             return 0
         self.buckets.setdefault(rollout.start_key, []).append(rollout)
+        while len(self.buckets) > self.max_pending:  # starts that never fill a group (e.g. after drops)
+            self.buckets.popitem(last=False)
+            self.counters["dropped_partial_groups"] = self.counters.get("dropped_partial_groups", 0) + 1
         return len(rollout)
 
     def _drop_stale(self) -> None:
