@@ -1,0 +1,147 @@
+"""Benchmark: what a trained policy drives, track by track, against the scripted driver.
+
+Per track (the five bundled ones and generated ``gen:<seed>`` tracks the run never saw) it
+reports, as one JSON object:
+
+- from the run's ``metrics.jsonl`` (``first_finish``): the frames (samples) and minutes at which
+  an exploring worker first finished that track (per-map ``charts/<track>/finish_rate``);
+- from the saved greedy policy (``greedy``): finished or not, race time, metres driven;
+- the scripted driver's race time on the same track, and whether the policy beat it.
+
+Two ways to use it::
+
+    # evaluate an existing run folder (the policy in <run>/weights, the metrics beside it)
+    python bench/learning.py evaluate RUN_DIR [--gen-seeds 1 2 3]
+    # train first (a full learning run: 30 minutes on a 2-core box), then evaluate
+    python bench/learning.py run --config configs/sim_iqn_cycle.yaml --minutes 30 --workers 2
+
+Greedy episodes start like the game (no start noise) and end at the finish, at a cut-off
+(``no_progress`` after 2 s without a new zone) or at ``--max-seconds`` of race time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+BUNDLED = ("default", "hairpins", "slalom", "dirt_mix", "turbo_straight")
+
+
+def drive(env: Any, act: Any, max_seconds: float) -> dict[str, Any]:
+    """One episode from ``env.reset(seed=0)`` with ``act(obs) -> action``; its outcome."""
+    obs, info = env.reset(seed=0)
+    while env.car.race_time_ms < max_seconds * 1000:
+        obs, _, terminated, truncated, info = env.step(act(obs))
+        if terminated or truncated:
+            break
+    finished = bool(info.get("finished"))
+    return {"finished": finished,
+            "race_time_s": round(info["race_time_ms"] / 1000, 2) if finished else None,
+            "progress_m": round(float(info.get("progress_m", 0.0)), 1),
+            "cutoff": info.get("cutoff") or ("" if finished else "time limit")}
+
+
+def scripted_time_s(track: str, max_seconds: float = 120.0) -> float | None:
+    """The scripted driver's race time on ``track`` (None if it does not finish)."""
+    from rulka.envs.sim.driver import ScriptedDriver
+    from rulka.envs.sim.env import SimTrackEnv
+
+    env = SimTrackEnv(track=track, image=False)
+    env.reset(seed=0)
+    driver = ScriptedDriver(env.track)
+    return drive(env, lambda _obs: driver.action(env.car), max_seconds)["race_time_s"]
+
+
+def first_finishes(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Per track: frames and minutes of the first metrics record with a finish on it."""
+    from rulka.telemetry.logger import read_metrics
+    from rulka.telemetry.metrics import FINISH_RATE, per_map
+
+    metrics_file = run_dir / "metrics.jsonl"
+    if not metrics_file.is_file():
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    t0: float | None = None
+    for record in read_metrics(metrics_file):
+        t0 = record.get("wall_time", 0.0) if t0 is None else t0
+        for track in BUNDLED:
+            if track not in out and (record["metrics"].get(per_map(FINISH_RATE, track)) or 0) > 0:
+                out[track] = {"frames": int(record["step"]),
+                              "minutes": round((record.get("wall_time", t0) - t0) / 60, 1)}
+    return out
+
+
+def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float) -> dict[str, Any]:
+    """Greedy policy of ``run_dir`` on the bundled tracks and ``gen:<seed>``, vs the scripted driver."""
+    import torch
+
+    from rulka.config import config_from_dict
+    from rulka.envs.map_cycle import MapCycle
+    from rulka.envs.sim.env import SimTrackEnv
+    from rulka.envs.sim.policy import load_policy
+
+    torch.set_num_threads(1)
+    actor, spec = load_policy(run_dir)
+    cfg = config_from_dict(json.loads(spec["run_config_json"]))
+    cycle = MapCycle.from_config(cfg)
+    seen = {e.map_path for e in cycle.entries} if cycle else {cfg.environment.track}
+    firsts = first_finishes(run_dir)
+    rows = []
+    for track in [*BUNDLED, *(f"gen:{s}" for s in gen_seeds)]:
+        env = SimTrackEnv(config=cfg, track=track)
+        greedy = drive(env, lambda obs: actor.act(obs, test=True), max_seconds)
+        scripted = scripted_time_s(track)
+        beats = bool(greedy["finished"] and scripted is not None and greedy["race_time_s"] < scripted)
+        rows.append({"track": track, "trained_on": track in seen, "first_finish": firsts.get(track),
+                     "greedy": greedy, "scripted_s": scripted, "beats_scripted": beats})
+    bundled = [r for r in rows if not r["track"].startswith("gen:")]
+    unseen = [r for r in rows if not r["trained_on"]]
+    return {
+        "bench": "learning", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpu", "run_dir": str(run_dir),
+        "tracks": rows,
+        "summary": {
+            "bundled_finished": sum(r["greedy"]["finished"] for r in bundled),
+            "bundled_beats_scripted": sum(r["beats_scripted"] for r in bundled),
+            "unseen_finish_rate": (round(sum(r["greedy"]["finished"] for r in unseen) / len(unseen), 2)
+                                   if unseen else None),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    ev = sub.add_parser("evaluate", help="evaluate an existing run folder")
+    ev.add_argument("run_dir", type=Path)
+    rn = sub.add_parser("run", help="train with `rulka run`, then evaluate")
+    rn.add_argument("--config", type=Path, default=Path("configs/sim_iqn_cycle.yaml"))
+    rn.add_argument("--minutes", type=float, default=30.0)
+    rn.add_argument("--workers", type=int, default=2)
+    rn.add_argument("--run-dir", type=Path, default=Path("runs/learning_bench"))
+    rn.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    for p in (ev, rn):
+        p.add_argument("--gen-seeds", type=int, nargs="*", default=[1, 2, 3, 4, 5])
+        p.add_argument("--max-seconds", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    if args.cmd == "run":
+        cmd = [sys.executable, "-m", "rulka.cli", "run", str(args.config), "--workers", str(args.workers),
+               "--minutes", str(args.minutes), "--run-dir", str(args.run_dir),
+               "--set", "logging.wandb.enabled=false", "--set", "logging.tensorboard.enabled=false"]
+        for kv in args.set:
+            cmd += ["--set", kv]
+        subprocess.run(cmd, check=True)
+    print(json.dumps(evaluate(args.run_dir, args.gen_seeds, args.max_seconds), indent=2))
+
+
+if __name__ == "__main__":
+    main()
