@@ -92,6 +92,9 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float) -> dict[st
     torch.set_num_threads(1)
     actor, spec = load_policy(run_dir)
     cfg = config_from_dict(json.loads(spec["run_config_json"]))
+    if cfg.environment.backend != "sim":
+        raise SystemExit(f"bench/learning.py: {run_dir} was trained with environment.backend "
+                         f"{cfg.environment.backend!r}; it evaluates simulator (backend sim) runs only")
     cycle = MapCycle.from_config(cfg)
     seen = {e.map_path for e in cycle.entries} if cycle else {cfg.environment.track}
     firsts = first_finishes(run_dir)

@@ -159,6 +159,25 @@ def test_finish_crossing_terminates_and_counts_only_time_in_race() -> None:
     assert term and info["progress_delta_m"] == pytest.approx(1.0)
 
 
+def test_driving_past_the_finish_without_finishing_earns_no_progress() -> None:
+    """Issue 17's stall: the simulator lets a car go round the finish line on the verge (greedy
+    PPO crossed the finish plane 13 m off-centre on grass, half-width 8 m) and on into the run-out,
+    where the extrapolated zones went on paying progress up to 59 m past the finish. Progress stops
+    at the finish unless the backend reports the race finished."""
+    p = PipelineParams(**SMALL)
+    pipe = TrackmaniaPipeline(p, straight_line(100.0, p))
+    pipe.reset(car(0.0, 0))
+    for k in range(1, 34):  # z = 99 in 3 m steps
+        pipe.step(car(3.0 * k, 50 * k), 0)
+    *_, info = pipe.step(car(102.0, 1700), 0)  # 2 m past the line, not finished
+    assert info["progress_m"] == pytest.approx(100.0)
+    assert info["reward/progress"] == pytest.approx(0.01 * 1.0)  # only the metre up to the line
+    obs, _, term, _, info = pipe.step(car(130.0, 1750), 0)  # on down the run-out
+    assert not term
+    assert info["progress_delta_m"] == 0.0 and info["reward/progress"] == 0.0
+    assert block(pipe, obs, "distance_to_finish")[0] == pytest.approx(0.0)
+
+
 def test_distance_to_finish_capped_at_margin() -> None:
     p = PipelineParams(**{**SMALL, "margin_to_announce_finish_meters": 700})
     pipe = TrackmaniaPipeline(p, straight_line(1000.0, p))

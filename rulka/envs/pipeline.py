@@ -463,6 +463,10 @@ class TrackmaniaPipeline:
             ms_in_race = float(min(max(car_state.race_time_ms - prev_time, 0), p.ms_per_action))
         else:
             ms_in_race = float(p.ms_per_action)
+            # The zones go on past the finish (extrapolated), but a car there that has not
+            # finished went round the finish line (the simulator's verge lets it): that is worth
+            # nothing. Paid, it taught greedy policies to skirt the line and die in the run-out.
+            progress = min(progress, self.line.finish_progress)
         self._progress = progress
         if self._zone > self._furthest_zone:
             self._furthest_zone = self._zone
