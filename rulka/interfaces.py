@@ -80,6 +80,14 @@ class Memory(ABC):
     def __len__(self) -> int:
         """Number of transitions stored (trainable)."""
 
+    samples_per_insert: float | None = None
+    """How many times, on average, each stored transition should be trained on; the trainer's
+    rate limiter holds it (None: ``trainer.rate_limit.samples_per_insert``, else
+    ``trainer.max_updates_per_env_step`` x batch size, else no limit)."""
+
+    start_learning_size: int = 0
+    """Transitions stored before training starts."""
+
     def sample(self, batch_size: int) -> Any:
         """Off-policy: a random batch. On-policy memories may not implement it."""
         raise NotImplementedError(f"{type(self).__name__} does not sample random batches")
@@ -111,6 +119,9 @@ class Memory(ABC):
 class TrainingAgent(ABC):
     """Trainer side: one ``train`` call is one update on one batch."""
 
+    batch_size: int | None = None
+    """Transitions per batch the trainer samples for this agent (None: ``training.batch_size``)."""
+
     @abstractmethod
     def train(self, batch: Any) -> dict[str, float]:
         """Update on ``batch``; return metrics with namespaced names (``losses/...``)."""
@@ -118,6 +129,12 @@ class TrainingAgent(ABC):
     @abstractmethod
     def get_actor(self) -> ActorModule:
         """An ActorModule with the current weights (what workers will run)."""
+
+    def actor_weights(self) -> dict[str, Any]:
+        """The tensors workers load into their actor (what the trainer publishes). The default
+        builds an actor with ``get_actor``; override it to hand out the trained network's tensors
+        directly (no actor is built per publish)."""
+        return self.get_actor().get_weights()
 
     @abstractmethod
     def actor_spec(self) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class ListMemory(Memory):
     def __init__(self, **_: Any) -> None:
         self.segments: list[Segment] = []
         self.loaded_keys: list[str] = []
-        self.min_samples_to_train = 1
+        self.start_learning_size = 1
 
     def append(self, segment):
         self.segments.append(segment)

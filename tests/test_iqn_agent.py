@@ -162,3 +162,30 @@ def test_trainer_device_decides_where_the_agent_trains(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="`trainer.device` is cuda but torch sees no CUDA device"):
             make_agent(load_config(config, ["trainer.device=cuda"]))
+
+
+def test_publish_sends_the_online_weights_without_building_an_actor():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from roles_helpers import ListMemory
+
+    from rulka.agents.iqn.settings import make_agent
+    from rulka.config import load_config
+    from rulka.net.local import LocalHub
+    from rulka.net.weights import decode_weights
+    from rulka.trainer.trainer import Trainer
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "cartpole_iqn.yaml")
+    agent = make_agent(cfg, device="cpu", seed=0)
+
+    def no_actor():
+        raise AssertionError("publish built an actor")
+
+    agent.get_actor = no_actor
+    key = Ed25519PrivateKey.generate()
+    hub = LocalHub()
+    trainer = Trainer(cfg, hub.trainer_link(), agent=agent, memory=ListMemory(), signing_key=key)
+    assert trainer.publish() == 1
+    blob = decode_weights([m for m in hub.worker_link("w").receive(timeout=1) if m.kind == "weights"][0].payload,
+                          key.public_key())
+    for name, tensor in agent.online.state_dict().items():
+        assert torch.equal(blob.tensors[name], tensor), name

@@ -23,7 +23,7 @@ KEY = Ed25519PrivateKey.generate()
 class RatioMemory(ListMemory):
     def __init__(self, min_samples):
         super().__init__()
-        self.min_samples_to_train = min_samples
+        self.start_learning_size = min_samples
 
 
 def trainer_with(memory, ratio=None, publish_every=None):

@@ -124,7 +124,7 @@ class Trainer:
         self.eval_episodes = int(opt(cfg, "trainer.eval_episodes", 1))
         ratio = opt(cfg, "trainer.max_updates_per_env_step", None)
         self.max_updates_per_env_step = float(ratio) if ratio is not None else None
-        self.batch_size = int(getattr(self.agent, "batch_size", None) or opt(cfg, "training.batch_size", 64))
+        self.batch_size = int(self.agent.batch_size or opt(cfg, "training.batch_size", 64))
         self.ingest_threads = int(opt(cfg, "trainer.ingest_threads", 1))
         self._pool: Any = None
         self.rate_mode = str(opt(cfg, "trainer.rate_limit.mode", "ratio"))
@@ -202,7 +202,7 @@ class Trainer:
         (``samples_per_insert``), else ``max_updates_per_env_step × batch_size``."""
         spi = opt(self.cfg, "trainer.rate_limit.samples_per_insert")
         if spi is None:
-            spi = getattr(self.memory, "samples_per_insert", None)
+            spi = self.memory.samples_per_insert
         if spi is None and self.max_updates_per_env_step:
             spi = self.max_updates_per_env_step * self.batch_size
         if spi is None:
@@ -212,10 +212,7 @@ class Trainer:
                                    batch_size=self.batch_size)
 
     def _start_size(self) -> int:
-        size = getattr(self.memory, "start_learning_size", None)
-        if size is None:
-            size = getattr(self.memory, "min_samples_to_train", 0)
-        return int(size or 0)
+        return int(self.memory.start_learning_size or 0)
 
     def attach(self, link: TrainerLink) -> None:
         """Give a trainer built with ``link=None`` its link (before ``run``)."""
@@ -256,7 +253,7 @@ class Trainer:
         spec = self._actor_spec_with_config()
         if self.eval_every_versions and self.version % self.eval_every_versions == 0:
             spec.update(self._eval_request())
-        blob = WeightsBlob(self.run_id, self.version, self.agent.get_actor().get_weights(), spec)
+        blob = WeightsBlob(self.run_id, self.version, self.agent.actor_weights(), spec)
         self._last_weights = self._encode_weights(blob)
         self.link.broadcast("weights", self._last_weights)
         return self.version
@@ -342,7 +339,7 @@ class Trainer:
         folder = self.run_dir / "weights"
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{POLICY_FILE}.tmp"
-        save_policy(tmp, self.agent.get_actor().get_weights(), spec)
+        save_policy(tmp, self.agent.actor_weights(), spec)
         os.replace(tmp, folder / POLICY_FILE)
 
     def _restore(self) -> None:

@@ -205,8 +205,9 @@ class IQNAgent(TrainingAgent):
             "mini_race_actions": self.hp.mini_race_actions}}
 
     def actor_weights(self) -> dict[str, torch.Tensor]:
-        """What to publish: the online network's tensors plus the current exploration rates."""
-        out = {k: v.detach().cpu().clone() for k, v in self.online.state_dict().items()}
+        """What to publish: the online network's tensors (not copies: the trainer encodes them at
+        once) plus the current exploration rates."""
+        out = {k: v.detach() for k, v in self.online.state_dict().items()}
         eps, eps_b = self.exploration()
         out[EXPLORATION_KEY] = torch.tensor([eps, eps_b, self.hp.tau_epsilon_boltzmann], dtype=torch.float32)
         return out

@@ -77,6 +77,7 @@ class SimpleReplayMemory(Memory):
     def __init__(self, capacity: int = 50000, min_samples_to_train: int = 500, seed: int | None = None) -> None:
         self.capacity = int(capacity)
         self.min_samples_to_train = int(min_samples_to_train)
+        self.start_learning_size = self.min_samples_to_train
         self.rng = np.random.default_rng(seed)
         self._arrays: dict[str, np.ndarray] | None = None
         self._next = 0
