@@ -99,9 +99,9 @@ def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
     import yaml
 
     from rulka.config import config_from_dict
+    from rulka.plugins import build_plugin, opt
     from rulka.trainer import checkpoint as ckpt
     from rulka.trainer.trainer import _default_agent_name
-    from rulka.worker.build import build_plugin, opt
 
     cfg = config_from_dict(yaml.safe_load((run_dir / "config.resolved.yaml").read_text()))
     threads = opt(cfg, "trainer.torch_threads")
