@@ -36,6 +36,7 @@ SCRIPTS: dict[str, str] = {
     "ingest": "transitions/s one trainer ingests at 160x120 + 184 floats, 1, 2 and all decode threads",
     "e2e": "time for the default `rulka run` to first finish the track",
     "peer_tmrl": "TMRL 0.7.1 side by side: relay path on the same payloads, bytes on the wire per transition",
+    "sac_pendulum": "SAC on Pendulum-v1: `rulka run` vs TMRL 0.7.1's pipeline, wall-clock and env steps to -200",
     "tm2020_fake": "TM2020 worker loop on the fake game at 20 Hz: jitter p50/p99, capture+pipeline ms per step",
     "tmnf_fake": "TMNF worker on the fake game over the plugin protocol: actions/s per worker, ms per step over the sim, ms per 160x120 frame",
     "policy_cartpole": "PPO / GRPO / DPO on CartPole-v1: env steps and seconds to a greedy 475 (CleanRL ppo.py beside)",
@@ -215,6 +216,15 @@ def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
         rows.append((f"relay payload MB/s, {size} messages",
                      _dig(transport, f"relay_mb_s.{size}"), _dig(figures, f"tmrl.relay_tls.{size}.mb_per_s"),
                      _dig(figures, f"tmrl.relay_tcp.{size}.mb_per_s")))
+    race = results.get("sac_pendulum", {})
+    race_figures = race.get("figures", {}) if race.get("status") == "ok" else {}
+    for key, label in (("seconds_to_target", "SAC Pendulum-v1: seconds to a mean return of -200"),
+                       ("env_steps_to_target", "SAC Pendulum-v1: env steps to a mean return of -200")):
+        ours, theirs = _dig(race_figures, f"rulka.{key}"), _dig(race_figures, f"tmrl.{key}")
+        if race_figures:
+            rows.append((f"{label} (`sac_pendulum`, {race.get('date', '')})",
+                         ours if ours is not None else "not reached", theirs if theirs is not None else "not reached",
+                         None))
     when_transport = results.get("transport", {}).get("date", "not run")
     lines = ["", "## Peer comparison: rulka vs TMRL 0.7.1", "",
              f"Same machine. rulka's relay figures come from `transport` ({when_transport}), TMRL's "

@@ -21,7 +21,17 @@ child process whose HOME is a throwaway folder holding a hand-written
 ``TmrlData/config/config.json`` (TMRL reads it at import). Everything stays on loopback.
 Prints one JSON object; TMRL failures are reported in it, not raised.
 
+``--pendulum`` instead races SAC on Pendulum-v1 through both pipelines, one after the other in
+the same run: TMRL's minimal Pendulum pipeline as its tutorial sets it up (``Server``,
+``RolloutWorker.run_synchronous`` in a thread, ``Trainer`` with ``SpinupSacAgent``, same
+hyperparameters) and ``rulka run configs/pendulum_sac.yaml --workers 1`` (server, trainer and
+worker processes, TLS on loopback). Both make their env as
+``bench.recorded_pendulum:RecordedPendulum-v1``, which logs every finished episode; the figure is
+the wall-clock time (from the pipeline's launch) and env steps at which the mean return of the
+last 10 episodes first reaches -200.
+
     python bench/peer_tmrl.py [--quick] [--tmrl-dir DIR] [--segment-steps N]
+    python bench/peer_tmrl.py --pendulum [--minutes M] [--tmrl-dir DIR]
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import pickle
 import platform
@@ -336,6 +347,9 @@ def tmrl_child(job: dict[str, Any]) -> int:
     result: dict[str, Any] = {}
     import tmrl
 
+    if job.get("pendulum"):
+        _tmrl_pendulum(job)
+        return 0
     result["tmrl_version"] = getattr(tmrl, "__version__", TMRL_VERSION)
     result["bytes"] = _tmrl_bytes_per_transition(job)
     for mode, tls in (("relay_tcp", False), ("relay_tls", True)):
@@ -347,6 +361,159 @@ def tmrl_child(job: dict[str, Any]) -> int:
     return 0
 
 
+# -- SAC on Pendulum, both pipelines ------------------------------------------------------------
+
+PENDULUM_ID = "bench.recorded_pendulum:RecordedPendulum-v1"
+PENDULUM_TARGET = -200.0
+PENDULUM_WINDOW = 10
+
+
+def episodes_summary(path: Path, start: float, target: float = PENDULUM_TARGET,
+                     window: int = PENDULUM_WINDOW) -> dict[str, Any]:
+    """From the episode lines ``bench.recorded_pendulum`` wrote: when the mean return of the last
+    ``window`` episodes first reached ``target`` (seconds since ``start``, env steps)."""
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut by the kill
+    out: dict[str, Any] = {"episodes": len(rows), "env_steps": rows[-1]["steps"] if rows else 0,
+                           "first_episode_s": round(rows[0]["t"] - start, 1) if rows else None}
+    best = -math.inf
+    for i in range(window - 1, len(rows)):
+        mean = float(np.mean([r["return"] for r in rows[i - window + 1:i + 1]]))
+        best = max(best, mean)
+        if mean >= target and "seconds_to_target" not in out:
+            out.update(seconds_to_target=round(rows[i]["t"] - start, 1), env_steps_to_target=rows[i]["steps"],
+                       mean_return_at_target=round(mean, 1))
+    if rows:
+        out["best_mean_return"] = round(best, 1) if best > -math.inf else None
+        out["last_mean_return"] = round(float(np.mean([r["return"] for r in rows[-window:]])), 1)
+    return out
+
+
+def _race(cmd: list[str], env: dict[str, str], cwd: str, episodes: Path, budget_s: float,
+          stop_signal: int) -> dict[str, Any]:
+    """Launch ``cmd``, stop it once the target is reached or after ``budget_s``; summary of its episodes."""
+    start = time.time()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        while proc.poll() is None and time.time() - start < budget_s:
+            time.sleep(2.0)
+            if "seconds_to_target" in episodes_summary(episodes, start):
+                break
+    finally:
+        exited = proc.poll()
+        if exited is None:
+            os.killpg(proc.pid, stop_signal)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # stragglers of its own group
+        except ProcessLookupError:
+            pass
+        _, stderr = proc.communicate()
+    out = episodes_summary(episodes, start)
+    out["budget_s"] = budget_s
+    if exited not in (None, 0):
+        out["error"] = f"exited with {exited}: " + " / ".join([ln for ln in stderr.splitlines() if ln.strip()][-3:])
+    return out
+
+
+def race_tmrl_pendulum(tmrl_dir: Path, budget_s: float) -> dict[str, Any]:
+    """TMRL's minimal Pendulum pipeline in a child process with a throwaway HOME."""
+    with tempfile.TemporaryDirectory(prefix="rulka-tmrl-pendulum-") as home:
+        config_dir = Path(home) / "TmrlData" / "config"
+        config_dir.mkdir(parents=True)
+        for sub in ("checkpoints", "dataset", "reward", "weights"):
+            (Path(home) / "TmrlData" / sub).mkdir()
+        ports = [free_port() for _ in range(4)]
+        (config_dir / "config.json").write_text(json.dumps(tmrl_config(ports[0], ports[1:], False, "")))
+        episodes = Path(home) / "episodes.jsonl"
+        env = {**os.environ, "HOME": home, "USERPROFILE": home, "WANDB_MODE": "disabled",
+               "RULKA_BENCH_EPISODES": str(episodes)}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        job = {"tmrl_dir": str(tmrl_dir), "port": ports[0], "pendulum": True}
+        return _race([sys.executable, __file__, "--tmrl-child", json.dumps(job)], env, home, episodes, budget_s,
+                     signal.SIGKILL)
+
+
+def race_rulka_pendulum(budget_s: float) -> dict[str, Any]:
+    """``rulka run configs/pendulum_sac.yaml --workers 1`` with the recorded env."""
+    with tempfile.TemporaryDirectory(prefix="rulka-pendulum-") as tmp:
+        episodes = Path(tmp) / "episodes.jsonl"
+        env = {**os.environ, "WANDB_MODE": "disabled", "RULKA_BENCH_EPISODES": str(episodes)}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        cmd = [sys.executable, "-m", "rulka.cli", "run", str(REPO_ROOT / "configs" / "pendulum_sac.yaml"),
+               "--workers", "1", "--minutes", str(budget_s / 60 + 1), "--run-dir", str(Path(tmp) / "run"),
+               "--set", f"environment.gym_id={PENDULUM_ID}", "--set", "logging.tensorboard.enabled=false",
+               "--set", "logging.progress=never"]
+        return _race(cmd, env, str(REPO_ROOT), episodes, budget_s, signal.SIGINT)
+
+
+def _tmrl_pendulum(job: dict[str, Any]) -> None:
+    """TMRL's minimal Pendulum pipeline (its tutorial's classes and settings); runs until killed."""
+    import threading
+
+    import tmrl.config.config_constants as cfg
+    from tmrl.custom.custom_algorithms import SpinupSacAgent
+    from tmrl.custom.custom_memories import GenericTorchMemory
+    from tmrl.custom.custom_models import MLPActorCritic, SquashedGaussianMLPActor
+    from tmrl.envs import GenericGymEnv
+    from tmrl.networking import RolloutWorker, Server, Trainer
+    from tmrl.training_offline import TorchTrainingOffline
+    from tmrl.util import partial
+
+    env_cls = partial(GenericGymEnv, id=PENDULUM_ID, gym_kwargs={"render_mode": None})
+    probe = env_cls()
+    spaces = (probe.observation_space, probe.action_space)
+    port = int(job["port"])
+    Server(security=None, password=cfg.PASSWORD, port=port)
+    weights = cfg.WEIGHTS_FOLDER
+    worker = RolloutWorker(env_cls=env_cls, actor_module_cls=partial(SquashedGaussianMLPActor), sample_compressor=None,
+                           device="cpu", server_ip="127.0.0.1", server_port=port, password=cfg.PASSWORD,
+                           max_samples_per_episode=1000, model_path=str(weights / "pendulum.tmod"), model_history=-1)
+    training = partial(
+        TorchTrainingOffline, env_cls=spaces,
+        memory_cls=partial(GenericTorchMemory, memory_size=1e6, batch_size=32),
+        training_agent_cls=partial(SpinupSacAgent, model_cls=MLPActorCritic, gamma=0.99, polyak=0.995, alpha=0.2,
+                                   lr_actor=1e-3, lr_critic=1e-3, lr_entropy=1e-3, learn_entropy_coef=True,
+                                   target_entropy=None),
+        epochs=2, rounds=10, steps=1000, update_buffer_interval=1, update_model_interval=1,
+        max_training_steps_per_env_step=0.2, start_training=100, device=None)
+    trainer = Trainer(training_cls=training, server_ip="127.0.0.1", server_port=port, password=cfg.PASSWORD,
+                      model_path=str(weights / "pendulum_t.tmod"),
+                      checkpoint_path=str(cfg.CHECKPOINTS_FOLDER / "pendulum_t.tcpt"))
+    threading.Thread(target=worker.run_synchronous, kwargs={"test_episode_interval": 10, "initial_steps": 100,
+                                                             "max_steps_per_update": 10, "end_episodes": True},
+                     daemon=True).start()
+    trainer.run()
+
+
+def pendulum_main(tmrl_dir: Path, minutes: float) -> dict[str, Any]:
+    budget = minutes * 60
+    result: dict[str, Any] = {"task": f"SAC on Pendulum-v1, 1 worker; target: mean of the last {PENDULUM_WINDOW} "
+                                      f"episode returns >= {PENDULUM_TARGET:g}",
+                              "budget_s_each": budget}
+    error = install_tmrl(tmrl_dir)
+    result["tmrl"] = {"error": error} if error else race_tmrl_pendulum(tmrl_dir, budget)
+    result["rulka"] = race_rulka_pendulum(budget)
+    t, r = result["tmrl"].get("seconds_to_target"), result["rulka"].get("seconds_to_target")
+    if t and r:
+        result["tmrl_over_rulka_seconds"] = round(t / r, 2)
+        result["tmrl_over_rulka_env_steps"] = round(result["tmrl"]["env_steps_to_target"]
+                                                    / result["rulka"]["env_steps_to_target"], 2)
+    result["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                         "load_avg_1m_at_end": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None}
+    result["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return result
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 def main() -> int:
@@ -356,10 +523,15 @@ def main() -> int:
                         help="where TMRL is (or gets) installed with pip --target")
     parser.add_argument("--segment-steps", type=int, default=None,
                         help="transitions per segment/buffer (default: the worker's segment_max_steps)")
+    parser.add_argument("--pendulum", action="store_true", help="race SAC on Pendulum-v1: TMRL's pipeline vs rulka's")
+    parser.add_argument("--minutes", type=float, default=6.0, help="--pendulum: time budget of each pipeline")
     parser.add_argument("--tmrl-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tmrl_child is not None:
         return tmrl_child(json.loads(args.tmrl_child))
+    if args.pendulum:
+        print(json.dumps(pendulum_main(args.tmrl_dir, args.minutes)))
+        return 0
 
     segment_steps = args.segment_steps or 200
     if args.segment_steps is None:

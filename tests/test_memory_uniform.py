@@ -89,14 +89,15 @@ def test_potential_shaping_matches_the_formula():
     assert got[1][2] == pytest.approx(1 + 0.0 * 40 - 20)  # terminal: no bootstrap, no next potential
 
 
-def test_update_rate_after_warmup():
-    mem = UniformReplayMemory(capacity=1000, start_learning_size=10, updates_per_sample=2.0)
-    mem.append(seg(t=8, done=True))
-    assert mem.trainable_updates() == 0
-    mem.append(seg(episode=1, t=12, done=True))
-    assert mem.trainable_updates() == 2 * (20 - 10) + 1
-    mem.sample(4)
-    assert mem.remaining_updates() == 20
+def test_rate_is_declared_to_the_trainer(tmp_path):
+    from rulka.trainer.ratelimit import SampleToInsertRatio
+
+    mem = UniformReplayMemory(capacity=1000, batch_size=4, start_learning_size=10, updates_per_sample=2.0)
+    assert mem.samples_per_insert == 8.0  # two updates of 4 samples per stored transition
+    limiter = SampleToInsertRatio(mem.samples_per_insert, mem.start_learning_size, batch_size=mem.batch_size)
+    limiter.record_insert(mem.append(seg(t=30, done=True)))
+    # 20 transitions beyond the warm-up allow about 2 x 20 updates, within the limiter's window
+    assert abs(limiter.updates_ahead_allowed(len(mem)) - 40) <= limiter.error_buffer / mem.batch_size + 1
 
 
 def test_sample_shapes_and_bad_input():

@@ -9,10 +9,9 @@ the n steps; a time-limit truncation bootstraps). When segments carry ``obs/pote
 TrackMania pipeline's shaping potential), the reward includes the potential-based shaping term
 ``discount * phi(next) - phi(state)``, as the IQN memory's collate adds it.
 
-Rate: ``trainable_updates(samples)`` is the number of updates the configured
-``updates_per_sample`` allows (0 until ``start_learning_size`` transitions are stored, then
-``updates_per_sample * (transitions_added - start_learning_size)``): the count a single-process
-SAC makes after its warm-up. A trainer trains while its update count is below it.
+Rate: ``samples_per_insert`` (``updates_per_sample * batch_size``) and ``start_learning_size``
+are what the trainer's rate limiter (``rulka.trainer.ratelimit``) holds: after the warm-up,
+``updates_per_sample`` updates per stored transition, as a single-process SAC makes them.
 """
 
 from __future__ import annotations
@@ -92,15 +91,11 @@ class UniformReplayMemory(Memory):
     def counters(self) -> dict[str, int]:
         return {**self._counters, **self.episodes.counters}
 
-    def trainable_updates(self, frames_played: int | None = None) -> int:
-        """Total updates the data allows so far (see the module docstring)."""
-        if len(self) < max(1, self.start_learning_size):
-            return 0
-        return int(self.updates_per_sample * (self.transitions_added - self.start_learning_size)) + 1
-
-    def remaining_updates(self) -> int:
-        """Updates allowed now minus batches already sampled from this memory."""
-        return max(0, self.trainable_updates() - self.batches_sampled)
+    @property
+    def samples_per_insert(self) -> float:
+        """Transitions drawn per transition stored (the trainer's rate limiter holds it):
+        ``updates_per_sample * batch_size``."""
+        return self.updates_per_sample * self.batch_size
 
     # ------------------------------------------------------------------ append
     def _parse(self, segment: Segment) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:

@@ -1,0 +1,87 @@
+"""Learning tests: SAC through the whole pipeline (server, trainer and worker processes, TLS on
+loopback), as a user starts it with ``rulka run``.
+
+- Pendulum-v1 (slow): ``rulka run configs/pendulum_sac.yaml --workers 1``; the policy the trainer
+  saved must average -200 or better over 10 greedy episodes.
+- The simulator's default track with analog control (extended): ``configs/sim_sac.yaml``; the
+  saved policy must finish the track greedily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PENDULUM_MINUTES = 8
+SIM_MINUTES = 30
+
+
+def _rulka_run(tmp_path: Path, config: str, workers: int, minutes: float) -> Path:
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rulka.cli", "run", str(REPO / "configs" / config), "--workers", str(workers),
+         "--minutes", str(minutes), "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false",
+         "--set", "logging.tensorboard.enabled=false", "--set", "logging.progress=never"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=minutes * 60 + 600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(PENDULUM_MINUTES * 60 + 900)
+def test_sac_pendulum_through_rulka_run(tmp_path):
+    import gymnasium as gym
+    import torch
+
+    from rulka.envs.sim.policy import load_policy
+
+    run_dir = _rulka_run(tmp_path, "pendulum_sac.yaml", 1, PENDULUM_MINUTES)
+    torch.set_num_threads(1)
+    actor, _ = load_policy(run_dir)
+    env = gym.make("Pendulum-v1")
+    returns = []
+    for seed in range(10):
+        obs, _ = env.reset(seed=1000 + seed)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(actor.act(obs, test=True))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    assert np.mean(returns) >= -200, f"greedy returns: {np.round(returns, 1).tolist()}"
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(SIM_MINUTES * 60 + 900)
+def test_sac_analog_finishes_the_default_track(tmp_path):
+    import torch
+
+    from rulka.config import config_from_dict
+    from rulka.envs.sim.env import SimTrackEnv
+    from rulka.envs.sim.policy import load_policy
+
+    run_dir = _rulka_run(tmp_path, "sim_sac.yaml", 2, SIM_MINUTES)
+    torch.set_num_threads(1)
+    actor, spec = load_policy(run_dir)
+    sim = SimTrackEnv(config=config_from_dict(json.loads(spec["run_config_json"])))
+    results = []
+    for seed in range(3):
+        obs, info = sim.reset(seed=seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = sim.step(actor.act(obs, test=True))
+            done = terminated or truncated
+        results.append((bool(info.get("finished")), info.get("race_time_ms"), info.get("progress_m")))
+    assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
