@@ -394,12 +394,32 @@ def episodes_summary(path: Path, start: float, target: float = PENDULUM_TARGET,
     return out
 
 
+def _kill_leftovers(marker: str) -> int:
+    """SIGKILL processes whose command line contains ``marker`` (a run's temp folder): roles that
+    outlived the command we started (Linux /proc; elsewhere nothing is found)."""
+    killed = 0
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline and int(proc_dir.name) != os.getpid():
+            try:
+                os.kill(int(proc_dir.name), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed
+
+
 def _race(cmd: list[str], env: dict[str, str], cwd: str, episodes: Path, budget_s: float,
           stop_signal: int) -> dict[str, Any]:
     """Launch ``cmd``, stop it once the target is reached or after ``budget_s``; summary of its episodes."""
     start = time.time()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    log = episodes.with_suffix(".stderr")
+    with open(log, "w", encoding="utf-8") as err:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
     try:
         while proc.poll() is None and time.time() - start < budget_s:
             time.sleep(2.0)
@@ -410,18 +430,20 @@ def _race(cmd: list[str], env: dict[str, str], cwd: str, episodes: Path, budget_
         if exited is None:
             os.killpg(proc.pid, stop_signal)
             try:
-                proc.wait(timeout=90)
+                proc.wait(timeout=150)
             except subprocess.TimeoutExpired:
                 pass
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # stragglers of its own group
         except ProcessLookupError:
             pass
-        _, stderr = proc.communicate()
+        proc.wait()
     out = episodes_summary(episodes, start)
     out["budget_s"] = budget_s
+    out["leftover_processes_killed"] = _kill_leftovers(str(episodes.parent))
     if exited not in (None, 0):
-        out["error"] = f"exited with {exited}: " + " / ".join([ln for ln in stderr.splitlines() if ln.strip()][-3:])
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
+        out["error"] = f"exited with {exited}: " + " / ".join(tail)
     return out
 
 
@@ -450,7 +472,7 @@ def race_rulka_pendulum(budget_s: float) -> dict[str, Any]:
         env = {**os.environ, "WANDB_MODE": "disabled", "RULKA_BENCH_EPISODES": str(episodes)}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "rulka.cli", "run", str(REPO_ROOT / "configs" / "pendulum_sac.yaml"),
-               "--workers", "1", "--minutes", str(budget_s / 60 + 1), "--run-dir", str(Path(tmp) / "run"),
+               "--workers", "1", "--minutes", str(budget_s / 60), "--run-dir", str(Path(tmp) / "run"),
                "--set", f"environment.gym_id={PENDULUM_ID}", "--set", "logging.tensorboard.enabled=false",
                "--set", "logging.progress=never"]
         return _race(cmd, env, str(REPO_ROOT), episodes, budget_s, signal.SIGINT)
@@ -473,7 +495,7 @@ def _tmrl_pendulum(job: dict[str, Any]) -> None:
     probe = env_cls()
     spaces = (probe.observation_space, probe.action_space)
     port = int(job["port"])
-    Server(security=None, password=cfg.PASSWORD, port=port)
+    server = Server(security=None, password=cfg.PASSWORD, port=port)  # stops its relay when collected
     weights = cfg.WEIGHTS_FOLDER
     worker = RolloutWorker(env_cls=env_cls, actor_module_cls=partial(SquashedGaussianMLPActor), sample_compressor=None,
                            device="cpu", server_ip="127.0.0.1", server_port=port, password=cfg.PASSWORD,
@@ -493,6 +515,7 @@ def _tmrl_pendulum(job: dict[str, Any]) -> None:
                                                              "max_steps_per_update": 10, "end_episodes": True},
                      daemon=True).start()
     trainer.run()
+    del server
 
 
 def pendulum_main(tmrl_dir: Path, minutes: float) -> dict[str, Any]:
