@@ -210,18 +210,25 @@ def write_tls_credentials(folder: Path) -> None:
     (folder / "certificate.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
+def make_tmrl_home(home: Path) -> list[int]:
+    """The ``TmrlData`` folders and a ``config.json`` (TMRL reads it at import) under ``home``, on
+    free loopback ports; returns the ports (server, then the local ones)."""
+    config_dir = home / "TmrlData" / "config"
+    config_dir.mkdir(parents=True)
+    for sub in ("checkpoints", "dataset", "reward", "weights"):
+        (home / "TmrlData" / sub).mkdir()
+    ports = [free_port() for _ in range(4)]
+    (config_dir / "config.json").write_text(json.dumps(tmrl_config(ports[0], ports[1:], False, "")))
+    return ports
+
+
 def run_tmrl_child(tmrl_dir: Path, frames_file: Path, segment_steps: int, sizes: list[str], reps: dict[str, int],
                    timeout_s: float) -> dict[str, Any]:
     """Run the TMRL measurements in a child process with a throwaway HOME; returns its JSON."""
     with tempfile.TemporaryDirectory(prefix="rulka-tmrl-home-") as home:
         keys = Path(home) / "tls"
         write_tls_credentials(keys)
-        config_dir = Path(home) / "TmrlData" / "config"
-        config_dir.mkdir(parents=True)
-        for sub in ("checkpoints", "dataset", "reward", "weights"):
-            (Path(home) / "TmrlData" / sub).mkdir()
-        ports = [free_port() for _ in range(4)]
-        (config_dir / "config.json").write_text(json.dumps(tmrl_config(ports[0], ports[1:], False, "")))
+        make_tmrl_home(Path(home))
         job = {"tmrl_dir": str(tmrl_dir), "frames": str(frames_file), "segment_steps": segment_steps,
                "sizes": sizes, "reps": reps, "keys_dir": str(keys)}
         env = {**os.environ, "HOME": home, "USERPROFILE": home, "WANDB_MODE": "disabled"}
@@ -450,12 +457,7 @@ def _race(cmd: list[str], env: dict[str, str], cwd: str, episodes: Path, budget_
 def race_tmrl_pendulum(tmrl_dir: Path, budget_s: float) -> dict[str, Any]:
     """TMRL's minimal Pendulum pipeline in a child process with a throwaway HOME."""
     with tempfile.TemporaryDirectory(prefix="rulka-tmrl-pendulum-") as home:
-        config_dir = Path(home) / "TmrlData" / "config"
-        config_dir.mkdir(parents=True)
-        for sub in ("checkpoints", "dataset", "reward", "weights"):
-            (Path(home) / "TmrlData" / sub).mkdir()
-        ports = [free_port() for _ in range(4)]
-        (config_dir / "config.json").write_text(json.dumps(tmrl_config(ports[0], ports[1:], False, "")))
+        ports = make_tmrl_home(Path(home))
         episodes = Path(home) / "episodes.jsonl"
         env = {**os.environ, "HOME": home, "USERPROFILE": home, "WANDB_MODE": "disabled",
                "RULKA_BENCH_EPISODES": str(episodes)}
