@@ -7,53 +7,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
 
-from rulka.nn import DuelingHead, NoisyLinear, cosine_embedding, init_orthogonal, make_image_head, make_mlp
+from rulka.nn import DuelingHead, NoisyLinear, cosine_embedding, init_orthogonal
 from rulka.nn.blocks import LEAKY_SLOPE, leaky_gain
+from rulka.nn.encoder import EncoderSpec, ImageFloatEncoder
 
 
 @dataclasses.dataclass
-class IQNNetworkSpec:
-    """Everything that fixes the network's shape (plain data, crosses the wire in actor_spec)."""
+class IQNNetworkSpec(EncoderSpec):
+    """Everything that fixes the network's shape (plain data, crosses the wire in actor_spec):
+    the shared encoder's fields plus the quantile embedding and dueling head."""
 
-    float_dim: int
-    n_actions: int
-    image_height: int = 0  # 0 = no image head (float-only env)
-    image_width: int = 0
-    float_hidden_dim: int = 256
     dense_hidden_dimension: int = 1024
     embedding_dimension: int = 64
     head_hidden_dim: int | None = None  # default dense_hidden_dimension // 2
     head_layers: int = 1
-    use_impala_cnn: bool = False
-    impala_model_size: int = 1
-    use_adaptive_maxpool: bool = False
-    adaptive_maxpool_size: int = 6
-    use_spectral_norm: bool = False
     use_layer_norm: bool = False
     use_noisy_linear: bool = False
     noisy_sigma0: float = 0.5
-    float_mean: list[float] | None = None  # per-feature normalisation; default 0 / 1
-    float_std: list[float] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> IQNNetworkSpec:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown IQN network fields: {sorted(unknown)}")
-        return cls(**d)
-
-    @property
-    def uses_image(self) -> bool:
-        return self.image_height > 0 and self.image_width > 0
 
 
 def stratified_mirrored_taus(batch_size: int, n: int, *, generator: torch.Generator | None = None,
@@ -72,7 +46,7 @@ def stratified_mirrored_taus(batch_size: int, n: int, *, generator: torch.Genera
     return torch.cat([low, 1.0 - low])
 
 
-class IQNNetwork(nn.Module):
+class IQNNetwork(ImageFloatEncoder):
     """Q-quantiles for ``n`` taus per item. ``forward(img, floats, taus)`` with ``img`` uint8
     ``(B, H, W)`` (or None without image), ``floats`` ``(B, F)`` and ``taus`` ``(n*B,)``
     quantile-major returns ``(n*B, n_actions)``."""
@@ -82,16 +56,7 @@ class IQNNetwork(nn.Module):
         self.spec = spec
         self.n_actions = spec.n_actions
         self.embedding_dimension = spec.embedding_dimension
-        if spec.uses_image:
-            self.img_head, img_out = make_image_head(
-                spec.image_height, spec.image_width, use_impala_cnn=spec.use_impala_cnn,
-                impala_model_size=spec.impala_model_size, use_adaptive_maxpool=spec.use_adaptive_maxpool,
-                adaptive_maxpool_size=spec.adaptive_maxpool_size, use_spectral_norm=spec.use_spectral_norm)
-        else:
-            self.img_head, img_out = None, 0
-        self.float_feature_extractor = make_mlp(
-            spec.float_dim, spec.float_hidden_dim, None, 2, layer_norm=spec.use_layer_norm)
-        dense_in = img_out + spec.float_hidden_dim
+        dense_in = self._build_encoder(spec, layer_norm=spec.use_layer_norm)
         self.dense_input_dimension = dense_in
         self.iqn_fc = nn.Sequential(nn.Linear(spec.embedding_dimension, dense_in), nn.LeakyReLU(LEAKY_SLOPE))
         # cos(.) has variance 1/2: double the weight variance so iqn_fc's output has unit scale
@@ -100,21 +65,10 @@ class IQNNetwork(nn.Module):
         self.head = DuelingHead(dense_in, head_hidden, spec.n_actions, spec.head_layers,
                                 layer_norm=spec.use_layer_norm, noisy=spec.use_noisy_linear,
                                 noisy_sigma0=spec.noisy_sigma0)
-        mean = torch.tensor(spec.float_mean if spec.float_mean is not None else [0.0] * spec.float_dim)
-        std = torch.tensor(spec.float_std if spec.float_std is not None else [1.0] * spec.float_dim)
-        if mean.shape != (spec.float_dim,) or std.shape != (spec.float_dim,):
-            raise ValueError("float_mean/float_std must have float_dim entries")
-        self.register_buffer("float_mean", mean.float())
-        self.register_buffer("float_std", std.float().clamp(min=1e-6))
 
     def features(self, img: torch.Tensor | None, floats: torch.Tensor) -> torch.Tensor:
         """Per-item features before the quantile embedding, ``(B, dense_input_dimension)``."""
-        f = self.float_feature_extractor((floats.float() - self.float_mean) / self.float_std)
-        if self.img_head is None:
-            return f
-        if img is None:
-            raise ValueError("this network needs an image input")
-        return torch.cat([self.img_head(img), f], dim=1)
+        return self.encode(img, floats)
 
     def quantiles_from_features(self, feats: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
         n = taus.numel() // feats.shape[0]
