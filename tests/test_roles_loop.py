@@ -240,3 +240,46 @@ def test_engineered_reward_schedules_follow_the_trainers_frame_count():
             break
     w.close()
     assert t.samples == 100 and seen[-1] == 100
+
+
+class QuickServerRestartLink:
+    """A trainer link over a LocalHub whose server restarts (new session) while the link never
+    looks disconnected: what a relay killed and restarted within the heartbeat window does."""
+
+    def __init__(self, restart_at_receive: int):
+        self.inner = LocalHub().trainer_link()
+        self.restart_at = restart_at_receive
+        self.receives = 0
+        self.session = 1
+        self.weights_sent = 0
+
+    def broadcast(self, kind, payload):
+        self.weights_sent += kind == "weights"
+        self.inner.broadcast(kind, payload)
+
+    def send_to(self, worker_id, kind, payload):
+        self.inner.send_to(worker_id, kind, payload)
+
+    def receive(self, timeout=0.0):
+        self.receives += 1
+        if self.receives == self.restart_at:
+            self.session += 1
+        return self.inner.receive(timeout)
+
+    def connected(self):
+        return True
+
+    def server_session(self):
+        return self.session
+
+    def close(self):
+        self.inner.close()
+
+
+def test_weights_are_sent_again_to_a_server_that_restarted_within_the_heartbeat_window():
+    # the restarted server retains no weights: a worker joining it later would wait forever
+    link = QuickServerRestartLink(restart_at_receive=3)
+    t = Trainer(None, link, agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
+    t.run(max_seconds=0.5)
+    assert link.receives > 3
+    assert link.weights_sent == 2  # the start publish, then the same blob again after the restart

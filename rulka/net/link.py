@@ -68,5 +68,11 @@ class TrainerLink(ABC):
     @abstractmethod
     def connected(self) -> bool: ...
 
+    def server_session(self) -> int:
+        """A number that changes each time the link reaches a (new) server connection. A server
+        that restarts quickly may never look disconnected, yet it has lost the weights it retained
+        for late joiners: the trainer sends them again when this number changes."""
+        return 0
+
     @abstractmethod
     def close(self) -> None: ...

@@ -103,6 +103,7 @@ class _TlsLink:
         self._closed = threading.Event()
         self._last_pong = 0.0
         self._conn_id = 0
+        self._sessions = 0  # server connections answered so far (see server_session)
         self.problem = ""  # why the link is not connected ("" when it is, or not known yet)
         self.refused: str | None = None  # the server's last refusal reason (e.g. "revoked")
         self._reassembler = Reassembler(self._sender_key, max_message_bytes=settings.max_message_bytes,
@@ -156,6 +157,9 @@ class _TlsLink:
             log.info("%s connected to %s:%d", self.identity, self.settings.host, self.settings.port)
 
     # -- public --------------------------------------------------------------------------------
+    def server_session(self) -> int:
+        return self._sessions
+
     def connected(self) -> bool:
         return not self._closed.is_set() and time.monotonic() - self._last_pong < 3 * self.settings.heartbeat_s
 
@@ -291,6 +295,7 @@ class _TlsLink:
             self._conn_id = obj["pong"]
             self._last_pong = time.monotonic()
             if new_conn:
+                self._sessions += 1
                 self.refused = None
                 self._set_problem("")
                 self._on_connected()

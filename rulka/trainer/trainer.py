@@ -159,6 +159,7 @@ class Trainer:
         self._journal: JournalWriter | None = None
         self._last_weights: bytes | None = None
         self._was_connected = True  # publish() at start already reaches a connected server
+        self._server_session = 0  # link.server_session() when the weights last reached the server
         self._accepted_log: Any = None
         self._last_checkpoint = time.monotonic()
         self._last_log = time.monotonic()
@@ -268,12 +269,17 @@ class Trainer:
         return {"eval_episodes": self.eval_episodes, "eval_worker": worker}
 
     def _republish_after_reconnect(self) -> None:
-        # a restarted server has lost the weights it retained for late joiners: send them again
+        # a restarted server has lost the weights it retained for late joiners: send them again,
+        # also when it came back within the heartbeat window (a new server session)
         connected = self.link.connected()
-        if connected and not self._was_connected and self._last_weights is not None:
+        session = self.link.server_session()
+        reconnected = not self._was_connected or session != self._server_session
+        if connected and reconnected and self._last_weights is not None:
             self.link.broadcast("weights", self._last_weights)
             self.counters["republished"] += 1
         self._was_connected = connected
+        if connected:
+            self._server_session = session
 
     # -- files ------------------------------------------------------------------------------------
     def _save_config(self) -> None:
@@ -737,6 +743,7 @@ class Trainer:
         t0 = time.monotonic()
         self._write_run_file()
         self.publish()  # workers start acting with the current policy at once
+        self._server_session = self.link.server_session()
         try:
             while not stop_event.is_set():
                 if max_updates is not None and self.updates >= max_updates:
