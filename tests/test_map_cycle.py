@@ -53,7 +53,8 @@ def test_worker_plays_the_cycle_and_the_trainer_keeps_what_fills_the_buffer():
     # the default-track entry (fill_buffer false) reached the trainer but not its memory
     assert [s.map_name for s in ends] == ["hp", "hp", "sl_eval"]
     assert all(s.info.get("fill_buffer") is None for s in stored)
-    assert trainer.episodes == 4
+    # exploring episodes are counted under charts/, the greedy evaluation entry under eval/
+    assert trainer.episodes == 3 and trainer.counters["eval_episodes"] == 1
     # the evaluation entry was played greedily and is marked so
     assert [s.evaluation for s in ends] == [False, False, True]
     assert sum(s.num_transitions for s in stored) < worker.stats.steps
