@@ -145,3 +145,28 @@ class LossyCompressor:
 
     def decompress(self, data: bytes) -> Segment:
         return self.inner.decompress(data)
+
+
+def greedy_sim_results(run_dir, episodes: int = 3) -> list[tuple[bool, object, object]]:
+    """Drive the simulator greedily with the policy a run saved; per episode (finished, race ms,
+    metres). Shared by the learning tests that assert a saved policy finishes the track."""
+    import json
+
+    import torch
+
+    from rulka.config import config_from_dict
+    from rulka.envs.sim.env import SimTrackEnv
+    from rulka.envs.sim.policy import load_policy
+
+    torch.set_num_threads(1)
+    actor, spec = load_policy(run_dir)
+    sim = SimTrackEnv(config=config_from_dict(json.loads(spec["run_config_json"])))
+    results = []
+    for seed in range(episodes):
+        obs, info = sim.reset(seed=seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = sim.step(actor.act(obs, test=True))
+            done = terminated or truncated
+        results.append((bool(info.get("finished")), info.get("race_time_ms"), info.get("progress_m")))
+    return results

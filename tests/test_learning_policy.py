@@ -12,7 +12,6 @@ longer (measured here: 443 at 19k env steps, then flat around 430 up to 45k).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from policy_helpers import train_on_policy
+from roles_helpers import greedy_sim_results
 
 from rulka.config import load_config
 
@@ -60,9 +60,6 @@ def test_cartpole_dpo_beyond_random():
 def _sim_run_finishes(tmp_path: Path, config: str, minutes: int) -> None:
     """``rulka run CONFIG --workers 2`` (server, trainer, workers as processes over TLS), then
     the saved policy drives the default track greedily 3 times and must finish at least once."""
-    from rulka.config import config_from_dict
-    from rulka.envs.sim.env import SimTrackEnv
-    from rulka.envs.sim.policy import load_policy
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
@@ -72,17 +69,7 @@ def _sim_run_finishes(tmp_path: Path, config: str, minutes: int) -> None:
          "--set", "logging.tensorboard.enabled=false"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=minutes * 60 + 600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    torch.set_num_threads(1)
-    actor, spec = load_policy(run_dir)
-    sim = SimTrackEnv(config=config_from_dict(json.loads(spec["run_config_json"])))
-    results = []
-    for seed in range(3):
-        obs, info = sim.reset(seed=seed)
-        done = False
-        while not done:
-            obs, _, terminated, truncated, info = sim.step(actor.act(obs, test=True))
-            done = terminated or truncated
-        results.append((bool(info.get("finished")), info.get("race_time_ms"), info.get("progress_m")))
+    results = greedy_sim_results(run_dir)
     assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
 
 

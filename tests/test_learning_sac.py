@@ -11,7 +11,6 @@ loopback), as a user starts it with ``rulka run``.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from roles_helpers import greedy_sim_results
 
 REPO = Path(__file__).resolve().parents[1]
 PENDULUM_MINUTES = 8
@@ -69,22 +69,6 @@ def test_sac_pendulum_through_rulka_run(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(SIM_MINUTES * 60 + 900)
 def test_sac_analog_finishes_the_default_track(tmp_path):
-    import torch
-
-    from rulka.config import config_from_dict
-    from rulka.envs.sim.env import SimTrackEnv
-    from rulka.envs.sim.policy import load_policy
-
     run_dir = _rulka_run(tmp_path, "sim_sac.yaml", 2, SIM_MINUTES)
-    torch.set_num_threads(1)
-    actor, spec = load_policy(run_dir)
-    sim = SimTrackEnv(config=config_from_dict(json.loads(spec["run_config_json"])))
-    results = []
-    for seed in range(3):
-        obs, info = sim.reset(seed=seed)
-        done = False
-        while not done:
-            obs, _, terminated, truncated, info = sim.step(actor.act(obs, test=True))
-            done = terminated or truncated
-        results.append((bool(info.get("finished")), info.get("race_time_ms"), info.get("progress_m")))
+    results = greedy_sim_results(run_dir)
     assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"

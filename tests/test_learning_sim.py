@@ -8,13 +8,13 @@ at the 10-minute checkpoint, 3 of 3 at 14 minutes (26-27 s race time; scripted d
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from roles_helpers import greedy_sim_results
 
 REPO = Path(__file__).resolve().parents[1]
 MINUTES = 15
@@ -24,12 +24,6 @@ MINUTES = 15
 @pytest.mark.integration
 @pytest.mark.timeout(MINUTES * 60 + 900)
 def test_default_run_finishes_the_default_track(tmp_path):
-    import torch
-
-    from rulka.config import config_from_dict
-    from rulka.envs.sim.env import SimTrackEnv
-    from rulka.envs.sim.policy import load_policy
-
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
     proc = subprocess.run(
@@ -40,16 +34,5 @@ def test_default_run_finishes_the_default_track(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    torch.set_num_threads(1)
-    actor, spec = load_policy(run_dir)
-    cfg = config_from_dict(json.loads(spec["run_config_json"]))
-    sim = SimTrackEnv(config=cfg)
-    results = []
-    for seed in range(3):
-        obs, info = sim.reset(seed=seed)
-        done = False
-        while not done:
-            obs, _, terminated, truncated, info = sim.step(actor.act(obs, test=True))
-            done = terminated or truncated
-        results.append((bool(info.get("finished")), info.get("race_time_ms"), info.get("progress_m")))
+    results = greedy_sim_results(run_dir)
     assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
