@@ -8,7 +8,7 @@ import math
 import pytest
 
 from rulka.envs.sim.physics import DT, GEAR_ACCEL, CarPhysics, Controls
-from rulka.envs.sim.tracks import WALL, build_track
+from rulka.envs.sim.tracks import GRASS, WALL, build_track
 
 GAS = Controls(gas=1.0)
 BRAKE = Controls(brake=1.0)
@@ -164,3 +164,19 @@ def test_heading_convention_left_turn_increases_heading(road):
     car.step(Controls(gas=1.0, steer=1.0), 20)
     assert car.heading > h0
     assert math.isclose(car.speed, math.hypot(car.vx, car.vz))
+
+
+
+@pytest.mark.parametrize("lateral", [10.5, -14.0])
+def test_a_car_crossing_the_finish_on_the_verge_finishes(lateral):
+    # road half width 8 m plus an 8 m grass verge: the finish gate spans the block wall to wall, as in
+    # TrackMania, so a car on the grass beside the road finishes when it crosses the line
+    track = straight(length=30.0)
+    sx, sz, heading = track.start_pose
+    car = CarPhysics(track)
+    car.reset(x=sx + lateral * math.cos(heading), z=sz - lateral * math.sin(heading), heading=heading)
+    assert set(car.wheel_codes) == {GRASS}
+    while not car.finished and car.race_time_ms < 20_000:
+        car.step(GAS, 5)
+    assert car.finished
+    assert track.finish_line[4] == pytest.approx(16.0)

@@ -66,6 +66,7 @@ class Track:
     cell_size: float = CELL_SIZE
     description: str = ""
     reference_time_ms: int | None = None
+    finish_half_width: float | None = None  # the finish gate's half width: road plus verge, wall to wall
     _flat: bytes = field(default=b"", repr=False)
     _normals: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict, repr=False)
 
@@ -93,10 +94,13 @@ class Track:
 
     @property
     def finish_line(self) -> tuple[float, float, float, float, float]:
-        """(x, z, tx, tz, half_width): a point on the finish line, the race direction, half width."""
+        """(x, z, tx, tz, half_width): a point on the finish line, the race direction, and the gate's
+        half width. The gate spans the verges up to the walls, as a TrackMania finish block spans its
+        whole block: a car that crosses the line on the grass finishes too."""
         x, _, z = self.centerline[self.finish_index]
         h = self.heading_at(self.finish_index)
-        return float(x), float(z), math.sin(h), math.cos(h), float(self.widths[self.finish_index]) / 2
+        half = self.finish_half_width if self.finish_half_width is not None else float(self.widths[self.finish_index]) / 2
+        return float(x), float(z), math.sin(h), math.cos(h), float(half)
 
     def race_line(self) -> np.ndarray:
         """Centreline points (N, 3) from the start line to the finish line, SAMPLE_STEP apart."""
@@ -308,6 +312,17 @@ def build_track(spec: dict[str, Any], cell_size: float = CELL_SIZE) -> Track:
         quad = np.array([_offset(seg, -half)[0], _offset(seg, half)[0], _offset(seg, half)[2], _offset(seg, -half)[2]])
         cv2.fillConvexPoly(mat, fix(quad), code, cv2.LINE_8, shift)
     look = _paint_look(mat, cell_size)
+    # the finish gate spans the verges: the camera sees the chequer across the grass too
+    gate_half = float(widths[finish_index] / 2 + runoffs[finish_index])
+    seg = pts[finish_index - 1 : finish_index + 2]
+    gate = np.zeros_like(mat)
+    quad = np.array([_offset(seg, -gate_half)[0], _offset(seg, gate_half)[0], _offset(seg, gate_half)[2],
+                     _offset(seg, -gate_half)[2]])
+    cv2.fillConvexPoly(gate, fix(quad), 1, cv2.LINE_8, shift)
+    sq = int(round(1.0 / cell_size))
+    rows_i, cols_i = np.indices(mat.shape)
+    verge = (gate == 1) & (mat == GRASS)
+    look[verge] = np.where(((rows_i[verge] // sq + cols_i[verge] // sq) % 2).astype(bool), 0, _LOOK[FINISH])
     # dashed centre line (look only: the physics sees asphalt), 4 m dash every 10 m
     dash = np.zeros_like(mat)
     per = int(round(10.0 / SAMPLE_STEP))
@@ -330,6 +345,7 @@ def build_track(spec: dict[str, Any], cell_size: float = CELL_SIZE) -> Track:
         cell_size=cell_size,
         description=str(spec.get("description", "")),
         reference_time_ms=int(ref) if ref is not None else None,
+        finish_half_width=gate_half,
     )
 
 
