@@ -88,6 +88,13 @@ class Memory(ABC):
     start_learning_size: int = 0
     """Transitions stored before training starts."""
 
+    @property
+    def held_out_transitions(self) -> int:
+        """Transitions appended so far (cumulative, counted in ``append``'s return) that are
+        not trained on, e.g. a held-out test store. The trainer's rate limiter counts inserts
+        without them: they are not trainable samples. Default 0 (every transition is trained on)."""
+        return 0
+
     def sample(self, batch_size: int) -> Any:
         """Off-policy: a random batch. On-policy memories may not implement it."""
         raise NotImplementedError(f"{type(self).__name__} does not sample random batches")

@@ -108,6 +108,7 @@ def test_test_buffer_transitions_do_not_count_toward_the_replay_ratio():
     train, test = len(mem.train), len(mem.test)
     assert train + test == 60 and 10 < train < 50  # about half went to the test store
     assert mem.trainable_updates(60) == (train - 10) * 2 // 4
+    assert mem.held_out_transitions == test  # what the trainer's rate limiter leaves out of its inserts
 
 
 def test_a_larger_start_size_in_the_schedule_pauses_training_until_data_catch_up():

@@ -81,6 +81,59 @@ def test_learner_behind_defers_then_drops_counted_and_catches_up():
     assert t.ratio_text() == "0.33/1"
 
 
+class HoldOutMemory(ListMemory):
+    """Holds out the last transition of every segment (as the IQN memory routes some to its
+    test store): ``append`` reports all of them, ``len`` and ``held_out_transitions`` tell apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = 0
+
+    def append(self, segment):
+        self.held += 1
+        return super().append(segment)
+
+    def __len__(self):
+        return super().__len__() - self.held
+
+    @property
+    def held_out_transitions(self) -> int:
+        return self.held
+
+    def save(self, directory) -> None:
+        super().save(directory)
+        (directory / "held.txt").write_text(str(self.held))
+
+    def load(self, directory) -> None:
+        super().load(directory)
+        self.held = int((directory / "held.txt").read_text())
+
+
+def test_held_out_transitions_are_not_inserts_of_the_ratio(tmp_path):
+    # spi 2, batch 4, start size 4: window 2 x 4 +- max(0.1 x 2 x 4, 4 / 2) = [6, 10].
+    # Segments of 4 transitions, 1 held out: 3 trainable inserts each.
+    run_dir = tmp_path / "run"
+    t = Trainer({"trainer": {"rate_limit": {"samples_per_insert": 2}}}, LocalHub().trainer_link(),
+                agent=CountingAgent(), memory=HoldOutMemory(), signing_key=KEY, run_dir=run_dir)
+    assert (t.limiter.min_diff, t.limiter.max_diff) == (6, 10)
+    t.ingest([seg_msg("w", 0)])  # 3 stored < 4: free; cursor 3 x 2 = 6
+    t.ingest([seg_msg("w", 1)])  # still below the start size: cursor 12
+    assert t.samples == 8 and t.limiter.inserts == 6 and t.limiter.cursor == 12
+    t.ingest([seg_msg("w", 2)])  # 6 stored, cursor 12 > 10: deferred
+    assert len(t._deferred) == 1
+    # 12 - 4 = 8 >= 6: one batch; 8 - 4 < 6: waits (counting the held-out 8 inserts would allow 2)
+    assert t.train_slice() == 1 and t.limiter.cursor == 8
+    assert t.limiter.achieved() == pytest.approx(4 / 6)
+    assert t.drain_deferred() == 1 and t.limiter.inserts == 9
+    t.checkpoint()
+    t.close()
+    resumed = Trainer({"trainer": {"rate_limit": {"samples_per_insert": 2}}}, LocalHub().trainer_link(),
+                      agent=CountingAgent(), memory=HoldOutMemory(), signing_key=KEY, run_dir=run_dir, resume=True)
+    # 12 transitions stored, 3 of them held out: 9 trainable inserts, 1 batch of 4 samples
+    assert resumed.samples == 12 and resumed.limiter.inserts == 9 and resumed.limiter.samples == 4
+    resumed.close()
+
+
 def test_throughput_mode_inserts_everything_and_sends_no_credit():
     hub = LocalHub()
     wlink = hub.worker_link("w")

@@ -1,7 +1,8 @@
 """The trainer's rate limiter: samples per insert held within a window, after Reverb's
 ``SampleToInsertRatio`` (reverb/rate_limiters.py, reverb/cc/rate_limiter.cc).
 
-Units are Reverb's: an *insert* is one transition stored, a *sample* is one transition drawn
+Units are Reverb's: an *insert* is one trainable transition stored (those a memory holds out
+for its test loss, ``Memory.held_out_transitions``, do not count), a *sample* is one transition drawn
 into a batch (an update on a batch of B spends B samples). ``samples_per_insert`` (spi) is how
 many times, on average, a transition is trained on: the guide's
 ``number_times_single_memory_is_used_before_discard`` for IQN, or

@@ -163,7 +163,7 @@ class Trainer:
         self._accepted_log: Any = None
         self._last_checkpoint = time.monotonic()
         self._last_log = time.monotonic()
-        self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": time.monotonic()}
+        self._window = {"bytes": 0, "samples": 0, "inserts": 0, "updates": 0, "t": time.monotonic()}
         self._lags: list[int] = []
         self._returns: list[float] = []  # recent episode returns (progress line)
         # returns, race times and finish rates per map since the last metrics record
@@ -373,7 +373,9 @@ class Trainer:
             self.journal_number = journal_from = int(state["journal_number"])
             self.accepted_log_bytes = int(state["accepted_log_bytes"])
             if self.limiter is not None:
-                self.limiter.inserts, self.limiter.samples = self.samples, self.updates * self.batch_size
+                # the memory was loaded with this checkpoint: its held-out count matches self.samples
+                self.limiter.inserts = self.samples - self.memory.held_out_transitions
+                self.limiter.samples = self.updates * self.batch_size
             log.info("resumed from %s: v%d, %d updates, %d samples", folder.name, self.version, self.updates,
                      self.samples)
         else:
@@ -492,6 +494,7 @@ class Trainer:
         """Verify (``trainer.verify``) and append ``seg`` to the memory; count what it added."""
         if self.verify:
             self._verify(seg)
+        held_out = self.memory.held_out_transitions
         try:
             # map_cycle entries with fill_buffer: false are for metrics only
             added = 0 if seg.info.get("fill_buffer") is False else int(self.memory.append(seg))
@@ -505,8 +508,12 @@ class Trainer:
             added = 0
         self.samples += added
         self._window["samples"] += added
+        # transitions the memory holds out (its test store) are not trainable: the ratio of
+        # samples per insert is over the trainable ones
+        trainable = max(0, added - (self.memory.held_out_transitions - held_out))
+        self._window["inserts"] += trainable
         if self.limiter is not None:
-            self.limiter.record_insert(added)
+            self.limiter.record_insert(trainable)
 
     def drain_deferred(self) -> int:
         """Insert deferred segments while the limiter admits them; returns how many."""
@@ -699,7 +706,7 @@ class Trainer:
             lim = self.limiter
             metrics.update({
                 "perf/samples_per_insert": window_rate(self._window["updates"] * self.batch_size,
-                                                       self._window["samples"]),
+                                                       self._window["inserts"]),
                 "perf/samples_per_insert_total": lim.achieved(),
                 "perf/samples_per_insert_target": lim.samples_per_insert,
                 "perf/limiter_cursor": lim.cursor,
@@ -708,7 +715,7 @@ class Trainer:
             })
         metrics["perf/learner_busy"] = self._train_s / dt
         self._train_s = 0.0
-        self._window = {"bytes": 0, "samples": 0, "updates": 0, "t": now}
+        self._window = {"bytes": 0, "samples": 0, "inserts": 0, "updates": 0, "t": now}
         self._lags = []
         self._last_log = now
         if self.metrics is not None:

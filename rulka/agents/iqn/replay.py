@@ -226,6 +226,11 @@ class MiniRaceReplayMemory(Memory):
         return self.replay_ratio
 
     @property
+    def held_out_transitions(self) -> int:
+        """Transitions routed to the held-out test store so far (not trainable samples)."""
+        return self.transitions_added - self.train_transitions_added
+
+    @property
     def start_learning_size(self) -> int:
         return self._size_now(self._schedule_frames())[1]
 
