@@ -99,22 +99,19 @@ def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
     import yaml
 
     from rulka.config import config_from_dict
-    from rulka.plugins import build_plugin, opt
+    from rulka.plugins import build_plugin
     from rulka.trainer import checkpoint as ckpt
-    from rulka.trainer.trainer import _default_agent_name
 
     cfg = config_from_dict(yaml.safe_load((run_dir / "config.resolved.yaml").read_text()))
-    threads = opt(cfg, "trainer.torch_threads")
-    if threads:
-        torch.set_num_threads(int(threads))
-    agent = build_plugin("agent", _default_agent_name(cfg), opt(cfg, "trainer.agent_kwargs"), cfg)
-    memory = build_plugin("memory", str(opt(cfg, "trainer.memory") or _default_agent_name(cfg)),
-                          opt(cfg, "trainer.memory_kwargs"), cfg)
+    if cfg.trainer.torch_threads:
+        torch.set_num_threads(cfg.trainer.torch_threads)
+    agent = build_plugin("agent", str(cfg.trainer.agent), cfg.trainer.agent_kwargs, cfg)
+    memory = build_plugin("memory", str(cfg.trainer.memory), cfg.trainer.memory_kwargs, cfg)
     folder = ckpt.latest_checkpoint(run_dir / "checkpoints")
     agent_state, _ = ckpt.read_checkpoint(folder)
     agent.load_state_dict(agent_state)
     memory.load(folder / "replay")
-    batch_size = int(getattr(agent, "batch_size", 64))
+    batch_size = int(agent.batch_size or cfg.training.batch_size)
     for _ in range(3):
         agent.train(memory.sample(batch_size))
     t0, n = time.perf_counter(), 0

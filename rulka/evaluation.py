@@ -20,9 +20,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rulka.errors import UserError, one_line
+
+if TYPE_CHECKING:
+    from rulka.config import RulkaConfig
 
 DEFAULT_MAX_STEPS = 100_000  # an episode the env never ends is cut here (counted as cut)
 
@@ -162,17 +165,12 @@ def load_for_eval(path: str | Path, env: str | None = None, overrides: Sequence[
     return LoadedPolicy(actor=actor, spec=spec, cfg=cfg, file=file, config_source=source)
 
 
-def describe_env(cfg: Any) -> str:
+def describe_env(cfg: RulkaConfig) -> str:
     """A short name for the env a config describes: ``sim (default)``, ``gym CartPole-v1``."""
-    from rulka.plugins import opt
-
-    backend = str(opt(cfg, "environment.backend", "sim"))
-    if backend == "gym":
-        return f"gym {opt(cfg, 'environment.gym_id', '?')}"
-    track = opt(cfg, "environment.track")
-    if track is not None:
-        return f"{backend} ({track if isinstance(track, str) else ','.join(map(str, track))})"
-    return backend
+    env = cfg.environment
+    if env.backend == "gym":
+        return f"gym {env.gym_id}"
+    return f"{env.backend} ({env.track})"
 
 
 # -- running ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 the worker, the trainer and ``rulka verify`` (no role imports another: they all import this).
 
 Plugin convention: a plugin named in the config (registry name or ``module:Class``) is called with
-its ``*_kwargs`` from the config, plus ``cfg=<the run config>`` when its signature takes ``cfg``.
+its ``*_kwargs`` from the config, plus ``cfg=<the run config>`` (a ``RulkaConfig``) when its
+signature takes ``cfg``.
 """
 
 from __future__ import annotations
@@ -13,28 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from rulka.config import ConfigLike, as_config
 from rulka.errors import UserError
 from rulka.registry import resolve
 
-_MISSING = object()
-
 # the config sections a worker needs; the trainer sends them with the weights
 WORKER_CONFIG_SECTIONS = ("environment", "rewards", "map_cycle", "exploration", "nn", "worker")
-
-
-def opt(cfg: Any, path: str, default: Any = None) -> Any:
-    """``cfg.a.b`` (attribute or mapping access) or ``default`` when any part is missing/None."""
-    node = cfg
-    for part in path.split("."):
-        if node is None:
-            return default
-        if isinstance(node, Mapping):
-            node = node.get(part, _MISSING)
-        else:
-            node = getattr(node, part, _MISSING)
-        if node is _MISSING:
-            return default
-    return default if node is None else node
 
 
 def build_plugin(kind: str, name: str, kwargs: Mapping[str, Any] | None = None, cfg: Any = None) -> Any:
@@ -53,30 +38,30 @@ def build_plugin(kind: str, name: str, kwargs: Mapping[str, Any] | None = None, 
         raise UserError(f"{kind} plugin '{name}' cannot be built with {sorted(kw)}: {exc}") from exc
 
 
-def make_env(cfg: Any, render_mode: str | None = None) -> Any:
+def make_env(cfg: ConfigLike, render_mode: str | None = None) -> Any:
     """The env the config describes: ``environment.backend == "gym"`` makes
     ``gymnasium.make(environment.gym_id, **environment.gym_kwargs)``; any other backend is an
     ``env`` plugin (``"sim"`` by default) called with ``config=cfg``. ``render_mode`` (e.g.
     ``"rgb_array"`` for videos) is passed on; an env plugin that takes none cannot render."""
-    backend = opt(cfg, "environment.backend", "sim")
+    cfg = as_config(cfg)
+    env_cfg = cfg.environment
     extra = {} if render_mode is None else {"render_mode": render_mode}
-    if backend == "gym":
+    if env_cfg.backend == "gym":
         import gymnasium
 
-        gym_id = opt(cfg, "environment.gym_id")
-        if not gym_id:
+        if not env_cfg.gym_id:
             raise UserError("environment.backend is 'gym' but environment.gym_id is not set")
         try:
-            return gymnasium.make(gym_id, **dict(opt(cfg, "environment.gym_kwargs", {}) or {}), **extra)
+            return gymnasium.make(env_cfg.gym_id, **env_cfg.gym_kwargs, **extra)
         except gymnasium.error.Error as exc:
-            raise UserError(f"cannot make gym env '{gym_id}': {exc}") from exc
-    factory = resolve("env", backend)
+            raise UserError(f"cannot make gym env '{env_cfg.gym_id}': {exc}") from exc
+    factory = resolve("env", env_cfg.backend)
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
     if extra and "render_mode" not in params:
-        raise UserError(f"env plugin '{backend}' takes no render_mode: it cannot render frames")
+        raise UserError(f"env plugin '{env_cfg.backend}' takes no render_mode: it cannot render frames")
     kwargs = {"config": cfg} if "config" in params else {}
     return factory(**kwargs, **extra)
 
@@ -111,13 +96,13 @@ def arrays_to_obs(arrays: Mapping[str, np.ndarray], index: int) -> Any:
     return {k[4:]: arrays[k][index] for k in names}
 
 
-def network_settings(cfg: Any, *, host: str | None = None, port: int | None = None) -> Any:
+def network_settings(cfg: ConfigLike, *, host: str | None = None, port: int | None = None) -> Any:
     """The transport's settings (``rulka.net.settings.NetworkSettings``) from the config's
     ``network`` section (every key: TLS, chunking, backoff, outbox, heartbeat), with ``host`` and
     ``port`` from the command line winning."""
     from rulka.net.settings import NetworkSettings
 
-    return NetworkSettings.from_config(opt(cfg, "network"), host=host, port=port)
+    return NetworkSettings.from_config(as_config(cfg).network, host=host, port=port)
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -15,8 +15,9 @@ import time
 from typing import Any
 
 from rulka.compress import SegmentDecoder, codec_name, make_compressor
+from rulka.config import ConfigLike, as_config
 from rulka.interfaces import SampleCompressor
-from rulka.plugins import build_plugin, make_env, opt
+from rulka.plugins import build_plugin, make_env
 from rulka.segment import Segment
 from rulka.trainer.verify import first_difference
 
@@ -43,18 +44,18 @@ class _Capturing(SampleCompressor):
             return self.originals.pop(seq, None)
 
 
-def verify_pipeline(cfg: Any, segments: int = 20, max_steps: int = 100_000, timeout_s: float = 600.0
+def verify_pipeline(cfg: ConfigLike, segments: int = 20, max_steps: int = 100_000, timeout_s: float = 600.0
                     ) -> dict[str, Any]:
     """Check ``segments`` segments of the configured path; returns ``{"segments": n,
     "transitions": n, "first_difference": str | None}``."""
     from rulka.net.local import LocalHub
     from rulka.worker.worker import Worker
 
-    algo = str(opt(cfg, "trainer.agent") or opt(cfg, "training.algorithm", "iqn"))
-    agent = build_plugin("agent", algo, opt(cfg, "trainer.agent_kwargs"), cfg)
-    memory = build_plugin("memory", str(opt(cfg, "trainer.memory") or algo), opt(cfg, "trainer.memory_kwargs"), cfg)
-    name = str(opt(cfg, "worker.compressor", "zstd"))
-    kwargs = dict(opt(cfg, "worker.compressor_kwargs", {}) or {})
+    cfg = as_config(cfg)
+    agent = build_plugin("agent", str(cfg.trainer.agent), cfg.trainer.agent_kwargs, cfg)
+    memory = build_plugin("memory", str(cfg.trainer.memory), cfg.trainer.memory_kwargs, cfg)
+    name = cfg.worker.compressor
+    kwargs = dict(cfg.worker.compressor_kwargs)
     worker_side = make_compressor(name, **kwargs)
     capturing = _Capturing(worker_side, codec_name(worker_side, name))
     decoder = SegmentDecoder(make_compressor(name, **kwargs), name)  # the trainer's own compressor

@@ -144,6 +144,26 @@ def test_factories_from_config_files():
     assert mem.mini_race == sim.temporal_mini_race_duration_actions
 
 
+def test_config_decides_the_dueling_heads_and_the_defaults_are_the_models():
+    from rulka.agents.iqn.settings import hyper_from_config, make_agent
+    from rulka.config import RulkaConfig, config_from_dict
+
+    assert hyper_from_config(RulkaConfig()) == IQNHyper()  # one home for each default: the config model
+    cfg = config_from_dict({"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+                            "nn": {"decoder": {"dense_hidden_dimension": 64,
+                                               "advantage": {"mlp": {"hidden_dim": 48}},
+                                               "value": {"mlp": {"hidden_dim": 16, "n_hidden_layers": 2}}}}})
+    head = make_agent(cfg, device="cpu").online.head
+    linears = lambda mlp: [(m.in_features, m.out_features) for m in mlp if isinstance(m, torch.nn.Linear)]  # noqa: E731
+    dense = head.advantage[0].in_features
+    assert linears(head.advantage) == [(dense, 48), (48, 2)]
+    assert linears(head.value) == [(dense, 16), (16, 16), (16, 1)]
+    # left unset, the value head is dense_hidden_dimension // 2 wide (the guide's null), one layer
+    plain = config_from_dict({"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+                              "nn": {"decoder": {"dense_hidden_dimension": 64}}})
+    assert linears(make_agent(plain, device="cpu").online.head.value) == [(dense, 32), (32, 1)]
+
+
 def test_trainer_device_decides_where_the_agent_trains(tmp_path):
     """trainer.device (or RULKA_DEVICE in .env) picks the device; auto is cuda only when torch sees one."""
     from rulka.agents.iqn.settings import make_agent

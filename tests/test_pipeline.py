@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -343,32 +343,42 @@ def test_step_before_reset_is_an_error() -> None:
         pipe.step(car(0.0, 0), 0)
 
 
-def test_from_config_nested_sections_and_flat_objects() -> None:
+def test_from_config_reads_the_typed_sections() -> None:
     cfg = {
         "environment": {
             "tm_engine_step_per_action": 4,
             "ms_per_tm_engine_step": 10,
             "n_zone_centers_in_inputs": 10,
             "n_prev_actions_in_inputs": 3,
+            "sync_virtual_and_real_checkpoints": False,
         },
         "rewards": {
             "constant_reward_per_ms": -0.002,
             "engineered_neoslide_reward_schedule": [[0, 0.0], [1000, 1.0]],
         },
-        "float_input_dim": 28 + 12 + 16 + 30,
+        "training": {"global_schedule_speed": 2.0},
+        "nn": {"float_input_dim": 28 + 12 + 16 + 30},
     }
     p = PipelineParams.from_config(cfg)
     assert p.ms_per_action == 40 and p.n_zone_centers_in_inputs == 10 and p.n_prev_actions_in_inputs == 3
-    assert p.constant_reward_per_ms == -0.002
-    assert p.engineered_neoslide_reward_schedule == ((0.0, 0.0), (1000.0, 1.0))
-    flat = SimpleNamespace(
-        tm_engine_step_per_action=5, ms_per_tm_engine_step=10, rl_action_offsets_ms=[0, 10, 20]
-    )
-    assert PipelineParams.from_config(flat).ms_per_action == 10  # multi-action runs 10 ms steps
+    assert p.constant_reward_per_ms == -0.002 and p.sync_virtual_and_real_checkpoints is False
+    assert p.mini_race_actions == 7000 // 40
+    # the schedule's frames are stretched by training.global_schedule_speed
+    assert p.engineered_neoslide_reward_schedule == ((0.0, 0.0), (2000.0, 1.0))
+    multi = {"environment": {"rl_action_offsets_ms": [0, 10, 20]}}
+    assert PipelineParams.from_config(multi).ms_per_action == 10  # multi-action runs 10 ms steps
     with pytest.raises(ConfigError, match="float_input_dim"):
-        PipelineParams.from_config({**cfg, "float_input_dim": 184})
+        PipelineParams.from_config({**cfg, "nn": {"float_input_dim": 184}})
     with pytest.raises(ConfigError, match="n_zone_centers_extrapolate_before_start_of_map"):
         PipelineParams.from_config({"environment": {"n_zone_centers_extrapolate_before_start_of_map": 0}})
+
+
+def test_defaults_are_the_config_models() -> None:
+    from rulka.config import RulkaConfig
+
+    built, derived = PipelineParams(), PipelineParams.from_config(RulkaConfig())
+    assert built.mini_race_actions == derived.mini_race_actions and layout_dim(built) == derived.float_input_dim
+    assert dataclasses.replace(derived, temporal_mini_race_duration_actions=None, float_input_dim=None) == built
 
 
 @pytest.mark.parametrize(

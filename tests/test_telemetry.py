@@ -245,8 +245,8 @@ def test_bad_wandb_mode_is_rejected(tmp_path: Path) -> None:
 
 
 def test_from_config_reads_the_logging_section(tmp_path: Path) -> None:
-    cfg = {"logging": {"wandb": {"enabled": False, "mode": "offline"}, "tensorboard": {"enabled": False},
-                       "tensorboard_suffix_schedule": [[0, ""], [50, "_2"]]}}
+    cfg = {"logging": {"wandb": {"enabled": False, "mode": "offline"}, "tensorboard": {"enabled": False}},
+           "training": {"tensorboard_suffix_schedule": [[0, ""], [50, "_2"]]}}
     logger = from_config(cfg, tmp_path / "myrun")
     assert logger.sinks == ["jsonl"] and logger.run_name == "myrun"
     logger.close()
@@ -255,6 +255,12 @@ def test_from_config_reads_the_logging_section(tmp_path: Path) -> None:
     logger.log({m.EPISODIC_RETURN: 1.0}, step=60)
     logger.close()
     assert (tmp_path / "myrun" / "tensorboard_2").is_dir()
+    # the schedule is stretched by training.global_schedule_speed (frames x 2: "_2" from 100)
+    cfg["training"]["global_schedule_speed"] = 2.0
+    logger = from_config(cfg, tmp_path / "slow")
+    logger.log({m.EPISODIC_RETURN: 1.0}, step=60)
+    logger.close()
+    assert not (tmp_path / "slow" / "tensorboard_2").exists()
 
 
 # -- progress ---------------------------------------------------------------------------------------

@@ -109,12 +109,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_record_line(args: argparse.Namespace) -> int:
     if args.game == "tmnf":
         from rulka.envs.tmnf import tools
-        from rulka.plugins import opt
 
         cfg = _config(args)
         if not args.map:
             raise UserError("rulka tm record-line --game tmnf needs --map (the map to load and drive)")
-        port = args.port if args.port is not None else int(opt(cfg, "user.base_tmi_port", 8478))
+        port = args.port if args.port is not None else cfg.user.base_tmi_port
         npy, js, race_time = tools.record_line(cfg, args.out, args.map, port, fake=args.fake, wait_s=args.wait)
         print(f"recorded {args.map}: race time {race_time / 1000:.2f} s -> {npy} and {js} "
               "(set map_cycle.entries[].reference_line_path to either)")

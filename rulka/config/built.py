@@ -40,7 +40,6 @@ NOT_BUILT: frozenset[str] = frozenset(
         "nn.decoder.advantage.transformer",
         "nn.decoder.value.freeze",
         "nn.decoder.value.transformer",
-        "nn.decoder.value.mlp",
         # nn.training: target self-loss clamp and the network resets
         "nn.training.target_self_loss_clamp_ratio",
         "nn.training.single_reset_flag",

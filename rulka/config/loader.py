@@ -503,6 +503,25 @@ def config_from_dict(data: Mapping[str, Any] | None) -> RulkaConfig:
         raise ConfigError(_validation_message(exc)) from None
 
 
+ConfigLike = RulkaConfig | Mapping[str, Any] | str | Path | None
+
+
+def as_config(cfg: ConfigLike) -> RulkaConfig:
+    """The one conversion at an edge (a role, a plugin factory, an env built with keyword
+    arguments): a ``RulkaConfig`` is returned as is; a mapping of sections (what a YAML file or
+    the trainer's weights carry; any section or key may be omitted) is validated; a path is a
+    YAML file or a run folder, loaded without ``.env`` and overrides; None is the built-in
+    default. Past the edge, code reads typed attributes (``cfg.training.batch_size``) and every
+    default is the config model's. Raises ConfigError on anything that does not validate."""
+    if isinstance(cfg, RulkaConfig):
+        return cfg
+    if cfg is None or isinstance(cfg, Mapping):
+        return config_from_dict(cfg)
+    if isinstance(cfg, str | Path):
+        return load_config(cfg, env_file=None)
+    raise ConfigError(f"a run config must be a RulkaConfig, a mapping of sections or a path, got {type(cfg).__name__}")
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: Sequence[str] = (),

@@ -57,6 +57,8 @@ from typing import Any
 
 import numpy as np
 
+from rulka.config import ConfigLike, as_config
+from rulka.config.sections import EnvironmentConfig, RewardsConfig
 from rulka.envs import rewards as R
 from rulka.envs.actions import DEFAULT_PREVIOUS_ACTION, FLAG_NAMES, action_to_flags, discrete_to_flags
 from rulka.envs.car_state import WHEEL_NAMES, CarState
@@ -70,46 +72,58 @@ WORLD_UP = np.array([0.0, 1.0, 0.0])
 Knots = tuple[tuple[float, float], ...]
 
 
+# defaults are the run config's (rulka.config.sections): one home for each
+_ENV = EnvironmentConfig()
+_REWARDS = RewardsConfig()
+
+
+def _knots_of(value: Sequence[Sequence[float]]) -> Knots:
+    return tuple((float(k[0]), float(k[1])) for k in value)
+
+
 @dataclass(frozen=True)
 class PipelineParams:
     """Everything the pipeline reads from the run config. Field names are the config keys
-    (sections ``environment``, ``rewards``, ``state_normalization``); see the configuration guide.
+    (sections ``environment``, ``rewards``, ``state_normalization``) and the defaults are the
+    config model's; see the configuration guide. Build it from a run config with
+    :meth:`from_config`.
     """
 
     # environment: timing
-    ms_per_action: int = 50
+    ms_per_action: int = _ENV.ms_per_action
     """Milliseconds of race time per action (tm_engine_step_per_action * ms_per_tm_engine_step)."""
     # environment: spatial inputs
-    n_zone_centers_in_inputs: int = 40
-    one_every_n_zone_centers_in_inputs: int = 20
-    n_zone_centers_extrapolate_before_start_of_map: int = 20
-    n_zone_centers_extrapolate_after_end_of_map: int = 1000
-    distance_between_checkpoints: float = 0.5
-    road_width: float = 90.0
-    margin_to_announce_finish_meters: float = 700.0
-    n_contact_material_physics_behavior_types: int = 4
-    n_prev_actions_in_inputs: int = 5
-    sync_virtual_and_real_checkpoints: bool = True
-    temporal_mini_race_duration_ms: int = 7000
+    n_zone_centers_in_inputs: int = _ENV.n_zone_centers_in_inputs
+    one_every_n_zone_centers_in_inputs: int = _ENV.one_every_n_zone_centers_in_inputs
+    n_zone_centers_extrapolate_before_start_of_map: int = _ENV.n_zone_centers_extrapolate_before_start_of_map
+    n_zone_centers_extrapolate_after_end_of_map: int = _ENV.n_zone_centers_extrapolate_after_end_of_map
+    distance_between_checkpoints: float = _ENV.distance_between_checkpoints
+    road_width: float = _ENV.road_width
+    margin_to_announce_finish_meters: float = _ENV.margin_to_announce_finish_meters
+    n_contact_material_physics_behavior_types: int = _ENV.n_contact_material_physics_behavior_types
+    n_prev_actions_in_inputs: int = _ENV.n_prev_actions_in_inputs
+    sync_virtual_and_real_checkpoints: bool = _ENV.sync_virtual_and_real_checkpoints
+    temporal_mini_race_duration_ms: int = _ENV.temporal_mini_race_duration_ms
     temporal_mini_race_duration_actions: int | None = None
     """Mini-race length in decisions (the unit of slot 0); None: duration_ms // ms_per_action."""
     # environment: cut-offs
-    cutoff_rollout_if_race_not_finished_within_duration_ms: int = 300_000
-    cutoff_rollout_if_no_vcp_passed_within_duration_ms: int = 2_000
+    cutoff_rollout_if_race_not_finished_within_duration_ms: int = (
+        _ENV.cutoff_rollout_if_race_not_finished_within_duration_ms)
+    cutoff_rollout_if_no_vcp_passed_within_duration_ms: int = _ENV.cutoff_rollout_if_no_vcp_passed_within_duration_ms
     # rewards
-    constant_reward_per_ms: float = -6 / 5000
-    reward_per_m_advanced_along_centerline: float = 5 / 500
-    final_speed_reward_as_if_duration_s: float = 0.0
-    shaped_reward_dist_to_cur_vcp: float = -0.1
-    shaped_reward_min_dist_to_cur_vcp: float = 2.0
-    shaped_reward_max_dist_to_cur_vcp: float = 25.0
-    shaped_reward_point_to_vcp_ahead: float = 0.0
-    engineered_reward_min_dist_to_cur_vcp: float = 5.0
-    engineered_reward_max_dist_to_cur_vcp: float = 25.0
-    engineered_speedslide_reward_schedule: Knots = ((0, 0.0),)
-    engineered_neoslide_reward_schedule: Knots = ((0, 0.0),)
-    engineered_kamikaze_reward_schedule: Knots = ((0, 0.0),)
-    engineered_close_to_vcp_reward_schedule: Knots = ((0, 0.0),)
+    constant_reward_per_ms: float = _REWARDS.constant_reward_per_ms
+    reward_per_m_advanced_along_centerline: float = _REWARDS.reward_per_m_advanced_along_centerline
+    final_speed_reward_as_if_duration_s: float = _REWARDS.final_speed_reward_as_if_duration_s
+    shaped_reward_dist_to_cur_vcp: float = _REWARDS.shaped_reward_dist_to_cur_vcp
+    shaped_reward_min_dist_to_cur_vcp: float = _REWARDS.shaped_reward_min_dist_to_cur_vcp
+    shaped_reward_max_dist_to_cur_vcp: float = _REWARDS.shaped_reward_max_dist_to_cur_vcp
+    shaped_reward_point_to_vcp_ahead: float = _REWARDS.shaped_reward_point_to_vcp_ahead
+    engineered_reward_min_dist_to_cur_vcp: float = _REWARDS.engineered_reward_min_dist_to_cur_vcp
+    engineered_reward_max_dist_to_cur_vcp: float = _REWARDS.engineered_reward_max_dist_to_cur_vcp
+    engineered_speedslide_reward_schedule: Knots = _knots_of(_REWARDS.engineered_speedslide_reward_schedule)
+    engineered_neoslide_reward_schedule: Knots = _knots_of(_REWARDS.engineered_neoslide_reward_schedule)
+    engineered_kamikaze_reward_schedule: Knots = _knots_of(_REWARDS.engineered_kamikaze_reward_schedule)
+    engineered_close_to_vcp_reward_schedule: Knots = _knots_of(_REWARDS.engineered_close_to_vcp_reward_schedule)
     # state_normalization (None: default_normalization for this layout)
     float_inputs_mean: tuple[float, ...] | None = None
     float_inputs_std: tuple[float, ...] | None = None
@@ -155,47 +169,30 @@ class PipelineParams:
         return self.reward_per_m_advanced_along_centerline * self.final_speed_reward_as_if_duration_s
 
     @classmethod
-    def from_config(cls, cfg: Any) -> PipelineParams:
-        """Build from the run config: an object with ``environment`` / ``rewards`` /
-        ``state_normalization`` sections (attributes or mappings), or a flat mapping/object.
-
-        Missing keys keep their defaults; inconsistent values raise ``ConfigError``; ``ms_per_action`` is derived from
-        ``tm_engine_step_per_action * ms_per_tm_engine_step`` (10 ms when multi-action
-        ``rl_action_offsets_ms`` has more than one offset) unless the config states it.
+    def from_config(cls, cfg: ConfigLike) -> PipelineParams:
+        """The pipeline's parameters from the run config (``rulka.config.as_config``: a
+        ``RulkaConfig``, a mapping of sections or a YAML path). ``ms_per_action`` and the
+        mini-race length in decisions are the config's derived values; the engineered reward
+        schedules are stretched by ``training.global_schedule_speed``. Values the pipeline cannot
+        use raise ``ConfigError``.
         """
-        sections = [_section(cfg, s) for s in ("environment", "rewards", "state_normalization")]
-        sections = [s for s in sections if s is not None] + [cfg]
-
-        def lookup(name: str) -> Any:
-            for s in sections:
-                v = _get(s, name)
-                if v is not None:
-                    return v
-            return None
-
-        kwargs: dict[str, Any] = {}
+        cfg = as_config(cfg)
+        env, rewards, norm = cfg.environment, cfg.rewards, cfg.state_normalization
+        kwargs: dict[str, Any] = {"ms_per_action": env.ms_per_action,
+                                  "temporal_mini_race_duration_actions": env.temporal_mini_race_duration_actions,
+                                  "float_input_dim": env.float_input_dim}
         for f in fields(cls):
-            v = lookup(f.name)
-            if v is None:
+            if f.name in kwargs:
                 continue
-            if f.name.endswith("_schedule"):
-                v = tuple((float(k[0]), float(k[1])) for k in v)
+            if f.name.startswith("engineered_") and f.name.endswith("_schedule"):
+                kwargs[f.name] = _knots_of(cfg.scaled_knots(f"rewards.{f.name}") or ())
             elif f.name in ("float_inputs_mean", "float_inputs_std"):
-                v = tuple(float(x) for x in np.asarray(v, dtype=np.float64).reshape(-1))
-            kwargs[f.name] = v
-        scaled_knots = getattr(cfg, "scaled_knots", None)
-        if callable(scaled_knots):  # a RulkaConfig: schedules stretched by training.global_schedule_speed
-            for f in fields(cls):
-                if f.name.startswith("engineered_") and f.name.endswith("_schedule"):
-                    kwargs[f.name] = tuple((float(x), float(v)) for x, v in scaled_knots(f"rewards.{f.name}"))
-        if "ms_per_action" not in kwargs:
-            steps = lookup("tm_engine_step_per_action")
-            ms_step = lookup("ms_per_tm_engine_step") or 10
-            offsets = lookup("rl_action_offsets_ms")
-            if offsets is not None and len(offsets) > 1:
-                kwargs["ms_per_action"] = int(ms_step)
-            elif steps is not None:
-                kwargs["ms_per_action"] = int(steps) * int(ms_step)
+                value = getattr(norm, f.name)
+                kwargs[f.name] = None if value is None else tuple(float(x) for x in value)
+            elif f.name in type(rewards).model_fields:
+                kwargs[f.name] = getattr(rewards, f.name)
+            else:
+                kwargs[f.name] = getattr(env, f.name)
         try:
             return cls(**kwargs)
         except ValueError as exc:
@@ -219,19 +216,6 @@ def make_reference_line(
         params.road_width,
         checkpoint_positions if params.sync_virtual_and_real_checkpoints else None,
     )
-
-
-def _section(cfg: Any, name: str) -> Any:
-    return cfg.get(name) if isinstance(cfg, Mapping) else getattr(cfg, name, None)
-
-
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    try:
-        return getattr(obj, name, None)
-    except Exception:  # a config view may raise on unknown names
-        return None
 
 
 def layout_dim(params: PipelineParams) -> int:

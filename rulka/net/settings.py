@@ -1,24 +1,24 @@
 """Network settings (the ``network:`` block of a run config) as the transport reads them.
 
-``NetworkSettings.from_config(cfg)`` accepts the typed config section (any object with these
-attributes), a plain dict, or None (all defaults), so the transport does not depend on how the
-config module models it. Keys (defaults in brackets):
+``NetworkSettings.from_config(cfg)`` accepts the typed config section
+(``rulka.config.sections.NetworkConfig``), a plain dict of its keys, or None (all defaults).
+Every default is the config model's; the keys, under the transport's names:
 
-- ``host`` ["127.0.0.1"]: the server address clients connect to (a name or IP in the certificate).
-- ``port`` [55555]: the server's TCP port (the one to forward on the router; 0 = any free port,
-  for tests).
-- ``chunk_bytes`` [262144]: large messages are cut into chunks of this size.
-- ``max_message_bytes`` [268435456]: a larger message is refused (256 MB).
-- ``max_partial_messages`` [16]: messages being reassembled at once per receiver.
-- ``partial_timeout_s`` [60]: a partly received message idle this long is dropped.
-- ``allow_plain_tcp`` [false]: use plain TCP instead of TLS (logged warning; LAN debugging only).
-- ``reconnect_backoff_s`` [0.5]: first delay before reconnecting; doubles up to
-  ``reconnect_backoff_max_s`` [30].
-- ``outbox_messages`` [256]: messages a link queues before ``send`` raises ``OutboxFull``.
-- ``server_queue_bytes`` [1073741824]: bytes the server queues for the trainer while it is away
-  (1 GB); beyond that new chunks are dropped and counted (workers resend unacknowledged segments).
-- ``heartbeat_s`` [1.0]: how often links check that the server answers; ``connected()`` turns
-  False after three missed beats.
+- ``host`` (``network.server_host``): the server address clients connect to (a name or IP in the
+  certificate).
+- ``port``: the server's TCP port (the one to forward on the router; 0 = any free port, for tests).
+- ``chunk_bytes``: large messages are cut into chunks of this size.
+- ``max_message_bytes``: a larger message is refused.
+- ``max_partial_messages``: messages being reassembled at once per receiver.
+- ``partial_timeout_s``: a partly received message idle this long is dropped.
+- ``allow_plain_tcp`` (``network.tls: false``): plain TCP instead of TLS (LAN debugging only).
+- ``reconnect_backoff_s`` / ``reconnect_backoff_max_s`` (``network.reconnect_backoff_s: [min,
+  max]``): the first delay before reconnecting; it doubles up to the second.
+- ``outbox_messages``: messages a link queues before ``send`` raises ``OutboxFull``.
+- ``server_queue_bytes``: bytes the server queues for the trainer while it is away; beyond that
+  new chunks are dropped and counted (workers resend unacknowledged segments).
+- ``heartbeat_s``: how often links check that the server answers; ``connected()`` turns False
+  after three missed beats.
 """
 
 from __future__ import annotations
@@ -27,23 +27,27 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from rulka.config.sections import NetworkConfig
 from rulka.errors import ConfigError
+
+# every default is the run config's (rulka.config.sections.NetworkConfig), under this module's names
+_DEFAULTS = NetworkConfig().transport_settings()
 
 
 @dataclasses.dataclass
 class NetworkSettings:
-    host: str = "127.0.0.1"
-    port: int = 55555
-    chunk_bytes: int = 256 * 1024
-    max_message_bytes: int = 256 * 1024 * 1024
-    max_partial_messages: int = 16
-    partial_timeout_s: float = 60.0
-    allow_plain_tcp: bool = False
-    reconnect_backoff_s: float = 0.5
-    reconnect_backoff_max_s: float = 30.0
-    outbox_messages: int = 256
-    server_queue_bytes: int = 1 << 30
-    heartbeat_s: float = 1.0
+    host: str = _DEFAULTS["host"]
+    port: int = _DEFAULTS["port"]
+    chunk_bytes: int = _DEFAULTS["chunk_bytes"]
+    max_message_bytes: int = _DEFAULTS["max_message_bytes"]
+    max_partial_messages: int = _DEFAULTS["max_partial_messages"]
+    partial_timeout_s: float = _DEFAULTS["partial_timeout_s"]
+    allow_plain_tcp: bool = _DEFAULTS["allow_plain_tcp"]
+    reconnect_backoff_s: float = _DEFAULTS["reconnect_backoff_s"]
+    reconnect_backoff_max_s: float = _DEFAULTS["reconnect_backoff_max_s"]
+    outbox_messages: int = _DEFAULTS["outbox_messages"]
+    server_queue_bytes: int = _DEFAULTS["server_queue_bytes"]
+    heartbeat_s: float = _DEFAULTS["heartbeat_s"]
 
     @classmethod
     def from_config(cls, cfg: Any = None, **overrides: Any) -> NetworkSettings:

@@ -188,14 +188,17 @@ def cosine_embedding(tau: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class DuelingHead(nn.Module):
-    """Q = V + A - mean_a(A), from separate advantage and value MLPs."""
+    """Q = V + A - mean_a(A), from separate advantage and value MLPs. The value MLP has its own
+    width and depth when ``value_hidden_dim`` / ``value_hidden_layers`` are given (else the
+    advantage MLP's)."""
 
     def __init__(self, in_dim: int, hidden_dim: int, n_actions: int, n_hidden_layers: int = 1, *,
+                 value_hidden_dim: int | None = None, value_hidden_layers: int | None = None,
                  layer_norm: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5) -> None:
         super().__init__()
         kw = dict(layer_norm=layer_norm, noisy=noisy, noisy_sigma0=noisy_sigma0)
         self.advantage = make_mlp(in_dim, hidden_dim, n_actions, n_hidden_layers, **kw)
-        self.value = make_mlp(in_dim, hidden_dim, 1, n_hidden_layers, **kw)
+        self.value = make_mlp(in_dim, value_hidden_dim or hidden_dim, 1, value_hidden_layers or n_hidden_layers, **kw)
 
     @staticmethod
     def combine(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rulka.config import ConfigLike
 
 log = logging.getLogger(__name__)
 
@@ -361,54 +364,25 @@ class MetricsLogger:
         self.close()
 
 
-def _section(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def _find_suffix_schedule(cfg: Any) -> Sequence[Sequence[Any]] | None:
-    # the guide lists tensorboard_suffix_schedule among the logging knots; accept it where the
-    # config puts it
-    for section in ("logging", "training", None):
-        holder = cfg if section is None else _section(cfg, section)
-        found = _section(holder, "tensorboard_suffix_schedule")
-        if found:
-            return [tuple(k) for k in found]
-    return None
-
-
-def from_config(cfg: Any, run_dir: str | Path, resume: bool = False, *, run_name: str | None = None) -> MetricsLogger:
-    """A MetricsLogger set up from the run config's ``logging`` section (rulka.config).
-
-    Reads ``logging.wandb.{enabled,mode,project,entity}``, ``logging.tensorboard.enabled`` and
-    the guide's ``tensorboard_suffix_schedule`` (through ``cfg.tensorboard_suffix_at`` when the
-    config has it, so ``global_schedule_speed`` applies); the whole config goes with the wandb run.
+def from_config(cfg: ConfigLike, run_dir: str | Path, resume: bool = False, *,
+                run_name: str | None = None) -> MetricsLogger:
+    """A MetricsLogger set up from the run config (``rulka.config.as_config``): the
+    ``logging.wandb`` and ``logging.tensorboard`` sections, and the TensorBoard folder suffix
+    from ``training.tensorboard_suffix_schedule`` (through ``cfg.tensorboard_suffix_at``, so
+    ``global_schedule_speed`` applies); the whole config goes with the wandb run.
     """
-    logging_cfg = _section(cfg, "logging")
-    wandb_cfg = _section(logging_cfg, "wandb")
-    tb_cfg = _section(logging_cfg, "tensorboard")
-    wandb_dict: dict[str, Any] | None = None
-    if wandb_cfg is not None:
-        wandb_dict = {k: _section(wandb_cfg, k) for k in ("enabled", "mode", "project", "entity")}
-        wandb_dict = {k: v for k, v in wandb_dict.items() if v is not None}
-    tb_enabled = True
-    if tb_cfg is not None:
-        enabled = _section(tb_cfg, "enabled")
-        tb_enabled = bool(tb_cfg) if isinstance(tb_cfg, bool) else (True if enabled is None else bool(enabled))
-    config_dict: Mapping[str, Any] | None = None
-    if hasattr(cfg, "to_dict"):
-        config_dict = cfg.to_dict()
-    elif isinstance(cfg, Mapping):
-        config_dict = cfg
+    from rulka.config import as_config
+
+    cfg = as_config(cfg)
+    wandb_cfg = cfg.logging.wandb
+    wandb = {"enabled": wandb_cfg.enabled, "mode": wandb_cfg.mode, "project": wandb_cfg.project}
+    if wandb_cfg.entity is not None:
+        wandb["entity"] = wandb_cfg.entity
     run_dir = Path(run_dir)
-    suffix_at = getattr(cfg, "tensorboard_suffix_at", None)
     return MetricsLogger(
-        run_dir, run_name=run_name or run_dir.resolve().name, config=config_dict, wandb=wandb_dict,
-        tensorboard=tb_enabled, tb_suffix_schedule=_find_suffix_schedule(cfg),
-        tb_suffix_fn=(lambda step: str(suffix_at(step))) if callable(suffix_at) else None, resume=resume,
+        run_dir, run_name=run_name or run_dir.resolve().name, config=cfg.to_dict(), wandb=wandb,
+        tensorboard=cfg.logging.tensorboard.enabled, tb_suffix_fn=lambda step: str(cfg.tensorboard_suffix_at(step)),
+        resume=resume,
     )
 
 

@@ -10,10 +10,13 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rulka.cli import run_main, setup_logging
 from rulka.errors import UserError
+
+if TYPE_CHECKING:
+    from rulka.config import RulkaConfig
 
 log = logging.getLogger("rulka.trainer")
 
@@ -46,12 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def default_run_dir(cfg: Any) -> Path:
+def default_run_dir(cfg: RulkaConfig) -> Path:
     """``logging.run_dir/<training.run_name>-<YYYYmmdd-HHMMSS>``."""
-    from rulka.plugins import opt
-
-    name = str(opt(cfg, "training.run_name", "run"))
-    return Path(opt(cfg, "logging.run_dir", "runs")).expanduser() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(cfg.logging.run_dir).expanduser() / f"{cfg.training.run_name}-{stamp}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     from rulka.config import load_config
     from rulka.config.built import check_startable
     from rulka.net.keys import load_credentials
-    from rulka.plugins import network_settings, opt, parse_address
+    from rulka.plugins import network_settings, parse_address
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -85,10 +86,10 @@ def _run(args: argparse.Namespace) -> int:
     if resume and not (run_dir / "checkpoints").is_dir() and not (run_dir / "journal").is_dir():
         raise UserError(f"nothing to resume in {run_dir} (no checkpoints/ or journal/)")
     host, port = parse_address(args.server) if args.server else (None, None)
-    keys = Path(args.keys or opt(cfg, "network.credentials_dir", "~/.rulka/keys")).expanduser()
+    keys = Path(args.keys or cfg.network.credentials_dir).expanduser()
     creds = load_credentials(keys, "trainer")
 
-    threads = opt(cfg, "trainer.torch_threads")
+    threads = cfg.trainer.torch_threads
     if threads:  # before any torch work: intra-op threads beyond the free cores make every op wait
         import torch
 
@@ -100,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         from rulka.telemetry import Progress
 
-        progress = Progress("trainer", mode=str(opt(cfg, "logging.progress", "auto")))
+        progress = Progress("trainer", mode=cfg.logging.progress)
     except ImportError:
         pass
     settings = network_settings(cfg, host=host, port=port)

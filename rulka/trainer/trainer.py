@@ -43,10 +43,11 @@ from typing import Any
 import numpy as np
 
 from rulka.compress import SegmentDecoder
+from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
 from rulka.net.link import LinkClosed, Message, TrainerLink
-from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin, opt
+from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
 from rulka.segment import Segment, pack
 from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
@@ -61,15 +62,14 @@ ACCEPTED_LOG = "accepted.log"
 CREDIT_RESEND_S = 5.0  # a worker that hears no credit for 12x this resumes on its own (rulka.worker)
 
 
-def _default_agent_name(cfg: Any) -> str:
-    return str(opt(cfg, "trainer.agent") or opt(cfg, "training.algorithm", "iqn"))
-
-
 class Trainer:
     """Ingests segments from ``link``, trains ``agent`` on ``memory`` and publishes weights.
 
     Args:
-        cfg: the run config (rulka.config); ``trainer.*`` and ``logging.*`` are read here.
+        cfg: the run config: a ``RulkaConfig``, or a mapping of sections / a YAML path
+            (validated here, ``rulka.config.as_config``); ``trainer.*`` and ``logging.*`` are read
+            here. None: the built-in defaults, and workers keep their own config (none is sent
+            with the weights, saved or logged).
         link: a ``TrainerLink``; None to load the checkpoint first and ``attach`` the link
             afterwards (a role that cannot resume must not connect at all).
         agent / memory: plugins; None builds ``trainer.agent`` / ``trainer.memory`` with their
@@ -87,7 +87,7 @@ class Trainer:
 
     def __init__(
         self,
-        cfg: Any = None,
+        cfg: ConfigLike = None,
         link: TrainerLink | None = None,
         agent: TrainingAgent | None = None,
         memory: Memory | None = None,
@@ -103,36 +103,37 @@ class Trainer:
         train_slice_s: float = 0.05,
         log_every_s: float | None = None,
     ) -> None:
-        self.cfg = cfg
+        self.config_given = cfg is not None
+        self.cfg: RulkaConfig = as_config(cfg)
+        cfg = self.cfg
+        tc = cfg.trainer
         self.link: TrainerLink = link  # type: ignore[assignment]  # checked by run()
-        self.agent = agent if agent is not None else build_plugin(
-            "agent", _default_agent_name(cfg), opt(cfg, "trainer.agent_kwargs"), cfg)
-        self.memory = memory if memory is not None else build_plugin(
-            "memory", str(opt(cfg, "trainer.memory") or _default_agent_name(cfg)),
-            opt(cfg, "trainer.memory_kwargs"), cfg)
-        configured_codec = str(opt(cfg, "worker.compressor", "zstd"))
+        # trainer.agent / trainer.memory default to training.algorithm (filled by the config model)
+        self.agent = agent if agent is not None else build_plugin("agent", str(tc.agent), tc.agent_kwargs, cfg)
+        self.memory = memory if memory is not None else build_plugin("memory", str(tc.memory), tc.memory_kwargs, cfg)
+        configured_codec = cfg.worker.compressor
         self.compressor = compressor or build_plugin(
-            "compressor", configured_codec, opt(cfg, "worker.compressor_kwargs"), cfg)
+            "compressor", configured_codec, cfg.worker.compressor_kwargs, cfg)
         # each segment names its codec; the configured one decodes payloads without a header
         self.segment_decoder = SegmentDecoder(self.compressor, None if compressor is not None else configured_codec)
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.verify = bool(opt(cfg, "trainer.verify", False)) if verify is None else verify
-        self.publish_every = max(1, int(opt(cfg, "trainer.publish_every_updates", 100)))
-        self.checkpoint_every_s = float(opt(cfg, "trainer.checkpoint_every_s", 300))
+        self.verify = tc.verify if verify is None else verify
+        # filled from training.algorithm by the config model (100; 1 for on-policy learners)
+        self.publish_every = int(tc.publish_every_updates or 1)
+        self.checkpoint_every_s = float(tc.checkpoint_every_s)
         # greedy test episodes: every N versions one worker (in turn) is asked for some
-        self.eval_every_versions = int(opt(cfg, "trainer.eval_every_versions", 0))
-        self.eval_episodes = int(opt(cfg, "trainer.eval_episodes", 1))
-        ratio = opt(cfg, "trainer.max_updates_per_env_step", None)
-        self.max_updates_per_env_step = float(ratio) if ratio is not None else None
-        self.batch_size = int(self.agent.batch_size or opt(cfg, "training.batch_size", 64))
-        self.ingest_threads = int(opt(cfg, "trainer.ingest_threads", 1))
+        self.eval_every_versions = tc.eval_every_versions
+        self.eval_episodes = tc.eval_episodes
+        self.max_updates_per_env_step = tc.max_updates_per_env_step
+        self.batch_size = int(self.agent.batch_size or cfg.training.batch_size)
+        self.ingest_threads = tc.ingest_threads
         self._pool: Any = None
-        self.rate_mode = str(opt(cfg, "trainer.rate_limit.mode", "ratio"))
-        self.credit_segments = int(opt(cfg, "trainer.rate_limit.credit_segments", 4))
-        self.max_deferred = int(opt(cfg, "trainer.rate_limit.max_deferred_segments", 256))
+        self.rate_mode = tc.rate_limit.mode
+        self.credit_segments = tc.rate_limit.credit_segments
+        self.max_deferred = tc.rate_limit.max_deferred_segments
         self.limiter = self._make_limiter()
         self.train_slice_s = train_slice_s
-        self.log_every_s = float(log_every_s if log_every_s is not None else opt(cfg, "logging.log_every_s", 10))
+        self.log_every_s = float(log_every_s if log_every_s is not None else cfg.logging.log_every_s)
         if weights_encoder is None:
             if signing_key is None:
                 raise ValueError("Trainer needs signing_key (the trainer's Ed25519 key) or weights_encoder")
@@ -187,7 +188,7 @@ class Trainer:
                                 "or choose another --run-dir")
             self._save_config()
             self._open_journal()
-            if self.metrics is None and cfg is not None:
+            if self.metrics is None and self.config_given:
                 try:
                     from rulka.telemetry import from_config
 
@@ -201,7 +202,8 @@ class Trainer:
         """The rate limiter from ``trainer.rate_limit`` and the memory (None: no ratio to hold).
         samples per insert: ``rate_limit.samples_per_insert``, else the memory's own
         (``samples_per_insert``), else ``max_updates_per_env_step × batch_size``."""
-        spi = opt(self.cfg, "trainer.rate_limit.samples_per_insert")
+        rate = self.cfg.trainer.rate_limit
+        spi = rate.samples_per_insert
         if spi is None:
             spi = self.memory.samples_per_insert
         if spi is None and self.max_updates_per_env_step:
@@ -209,8 +211,7 @@ class Trainer:
         if spi is None:
             return None
         min_size = max(self._start_size(), self.batch_size)
-        return SampleToInsertRatio(float(spi), min_size, opt(self.cfg, "trainer.rate_limit.error_buffer"),
-                                   batch_size=self.batch_size)
+        return SampleToInsertRatio(float(spi), min_size, rate.error_buffer, batch_size=self.batch_size)
 
     def _start_size(self) -> int:
         return int(self.memory.start_learning_size or 0)
@@ -228,10 +229,10 @@ class Trainer:
 
     def worker_config(self) -> dict[str, Any] | None:
         """The config sections a worker needs (sent with the weights), as plain data."""
-        if self.cfg is None:
+        if not self.config_given:
             return None
-        full = self.cfg.to_dict() if hasattr(self.cfg, "to_dict") else dict(self.cfg)
-        return {k: full[k] for k in WORKER_CONFIG_SECTIONS if k in full}
+        full = self.cfg.to_dict()
+        return {k: full[k] for k in WORKER_CONFIG_SECTIONS}
 
     def _actor_spec_with_config(self) -> dict[str, Any]:
         """The agent's actor spec plus, as ``run_config_json``, the config sections a worker needs
@@ -284,16 +285,11 @@ class Trainer:
     # -- files ------------------------------------------------------------------------------------
     def _save_config(self) -> None:
         assert self.run_dir is not None
-        if self.cfg is None:
+        if not self.config_given:
             return
-        try:
-            from rulka.config import save_resolved
-        except ImportError:
-            save_resolved = None
-        if save_resolved is not None and not isinstance(self.cfg, dict):
-            save_resolved(self.cfg, self.run_dir)
-        else:
-            ckpt.atomic_write_text(self.run_dir / "config.resolved.json", json.dumps(self.cfg, default=str))
+        from rulka.config import save_resolved
+
+        save_resolved(self.cfg, self.run_dir)
 
     def _open_journal(self) -> None:
         assert self.run_dir is not None

@@ -58,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from rulka.config import as_config
     from rulka.net.keys import load_credentials
-    from rulka.plugins import network_settings, opt, parse_address
+    from rulka.plugins import network_settings, parse_address
 
     # from the very start: a stop request during the (slow) start-up must stop cleanly too
     stop = threading.Event()
@@ -77,12 +78,15 @@ def _run(args: argparse.Namespace) -> int:
     name = args.name or creds.identity
     if name != creds.identity:
         raise UserError(f"--name {name!r} does not match the bundle's name {creds.identity!r}")
-    state_dir = Path(args.state_dir or opt(cfg, "worker.spill_dir") or Path.home() / ".rulka" / "worker" / name)
+    # this PC's own settings: its config, else the built-in defaults (without a config the run's
+    # config arrives with the trainer's weights)
+    local = as_config(cfg)
+    state_dir = Path(args.state_dir or local.worker.spill_dir or Path.home() / ".rulka" / "worker" / name)
 
     import torch
 
     # inference of one observation at a time: one thread by default, leaving the cores to the game
-    torch.set_num_threads(int(opt(cfg, "worker.torch_threads", 1)))
+    torch.set_num_threads(local.worker.torch_threads)
     from rulka.net.tls import connect_worker
     from rulka.net.weights import decode_weights
     from rulka.worker.worker import Worker
@@ -97,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         link.close()  # a worker that cannot start must not stay connected in its name
         raise
     fatal: list[str] = []
-    monitor = threading.Thread(target=_show_progress, args=(worker, stop, cfg, fatal), daemon=True)
+    monitor = threading.Thread(target=_show_progress, args=(worker, stop, local.logging.progress, fatal), daemon=True)
     monitor.start()
     log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
     try:
@@ -113,17 +117,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_progress(worker: object, stop: threading.Event, cfg: object, fatal: list[str]) -> None:
+def _show_progress(worker: object, stop: threading.Event, progress_mode: str, fatal: list[str]) -> None:
     """Status line once a second (with why the link is down); stops the worker when the server
     refused it for good (revoked, unknown, wrong password): retrying cannot help."""
     from rulka.net.tls import FATAL_REFUSALS
 
     progress = None
     try:
-        from rulka.plugins import opt
         from rulka.telemetry import Progress
 
-        progress = Progress("worker", mode=str(opt(cfg, "logging.progress", "auto")))
+        progress = Progress("worker", mode=progress_mode)
     except ImportError:
         pass
     link = worker.link  # type: ignore[attr-defined]

@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from rulka.compress import SegmentDecoder, ZstdCompressor, codec_name, frame_segment
+from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.envs.map_cycle import MapCycle
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import ActorModule, SampleCompressor
 from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
-from rulka.plugins import build_plugin, make_env, obs_to_arrays, opt
+from rulka.plugins import build_plugin, make_env, obs_to_arrays
 from rulka.segment import ALLOWED_DTYPES, Segment, pack, unpack
 from rulka.worker.outbox import Outbox, WorkerCounters
 
@@ -152,7 +153,9 @@ class Worker:
     """Runs episodes and delivers them through ``link``.
 
     Args:
-        cfg: the run config (rulka.config), or None to take it from the first weights.
+        cfg: the run config (a ``RulkaConfig``, or a mapping of sections / a YAML path, validated
+            here by ``rulka.config.as_config``), or None to take it from the first weights (until
+            then the worker's own knobs are the built-in defaults).
         link: a connected ``WorkerLink`` (``rulka.net.connect_worker`` or ``LocalHub.worker_link``).
         env: a Gymnasium-API env; None builds it from the config.
         actor: an ``ActorModule``; None builds it from the ``actor_spec`` of the first weights.
@@ -175,7 +178,7 @@ class Worker:
 
     def __init__(
         self,
-        cfg: Any = None,
+        cfg: ConfigLike = None,
         link: WorkerLink | None = None,
         env: Any = None,
         actor: ActorModule | None = None,
@@ -196,7 +199,8 @@ class Worker:
             raise ValueError("Worker needs a link")
         if act_before_weights not in ("wait", "random"):
             raise ValueError("act_before_weights must be 'wait' or 'random'")
-        self.cfg = cfg
+        self.cfg: RulkaConfig | None = as_config(cfg) if cfg is not None else None
+        self._defaults = self.cfg if self.cfg is not None else as_config(None)
         self.link = link
         self.name = link.worker_id
         self.env = env
@@ -217,20 +221,21 @@ class Worker:
         self.run_id = ""
         self.stats = WorkerStats()
         self._decoder = weights_decoder or self._default_decoder(verify_key)
-        state_dir = state_dir if state_dir is not None else opt(cfg, "worker.spill_dir")
+        wc = self._settings().worker
+        state_dir = state_dir if state_dir is not None else wc.spill_dir
         self.state_dir = Path(state_dir).expanduser() if state_dir is not None else None
         self.counters = WorkerCounters(self.state_dir)
         self.outbox = Outbox(
             directory=self.state_dir / "unacked" if self.state_dir is not None else None,
-            limit_segments=int(opt(cfg, "worker.unacked_limit_segments", 10000)),
-            memory_limit_bytes=int(float(opt(cfg, "worker.unacked_memory_limit_mb", 256)) * (1 << 20)),
-            disk_limit_bytes=int(float(opt(cfg, "worker.spill_limit_mb", 4096)) * (1 << 20)),
-            on_full=str(opt(cfg, "worker.on_full", "block")),
+            limit_segments=wc.unacked_limit_segments,
+            memory_limit_bytes=wc.unacked_memory_limit_mb * (1 << 20),
+            disk_limit_bytes=wc.spill_limit_mb * (1 << 20),
+            on_full=wc.on_full,
             counters=self.counters,
             max_payload_bytes=getattr(getattr(link, "settings", None), "max_message_bytes", None),
             validate=_SpillCheck(),
         )
-        self.segment_max_steps = int(opt(cfg, "worker.segment_max_steps", 200))
+        self.segment_max_steps = wc.segment_max_steps
         self._produced_log = Path(produced_log) if produced_log is not None else None
         self._map_cycle: MapCycle | bool | None = None  # built from the config; False: none configured
         self._pending: Any = None  # newest verified weights blob not loaded yet
@@ -327,16 +332,16 @@ class Worker:
 
     def _apply_step_cap(self) -> None:
         # the command line wins over worker.max_steps_per_s (which may arrive with the weights)
-        cap = self._max_steps_per_s or opt(self.cfg, "worker.max_steps_per_s")
+        cap = self._max_steps_per_s or self._settings().worker.max_steps_per_s
         self.min_step_s = 1.0 / float(cap) if cap else 0.0
 
     @staticmethod
-    def _config_from_dict(d: dict[str, Any]) -> Any:
-        try:
-            from rulka.config import config_from_dict
-        except ImportError:  # config package not available: a plain dict serves opt()
-            return d
-        return config_from_dict(d)
+    def _config_from_dict(d: dict[str, Any]) -> RulkaConfig:
+        return as_config(d)
+
+    def _settings(self) -> RulkaConfig:
+        """The run config, or the built-in defaults until one arrives with the weights."""
+        return self.cfg if self.cfg is not None else self._defaults
 
     # -- background I/O ---------------------------------------------------------------------------
     def _handle(self, msg: Message) -> None:
@@ -447,10 +452,12 @@ class Worker:
             if self.env is None and self.cfg is not None:
                 self.env = make_env(self.cfg)
             if self.compressor is None and (self.cfg is not None or self.actor is not None):
-                name = str(opt(self.cfg, "worker.compressor", "zstd"))
-                self.compressor = build_plugin("compressor", name, opt(self.cfg, "worker.compressor_kwargs"), self.cfg)
+                cfg = self._settings()
+                name = cfg.worker.compressor
+                self.compressor = build_plugin("compressor", name, cfg.worker.compressor_kwargs, cfg)
                 self._codec = codec_name(self.compressor, name)
-                self.segment_max_steps = int(opt(self.cfg, "worker.segment_max_steps", self.segment_max_steps))
+                if self.cfg is not None:  # else the constructor's value stays
+                    self.segment_max_steps = self.cfg.worker.segment_max_steps
             if self.env is not None and self.compressor is not None and (
                     self.actor is not None or self.act_before_weights == "random"):
                 return True
@@ -462,7 +469,7 @@ class Worker:
         """Between segments: wait while the trainer's credit is used up (``worker.pause_for_credit``;
         a real-time game sets it false and keeps acting). Weights keep loading while waiting; no
         credit message for ``CREDIT_TIMEOUT_S`` (trainer gone) ends the wait, counted."""
-        if not bool(opt(self.cfg, "worker.pause_for_credit", True)):
+        if not self._settings().worker.pause_for_credit:
             return
         if self._credit_limit is None or self.counters.next_seq < self._credit_limit:
             return
@@ -553,7 +560,7 @@ class Worker:
     def _next_start(self) -> int | None:
         """The reset seed of the next episode when ``worker.rollouts_per_start`` > 1: the same
         seed for that many episodes in a row (the same start state), then a fresh one."""
-        per_start = int(opt(self.cfg, "worker.rollouts_per_start", 1))
+        per_start = self._settings().worker.rollouts_per_start
         if per_start <= 1:
             return None
         if self._start_left <= 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,37 +17,57 @@ from rulka.agents.iqn.loss import munchausen_bonus, munchausen_next_value, quant
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
 from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config.schedules import exponential_schedule, linear_schedule
+from rulka.config.sections import (
+    BtrConfig,
+    EnvironmentConfig,
+    ExplorationConfig,
+    IqnCoreConfig,
+    NnTrainingConfig,
+    TrainingConfig,
+)
 from rulka.interfaces import TrainingAgent
 from rulka.telemetry import metrics as m
+
+# every default is the run config's (rulka.config.sections): one home for each
+_IQN, _NN_TRAINING = IqnCoreConfig(), NnTrainingConfig()
+_TRAINING, _BTR, _EXPLORATION = TrainingConfig(), BtrConfig(), ExplorationConfig()
+
+
+def _knots(value: Any) -> Callable[[], list]:
+    return lambda: [list(k) for k in value]
 
 
 @dataclasses.dataclass
 class IQNHyper:
-    """Learner hyperparameters (guide names; schedules are ``[[frames, value], ...]``)."""
+    """Learner hyperparameters (guide names; schedules are ``[[frames, value], ...]``). The
+    defaults are the config model's; ``rulka.agents.iqn.settings.hyper_from_config`` builds one
+    from a run config."""
 
-    iqn_n: int = 8
-    iqn_k: int = 32
-    iqn_kappa: float = 5e-3
-    lr_schedule: list = dataclasses.field(default_factory=lambda: [[0, 1e-3]])
-    adam_epsilon: float = 1e-4
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    optimizer: str = "radam"  # radam | adam
-    use_ddqn: bool = False
-    clip_grad_norm: float = 30.0
-    clip_grad_value: float = 1000.0
-    soft_update_tau: float = 0.02
-    number_memories_trained_on_between_target_network_updates: int = 2048
-    use_munchausen: bool = False
-    munchausen_alpha: float = 0.9
-    munchausen_entropy_tau: float = 0.03
-    munchausen_lo: float = -1.0
-    epsilon_schedule: list = dataclasses.field(default_factory=lambda: [[0, 1.0], [50_000, 1.0], [300_000, 0.1]])
-    epsilon_boltzmann_schedule: list = dataclasses.field(default_factory=lambda: [[0, 0.15]])
-    tau_epsilon_boltzmann: float = 0.01
-    mini_race_actions: int | None = 140  # None: no mini-race slot in the floats
-    use_amp: bool = False  # CUDA only
-    use_jit: bool = False  # torch.compile, CUDA only
+    iqn_n: int = _IQN.n
+    iqn_k: int = _IQN.k
+    iqn_kappa: float = _IQN.kappa
+    lr_schedule: list = dataclasses.field(default_factory=_knots(_TRAINING.lr_schedule))
+    adam_epsilon: float = _TRAINING.adam_epsilon
+    adam_beta1: float = _TRAINING.adam_beta1
+    adam_beta2: float = _TRAINING.adam_beta2
+    optimizer: str = "radam"  # radam | adam (not a config key: the guide's learner uses RAdam)
+    use_ddqn: bool = _NN_TRAINING.use_ddqn
+    clip_grad_norm: float = _NN_TRAINING.clip_grad_norm
+    clip_grad_value: float = _NN_TRAINING.clip_grad_value
+    soft_update_tau: float = _NN_TRAINING.soft_update_tau
+    number_memories_trained_on_between_target_network_updates: int = (
+        _NN_TRAINING.number_memories_trained_on_between_target_network_updates)
+    use_munchausen: bool = _BTR.use_munchausen
+    munchausen_alpha: float = _BTR.munchausen_alpha
+    munchausen_entropy_tau: float = _BTR.munchausen_entropy_tau
+    munchausen_lo: float = _BTR.munchausen_lo
+    epsilon_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_schedule))
+    epsilon_boltzmann_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_boltzmann_schedule))
+    tau_epsilon_boltzmann: float = _EXPLORATION.tau_epsilon_boltzmann
+    mini_race_actions: int | None = EnvironmentConfig().temporal_mini_race_duration_actions
+    """Mini-race length in decisions (the time slot of the floats); None: no mini-race slot."""
+    use_amp: bool = _NN_TRAINING.use_amp  # CUDA only
+    use_jit: bool = _NN_TRAINING.use_jit  # torch.compile, CUDA only
 
     def __post_init__(self) -> None:
         if self.iqn_n % 2 or self.iqn_k % 2:

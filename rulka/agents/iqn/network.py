@@ -25,6 +25,8 @@ class IQNNetworkSpec(EncoderSpec):
     embedding_dimension: int = 64
     head_hidden_dim: int | None = None  # default dense_hidden_dimension // 2
     head_layers: int = 1
+    value_hidden_dim: int | None = None  # the value head's MLP; None: as the advantage head's
+    value_layers: int | None = None
     use_layer_norm: bool = False
     use_noisy_linear: bool = False
     noisy_sigma0: float = 0.5
@@ -63,6 +65,7 @@ class IQNNetwork(ImageFloatEncoder):
         init_orthogonal(self.iqn_fc[0], math.sqrt(2.0) * leaky_gain())
         head_hidden = spec.head_hidden_dim or spec.dense_hidden_dimension // 2
         self.head = DuelingHead(dense_in, head_hidden, spec.n_actions, spec.head_layers,
+                                value_hidden_dim=spec.value_hidden_dim, value_hidden_layers=spec.value_layers,
                                 layer_norm=spec.use_layer_norm, noisy=spec.use_noisy_linear,
                                 noisy_sigma0=spec.noisy_sigma0)
 

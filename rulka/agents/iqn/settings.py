@@ -8,38 +8,26 @@ from typing import Any
 
 from rulka.agents.iqn.agent import IQNAgent, IQNHyper
 from rulka.agents.iqn.network import IQNNetworkSpec, float_normalisation
+from rulka.config import ConfigLike, RulkaConfig, as_config
+from rulka.config.sections import VisCnnConfig
 
 
-def _get(cfg: Any, path: str, default: Any = None) -> Any:
-    node = cfg
-    for part in path.split("."):
-        if node is None:
-            return default
-        if isinstance(node, dict):
-            node = node.get(part, default if part == path.rsplit(".", 1)[-1] else None)
-        else:
-            node = getattr(node, part, None)
-    return default if node is None else node
+def _knots(cfg: RulkaConfig, key: str) -> list:
+    """Schedule ``key``'s knots with frames stretched by ``training.global_schedule_speed``."""
+    return [list(k) for k in cfg.scaled_knots(key) or ()]
 
 
-def _knots(cfg: Any, key: str) -> list:
-    scaled = getattr(cfg, "scaled_knots", None)
-    if callable(scaled):
-        return [list(k) for k in scaled(key)]
-    return [list(k) for k in _get(cfg, key)]
-
-
-def uses_mini_races(cfg: Any) -> bool:
+def uses_mini_races(cfg: RulkaConfig) -> bool:
     """Mini-races need the TrackMania-like float layout (time slot 0): every backend but ``gym``."""
-    return _get(cfg, "environment.backend", "sim") != "gym"
+    return cfg.environment.backend != "gym"
 
 
-def _env_spaces(cfg: Any) -> tuple[int, int, tuple[int, int] | None]:
+def env_spaces(cfg: RulkaConfig) -> tuple[int, int, tuple[int, int] | None]:
     """(float dim, number of actions, image (H, W) or None) for the configured env."""
     if not uses_mini_races(cfg):
         import gymnasium
 
-        env = gymnasium.make(_get(cfg, "environment.gym_id"), **dict(_get(cfg, "environment.gym_kwargs", {}) or {}))
+        env = gymnasium.make(cfg.environment.gym_id, **cfg.environment.gym_kwargs)
         try:
             obs, act = env.observation_space, env.action_space
         finally:
@@ -49,11 +37,11 @@ def _env_spaces(cfg: Any) -> tuple[int, int, tuple[int, int] | None]:
         return int(obs.shape[0]), int(act.n), None
     from rulka.envs.actions import N_ACTIONS
 
-    hw = None if _get(cfg, "nn.vis.no_image", False) else (int(cfg.h_downsized), int(cfg.w_downsized))
-    return int(cfg.float_input_dim), N_ACTIONS, hw
+    hw = None if cfg.nn.vis.no_image else (cfg.h_downsized, cfg.w_downsized)
+    return cfg.float_input_dim, N_ACTIONS, hw
 
 
-def pipeline_normalization(cfg: Any, float_dim: int) -> tuple[list[float], list[float]]:
+def pipeline_normalization(cfg: RulkaConfig, float_dim: int) -> tuple[list[float], list[float]]:
     """Per-feature (mean, std) of the TrackMania-like float observation: ``state_normalization``
     when set, else the pipeline's domain-derived defaults; inputs a backend appends after the
     pipeline's (tm2020 LIDAR beams in [0, 1]) get mean 0.5, std 0.3."""
@@ -71,104 +59,101 @@ def pipeline_normalization(cfg: Any, float_dim: int) -> tuple[list[float], list[
     return mean, std
 
 
-def network_spec_from_config(cfg: Any) -> IQNNetworkSpec:
-    float_dim, n_actions, hw = _env_spaces(cfg)
+def network_spec_from_config(cfg: RulkaConfig) -> IQNNetworkSpec:
+    """The IQN network for the configured env: ``nn.vis.cnn`` (image head), ``nn.float``,
+    ``nn.iqn``, ``nn.decoder`` (the advantage and value heads' MLPs) and ``btr`` (layer norm,
+    noisy linears)."""
+    float_dim, n_actions, hw = env_spaces(cfg)
     mini = cfg.temporal_mini_race_duration_actions if uses_mini_races(cfg) else None
     mean, std = pipeline_normalization(cfg, float_dim) if mini else (None, None)
     mean, std = float_normalisation(float_dim, mini, mean, std)
-    cnn = _get(cfg, "nn.vis.cnn")
-    btr = _get(cfg, "btr")
-    adv = _get(cfg, "nn.decoder.advantage.mlp")
+    nn_cfg, btr = cfg.nn, cfg.btr
+    # no image: the cnn section is unset and unused; an image needs a cnn (a ViT stem is not built)
+    cnn = nn_cfg.vis.cnn or VisCnnConfig()
+    adv, val = nn_cfg.decoder.advantage.mlp, nn_cfg.decoder.value.mlp
+    if adv is None or val is None:
+        raise ValueError("the IQN network builds MLP heads: nn.decoder.advantage/value must be mlp")
     return IQNNetworkSpec(
         float_dim=float_dim, n_actions=n_actions,
         image_height=hw[0] if hw else 0, image_width=hw[1] if hw else 0,
-        float_hidden_dim=int(_get(cfg, "nn.float_branch.mlp.hidden_dim", 256)),
-        dense_hidden_dimension=int(_get(cfg, "nn.decoder.dense_hidden_dimension", 1024)),
-        embedding_dimension=int(_get(cfg, "nn.iqn.embedding_dimension", 64)),
-        head_hidden_dim=_get(adv, "hidden_dim"), head_layers=int(_get(adv, "n_hidden_layers", 1)),
-        use_impala_cnn=bool(_get(cnn, "use_impala_cnn", False)),
-        impala_model_size=int(_get(cnn, "impala_model_size", 1)),
-        use_adaptive_maxpool=bool(_get(cnn, "use_adaptive_maxpool", False)),
-        adaptive_maxpool_size=int(_get(cnn, "adaptive_maxpool_size", 6)),
-        use_spectral_norm=bool(_get(cnn, "use_spectral_norm", False)),
-        use_layer_norm=bool(_get(btr, "use_layer_norm", False)),
-        use_noisy_linear=bool(_get(btr, "use_noisy_linear", False)),
-        noisy_sigma0=float(_get(btr, "noisy_sigma0", 0.5)),
+        float_hidden_dim=nn_cfg.float_branch.mlp.hidden_dim,
+        dense_hidden_dimension=nn_cfg.decoder.dense_hidden_dimension,
+        embedding_dimension=nn_cfg.iqn.embedding_dimension,
+        head_hidden_dim=nn_cfg.head_hidden_dim("advantage"), head_layers=adv.n_hidden_layers,
+        value_hidden_dim=nn_cfg.head_hidden_dim("value"), value_layers=val.n_hidden_layers,
+        use_impala_cnn=cnn.use_impala_cnn, impala_model_size=cnn.impala_model_size,
+        use_adaptive_maxpool=cnn.use_adaptive_maxpool, adaptive_maxpool_size=cnn.adaptive_maxpool_size,
+        use_spectral_norm=cnn.use_spectral_norm,
+        use_layer_norm=btr.use_layer_norm, use_noisy_linear=btr.use_noisy_linear, noisy_sigma0=btr.noisy_sigma0,
         float_mean=[float(x) for x in mean], float_std=[float(x) for x in std])
 
 
-def hyper_from_config(cfg: Any) -> IQNHyper:
-    t = "nn.training"
+def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
+    """The learner's hyperparameters (``IQNHyper``) from the config, schedules speed-scaled."""
+    iqn, t, btr, exp = cfg.nn.iqn, cfg.nn.training, cfg.btr, cfg.exploration
+    tr = cfg.training
     return IQNHyper(
-        iqn_n=int(_get(cfg, "nn.iqn.n", 8)), iqn_k=int(_get(cfg, "nn.iqn.k", 32)),
-        iqn_kappa=float(_get(cfg, "nn.iqn.kappa", 5e-3)),
+        iqn_n=iqn.n, iqn_k=iqn.k, iqn_kappa=iqn.kappa,
         lr_schedule=_knots(cfg, "training.lr_schedule"),
-        adam_epsilon=float(_get(cfg, "training.adam_epsilon", 1e-4)),
-        adam_beta1=float(_get(cfg, "training.adam_beta1", 0.9)),
-        adam_beta2=float(_get(cfg, "training.adam_beta2", 0.999)),
-        use_ddqn=bool(_get(cfg, f"{t}.use_ddqn", False)),
-        clip_grad_norm=float(_get(cfg, f"{t}.clip_grad_norm", 30)),
-        clip_grad_value=float(_get(cfg, f"{t}.clip_grad_value", 1000)),
-        soft_update_tau=float(_get(cfg, f"{t}.soft_update_tau", 0.02)),
-        number_memories_trained_on_between_target_network_updates=int(
-            _get(cfg, f"{t}.number_memories_trained_on_between_target_network_updates", 2048)),
-        use_munchausen=bool(_get(cfg, "btr.use_munchausen", False)),
-        munchausen_alpha=float(_get(cfg, "btr.munchausen_alpha", 0.9)),
-        munchausen_entropy_tau=float(_get(cfg, "btr.munchausen_entropy_tau", 0.03)),
-        munchausen_lo=float(_get(cfg, "btr.munchausen_lo", -1.0)),
+        adam_epsilon=tr.adam_epsilon, adam_beta1=tr.adam_beta1, adam_beta2=tr.adam_beta2,
+        use_ddqn=t.use_ddqn, clip_grad_norm=t.clip_grad_norm, clip_grad_value=t.clip_grad_value,
+        soft_update_tau=t.soft_update_tau,
+        number_memories_trained_on_between_target_network_updates=(
+            t.number_memories_trained_on_between_target_network_updates),
+        use_munchausen=btr.use_munchausen, munchausen_alpha=btr.munchausen_alpha,
+        munchausen_entropy_tau=btr.munchausen_entropy_tau, munchausen_lo=btr.munchausen_lo,
         epsilon_schedule=_knots(cfg, "exploration.epsilon_schedule"),
         epsilon_boltzmann_schedule=_knots(cfg, "exploration.epsilon_boltzmann_schedule"),
-        tau_epsilon_boltzmann=float(_get(cfg, "exploration.tau_epsilon_boltzmann", 0.01)),
+        tau_epsilon_boltzmann=exp.tau_epsilon_boltzmann,
         mini_race_actions=cfg.temporal_mini_race_duration_actions if uses_mini_races(cfg) else None,
-        use_jit=bool(_get(cfg, f"{t}.use_jit", False)),
-        use_amp=bool(_get(cfg, f"{t}.use_amp", True)),
+        use_jit=t.use_jit, use_amp=t.use_amp,
     )
 
 
-def memory_kwargs_from_config(cfg: Any) -> dict[str, Any]:
+def memory_kwargs_from_config(cfg: RulkaConfig) -> dict[str, Any]:
+    """``MiniRaceReplayMemory``'s arguments from the config, schedules speed-scaled."""
     mini = uses_mini_races(cfg)
+    tr, mem = cfg.training, cfg.memory
     return dict(
-        batch_size=int(_get(cfg, "training.batch_size", 512)),
-        n_steps=int(_get(cfg, "training.n_steps", 3)),
+        batch_size=tr.batch_size,
+        n_steps=tr.n_steps,
         memory_size_schedule=_knots(cfg, "memory.memory_size_schedule"),
         gamma_schedule=_knots(cfg, "training.gamma_schedule"),
-        discard_non_greedy_actions_in_nsteps=bool(_get(cfg, "training.discard_non_greedy_actions_in_nsteps", True)),
+        discard_non_greedy_actions_in_nsteps=tr.discard_non_greedy_actions_in_nsteps,
         mini_race_duration_actions=cfg.temporal_mini_race_duration_actions if mini else None,
-        oversample_long_term_steps=int(_get(cfg, "training.oversample_long_term_steps", 40)),
-        oversample_maximum_term_steps=int(_get(cfg, "training.oversample_maximum_term_steps", 5)),
-        number_times_single_memory_is_used_before_discard=float(
-            _get(cfg, "memory.number_times_single_memory_is_used_before_discard", 32)),
-        prio_alpha=float(_get(cfg, "memory.prio_alpha", 0.0)),
-        prio_epsilon=float(_get(cfg, "memory.prio_epsilon", 2e-3)),
-        prio_beta=float(_get(cfg, "memory.prio_beta", 1.0)),
+        oversample_long_term_steps=tr.oversample_long_term_steps,
+        oversample_maximum_term_steps=tr.oversample_maximum_term_steps,
+        number_times_single_memory_is_used_before_discard=float(mem.number_times_single_memory_is_used_before_discard),
+        prio_alpha=mem.prio_alpha, prio_epsilon=mem.prio_epsilon, prio_beta=mem.prio_beta,
         min_horizon_to_update_priority_actions=cfg.min_horizon_to_update_priority_actions if mini else None,
-        buffer_test_ratio=float(_get(cfg, "memory.buffer_test_ratio", 0.05)),
+        buffer_test_ratio=mem.buffer_test_ratio,
     )
 
 
-def make_agent(cfg: Any = None, device: str | None = None, seed: int | None = None, **overrides: Any) -> IQNAgent:
-    """Registry factory for agent ``"iqn"``: an ``IQNAgent`` built from the run config.
-    ``overrides`` replace ``IQNHyper`` fields (``trainer.agent_kwargs``)."""
+def make_agent(cfg: ConfigLike = None, device: str | None = None, seed: int | None = None,
+               **overrides: Any) -> IQNAgent:
+    """Registry factory for agent ``"iqn"``: an ``IQNAgent`` built from the run config
+    (``rulka.config.as_config``; None: the built-in defaults). ``overrides`` replace ``IQNHyper``
+    fields (``trainer.agent_kwargs``)."""
     import dataclasses
 
-    if cfg is None:
-        raise ValueError("the iqn agent needs the run config")
+    cfg = as_config(cfg)
     hyper = dataclasses.replace(hyper_from_config(cfg), **overrides)
     dev = device or cfg.trainer.torch_device()
     agent = IQNAgent(network_spec_from_config(cfg), hyper, device=dev,
-                     seed=seed if seed is not None else _get(cfg, "training.seed"))
-    agent.batch_size = int(_get(cfg, "training.batch_size", 512))
+                     seed=seed if seed is not None else cfg.training.seed)
+    agent.batch_size = cfg.training.batch_size
     return agent
 
 
-def make_memory(cfg: Any = None, seed: int | None = None, **overrides: Any) -> Any:
-    """Registry factory for memory ``"iqn"``: a ``MiniRaceReplayMemory`` from the run config."""
+def make_memory(cfg: ConfigLike = None, seed: int | None = None, **overrides: Any) -> Any:
+    """Registry factory for memory ``"iqn"``: a ``MiniRaceReplayMemory`` from the run config
+    (``rulka.config.as_config``; None: the built-in defaults)."""
     from rulka.agents.iqn.replay import MiniRaceReplayMemory
 
-    if cfg is None:
-        raise ValueError("the iqn memory needs the run config")
+    cfg = as_config(cfg)
     kw = memory_kwargs_from_config(cfg)
     kw.update(overrides)
     if "n_actions" not in kw:
-        kw["n_actions"] = _env_spaces(cfg)[1]
-    return MiniRaceReplayMemory(**kw, seed=seed if seed is not None else _get(cfg, "training.seed"))
+        kw["n_actions"] = env_spaces(cfg)[1]
+    return MiniRaceReplayMemory(**kw, seed=seed if seed is not None else cfg.training.seed)

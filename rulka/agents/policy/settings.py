@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rulka.agents.iqn.settings import _env_spaces as env_spaces
-from rulka.agents.iqn.settings import pipeline_normalization, uses_mini_races
+from rulka.agents.iqn.settings import env_spaces, pipeline_normalization, uses_mini_races
 from rulka.agents.policy.base import OptimHyper, PolicyLearner
 from rulka.agents.policy.dpo import DPOAgent, DPOHyper
 from rulka.agents.policy.grpo import GRPOAgent, GRPOHyper

@@ -19,14 +19,16 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rulka.config import ConfigLike, as_config
 from rulka.envs.actions import CONTINUOUS_HIGH, CONTINUOUS_LOW, N_ACTIONS, action_to_flags
 from rulka.envs.car_state import CarState
 from rulka.envs.pipeline import PipelineParams, TrackmaniaPipeline
@@ -95,23 +97,20 @@ def physics_car_state(car: CarPhysics) -> CarState:
     )
 
 
-def _get(obj: Any, *path: str) -> Any:
-    """``obj.a.b`` or ``obj["a"]["b"]``; None when any part is missing."""
-    for name in path:
-        if obj is None:
-            return None
-        obj = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-    return obj
+# the standalone env's camera (no run config): small, for quick experiments and tests
+STANDALONE_IMAGE_SIZE = (64, 64)
 
 
 class SimTrackEnv(gym.Env):
     """The simulator with TrackMania's actions, observations and rewards.
 
     Args:
-        config: a run config (``rulka.config.RulkaConfig`` or a nested mapping). When given, it
-            supplies the defaults of every other argument: ``environment.track``,
-            ``environment.continuous_actions``, ``environment.tm_engine_step_per_action``,
-            ``nn.vis.no_image``, ``nn.vis.image_size`` and the pipeline's keys.
+        config: a run config (a ``RulkaConfig``, a mapping of sections or a YAML path; validated
+            here by ``rulka.config.as_config``). It supplies the defaults of every other argument:
+            ``environment.track``, ``environment.continuous_actions``,
+            ``environment.tm_engine_step_per_action``, ``nn.vis.no_image``, ``nn.vis.image_size``
+            and the pipeline's keys. None (standalone, ``gymnasium.make`` with keyword arguments):
+            the config model's defaults, except a 64x64 camera (``STANDALONE_IMAGE_SIZE``).
         track: a bundled track name, ``gen:<seed>``, a track .json path, or a list of them (one is
             drawn at each reset, with the env's seeded generator). ``gen:*`` generates a new track
             at each reset (from the same generator).
@@ -130,7 +129,7 @@ class SimTrackEnv(gym.Env):
 
     def __init__(
         self,
-        config: Any = None,
+        config: ConfigLike = None,
         track: str | Sequence[str] | None = None,
         image: bool | None = None,
         continuous: bool | None = None,
@@ -141,22 +140,23 @@ class SimTrackEnv(gym.Env):
         start_noise: float = 0.0,
     ) -> None:
         super().__init__()
+        cfg = as_config(config)
+        env_cfg, vis = cfg.environment, cfg.nn.vis
         if track is None:
-            track = _get(config, "environment", "track") or "default"
+            track = env_cfg.track
         if continuous is None:
-            continuous = bool(_get(config, "environment", "continuous_actions") or False)
+            continuous = env_cfg.continuous_actions
         if image is None:
-            image = not bool(_get(config, "nn", "vis", "no_image") or False)
+            image = not vis.no_image
         if image_size is None:
-            w = _get(config, "nn", "vis", "image_size", "width")
-            h = _get(config, "nn", "vis", "image_size", "height")
-            image_size = (int(w), int(h)) if w and h else (64, 64)
+            image_size = (vis.image_size.width, vis.image_size.height) if config is not None else STANDALONE_IMAGE_SIZE
         if tm_engine_step_per_action is None:
-            tm_engine_step_per_action = int(_get(config, "environment", "tm_engine_step_per_action") or 5)
+            tm_engine_step_per_action = env_cfg.tm_engine_step_per_action
         if pipeline_params is None:
-            pipeline_params = PipelineParams.from_config(config) if config is not None else PipelineParams(
-                ms_per_action=10 * tm_engine_step_per_action
-            )
+            pipeline_params = PipelineParams.from_config(cfg)
+            if config is None:  # standalone: the keyword sets the decision length
+                pipeline_params = dataclasses.replace(pipeline_params, ms_per_action=10 * tm_engine_step_per_action,
+                                                      temporal_mini_race_duration_actions=None)
         if pipeline_params.ms_per_action != 10 * tm_engine_step_per_action:
             raise UserError(
                 f"pipeline ms_per_action ({pipeline_params.ms_per_action}) must equal 10 ms x "

@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rulka.config import ConfigLike, as_config
 from rulka.envs.actions import DEFAULT_PREVIOUS_ACTION, action_to_flags, discrete_to_flags
 from rulka.envs.pipeline import PipelineParams, TrackmaniaPipeline, make_reference_line
 from rulka.envs.reference_line import read_reference_file
@@ -48,19 +49,12 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="Time-step timed out")
 
 
-def _as_config(config: Any) -> Any:
-    from rulka.config import RulkaConfig, config_from_dict
-
-    if isinstance(config, RulkaConfig):
-        return config
-    return config_from_dict(dict(config or {}))
-
-
 class TM2020Env(gym.Env):
     """The tm2020 backend (registered as env plugin ``tm2020``).
 
     Args:
-        config: the run config (``RulkaConfig`` or a mapping); ``environment.tm2020`` holds the
+        config: the run config (``RulkaConfig``, a mapping of sections or a YAML path; validated
+            here); ``environment.tm2020`` holds the
             backend's keys, ``nn.vis.image_size`` the image size, ``environment.continuous_actions``
             the action space.
         fake: a started ``FakeTM2020`` to drive instead of the one ``capture: fake`` builds
@@ -69,9 +63,9 @@ class TM2020Env(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, config: Any = None, fake: Any = None) -> None:
+    def __init__(self, config: ConfigLike = None, fake: Any = None) -> None:
         super().__init__()
-        cfg = _as_config(config)
+        cfg = as_config(config)
         env = cfg.environment
         tm = env.tm2020
         self.cfg = cfg

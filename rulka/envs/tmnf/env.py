@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rulka.config import ConfigLike, as_config
 from rulka.envs.actions import N_ACTIONS, action_to_flags
 from rulka.envs.car_state import CarState
 from rulka.envs.pipeline import PipelineParams, TrackmaniaPipeline, make_reference_line
@@ -60,12 +61,6 @@ MAX_RESET_ATTEMPTS = 4
 MAX_MESSAGES_TO_START = 200_000  # messages while starting a rollout before giving up (a stuck game)
 
 
-def _get(cfg: Any, path: str, default: Any = None) -> Any:
-    from rulka.plugins import opt
-
-    return opt(cfg, path, default)
-
-
 @dataclass
 class _MapSetup:
     map_path: str
@@ -77,7 +72,8 @@ class TmnfEnv(gym.Env):
     """TMNF as a Gymnasium env (registered as the ``tmnf`` env plugin).
 
     Args:
-        config: the run config: ``environment.*`` (timing, timeouts, camera, ``track`` = the map
+        config: the run config (a ``RulkaConfig``, or a mapping of sections / a YAML path,
+            validated here; None: the built-in defaults): ``environment.*`` (timing, timeouts, camera, ``track`` = the map
             when there is no map cycle, ``game_launch``), ``performance.running_speed``,
             ``nn.vis`` (image size, ``no_image``), ``user.*`` (ports, launcher paths),
             ``worker.num_envs`` (instances on this PC).
@@ -87,28 +83,27 @@ class TmnfEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, config: Any = None, launcher: Launcher | None = None, port: int | None = None) -> None:
+    def __init__(self, config: ConfigLike = None, launcher: Launcher | None = None, port: int | None = None) -> None:
         super().__init__()
-        if bool(_get(config, "environment.continuous_actions", False)):
+        cfg = as_config(config)
+        if cfg.environment.continuous_actions:
             raise UserError("environment.backend tmnf drives the game with binary inputs: set continuous_actions false")
-        self.cfg = config
-        self.params = PipelineParams.from_config(config) if config is not None else PipelineParams()
-        self.settings = GameSettings.from_config(config)
-        self.image = not bool(_get(config, "nn.vis.no_image", False))
-        w = _get(config, "nn.vis.image_size.width")
-        h = _get(config, "nn.vis.image_size.height")
-        self.image_size = (int(w), int(h)) if w and h else (160, 120)
-        self.launcher = launcher if launcher is not None else launcher_from_config(config)
-        self.fake_maps = isinstance(self.launcher, FakeLauncher) or _get(config, "environment.game_launch") == "fake"
+        self.cfg = cfg
+        self.params = PipelineParams.from_config(cfg)
+        self.settings = GameSettings.from_config(cfg)
+        vis = cfg.nn.vis
+        self.image = not vis.no_image
+        self.image_size = (vis.image_size.width, vis.image_size.height)
+        self.launcher = launcher if launcher is not None else launcher_from_config(cfg)
+        self.fake_maps = isinstance(self.launcher, FakeLauncher) or cfg.environment.game_launch == "fake"
         self.slot: InstanceSlot | None = None
         if port is None and isinstance(self.launcher, FakeLauncher):
             port = 0  # the fake game takes any free port: fake workers never collide
         if port is None:
-            self.slot = InstanceSlot(int(_get(config, "user.base_tmi_port", 8478)),
-                                     int(_get(config, "worker.num_envs", 1)))
+            self.slot = InstanceSlot(cfg.user.base_tmi_port, cfg.worker.num_envs)
             port = self.slot.port
         self.game = GameInstance(port, self.launcher, self.settings)
-        self.default_map = str(_get(config, "environment.track", "default"))
+        self.default_map = cfg.environment.track
         self._setups: dict[tuple[str, str], _MapSetup] = {}
         self._frames_played = 0.0  # the trainer's frame count (engineered reward schedules)
         self._start_states: dict[str, bytes] = {}

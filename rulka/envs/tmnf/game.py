@@ -27,11 +27,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rulka.envs.tmnf.client import GameClosed, GameConnectionError, TMIClient
 from rulka.envs.tmnf.protocol import OnConnect
 from rulka.errors import UserError
+
+if TYPE_CHECKING:
+    from rulka.config import RulkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -199,60 +202,53 @@ class FakeLauncher:
         return self.games[-1] if self.games else None
 
 
-def launcher_from_config(cfg: Any) -> Launcher:
+def launcher_from_config(cfg: RulkaConfig) -> Launcher:
     """The launcher ``environment.game_launch`` names (``launch`` picks by platform)."""
-    from rulka.plugins import opt
-
-    mode = str(opt(cfg, "environment.game_launch", "launch"))
+    mode, user = cfg.environment.game_launch, cfg.user
     if mode == "fake":
         return FakeLauncher()
     if mode == "attach":
         return AttachLauncher()
     if sys.platform == "win32":
-        return TMLoaderLauncher(str(opt(cfg, "user.windows_tmloader_path")),
-                                str(opt(cfg, "user.windows_tmloader_profile_name", "default")))
-    script = opt(cfg, "user.linux_launch_game_path")
-    if not script:
+        return TMLoaderLauncher(user.windows_tmloader_path, user.windows_tmloader_profile_name)
+    if not user.linux_launch_game_path:
         raise UserError(
             "environment.game_launch is 'launch' but user.linux_launch_game_path is not set: give the script "
             "that starts TMNF under Wine (see docs/tmnf.md), or use game_launch: attach with a game you started"
         )
-    return ScriptLauncher(str(script))
+    return ScriptLauncher(user.linux_launch_game_path)
 
 
 # ---------------------------------------------------------------------------------------- instance
 @dataclass
 class GameSettings:
-    """What the handshake and the instance manager need (from the run config)."""
+    """What the handshake and the instance manager need, from the run config (``from_config``)."""
 
-    running_speed: float = 160.0
-    ms_per_action: int = 50
-    timeout_during_run_ms: int = 30_000
-    timeout_between_runs_ms: int = 600_000_000
-    protection_timeout_s: float = 500.0
-    start_timeout_s: float = 120.0
-    reboot_interval_s: float = 43_200.0
-    camera: int = 2
-    username: str = "Player"
-    profile: str = "default"
+    running_speed: float
+    ms_per_action: int
+    timeout_during_run_ms: int
+    timeout_between_runs_ms: int
+    protection_timeout_s: float
+    start_timeout_s: float
+    reboot_interval_s: float
+    camera: int
+    username: str
+    profile: str
 
     @classmethod
-    def from_config(cls, cfg: Any) -> GameSettings:
-        from rulka.plugins import opt
-
-        d = cls()
+    def from_config(cls, cfg: RulkaConfig) -> GameSettings:
+        env = cfg.environment
         return cls(
-            running_speed=float(opt(cfg, "performance.running_speed", d.running_speed)),
-            ms_per_action=int(opt(cfg, "environment.tm_engine_step_per_action", 5))
-            * int(opt(cfg, "environment.ms_per_tm_engine_step", 10)),
-            timeout_during_run_ms=int(opt(cfg, "environment.timeout_during_run_ms", d.timeout_during_run_ms)),
-            timeout_between_runs_ms=int(opt(cfg, "environment.timeout_between_runs_ms", d.timeout_between_runs_ms)),
-            protection_timeout_s=float(opt(cfg, "environment.tmi_protection_timeout_s", d.protection_timeout_s)),
-            start_timeout_s=float(opt(cfg, "environment.game_start_timeout_s", d.start_timeout_s)),
-            reboot_interval_s=float(opt(cfg, "environment.game_reboot_interval", d.reboot_interval_s)),
-            camera=int(opt(cfg, "environment.game_camera_number", d.camera)),
-            username=str(opt(cfg, "user.username", d.username)),
-            profile=str(opt(cfg, "user.windows_tmloader_profile_name", d.profile)),
+            running_speed=float(cfg.performance.running_speed),
+            ms_per_action=env.ms_per_action,
+            timeout_during_run_ms=env.timeout_during_run_ms,
+            timeout_between_runs_ms=env.timeout_between_runs_ms,
+            protection_timeout_s=float(env.tmi_protection_timeout_s),
+            start_timeout_s=float(env.game_start_timeout_s),
+            reboot_interval_s=float(env.game_reboot_interval),
+            camera=env.game_camera_number,
+            username=cfg.user.username,
+            profile=cfg.user.windows_tmloader_profile_name,
         )
 
 

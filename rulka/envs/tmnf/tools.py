@@ -12,10 +12,13 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rulka.envs.record_line import LineRecorder, save_recorded_line
 from rulka.errors import UserError
+
+if TYPE_CHECKING:
+    from rulka.config import RulkaConfig
 
 PLUGIN_NAME = "RulkaLink.as"
 
@@ -25,15 +28,12 @@ def plugin_source() -> bytes:
     return resources.files("rulka.envs.tmnf").joinpath("plugin", PLUGIN_NAME).read_bytes()
 
 
-def plugin_dir(cfg: Any) -> Path:
+def plugin_dir(cfg: RulkaConfig) -> Path:
     """The TMInterface plugin folder (the folder of ``user.target_python_link_path``)."""
-    from rulka.plugins import opt
-
-    return Path(str(opt(cfg, "user.target_python_link_path", "~/Documents/TMInterface/Plugins/RulkaLink.as"))
-                ).expanduser().parent
+    return Path(cfg.user.target_python_link_path).expanduser().parent
 
 
-def install_plugin(cfg: Any, dest: Path | None = None) -> Path:
+def install_plugin(cfg: RulkaConfig, dest: Path | None = None) -> Path:
     """Copy the plugin into ``dest`` (default: the TMInterface plugin folder); returns the file."""
     folder = Path(dest).expanduser() if dest is not None else plugin_dir(cfg)
     if not folder.parent.exists() and dest is None:
@@ -55,19 +55,17 @@ def _port_free(port: int) -> bool:
         s.close()
 
 
-def check(cfg: Any) -> list[tuple[str, bool, str]]:
+def check(cfg: RulkaConfig) -> list[tuple[str, bool, str]]:
     """(what, ok, detail) for each part a TMNF worker needs on this PC."""
-    from rulka.plugins import opt
-
     rows: list[tuple[str, bool, str]] = []
-    launch = str(opt(cfg, "environment.game_launch", "launch"))
+    launch = cfg.environment.game_launch
     if launch == "launch":
         if sys.platform == "win32":
-            exe = Path(str(opt(cfg, "user.windows_tmloader_path"))).expanduser()
+            exe = Path(cfg.user.windows_tmloader_path).expanduser()
             rows.append(("TMLoader", exe.is_file(), f"{exe}" + ("" if exe.is_file() else
                          " missing: install TMLoader (tomashu.dev) or set user.windows_tmloader_path")))
         else:
-            script = opt(cfg, "user.linux_launch_game_path")
+            script = cfg.user.linux_launch_game_path
             ok = bool(script) and Path(str(script)).expanduser().is_file()
             rows.append(("launch script", ok, str(script) if ok else
                          f"{script or 'not set'}: set user.linux_launch_game_path to a script that starts TMNF "
@@ -86,11 +84,10 @@ def check(cfg: Any) -> list[tuple[str, bool, str]]:
     other = folder / "Python_Link.as"
     if other.is_file():
         rows.append(("Linesight plugin", False, f"{other} also uses custom_port: remove it, or the two plugins fight over the port"))
-    tracks = Path(str(opt(cfg, "user.trackmania_base_path", "~/Documents/TrackMania"))).expanduser() / "Tracks"
+    tracks = Path(cfg.user.trackmania_base_path).expanduser() / "Tracks"
     rows.append(("TrackMania tracks", tracks.is_dir(), str(tracks) if tracks.is_dir() else
                  f"{tracks} missing: set user.trackmania_base_path"))
-    base = int(opt(cfg, "user.base_tmi_port", 8478))
-    n = int(opt(cfg, "worker.num_envs", 1))
+    base, n = cfg.user.base_tmi_port, cfg.worker.num_envs
     busy = [p for p in range(base, base + n) if not _port_free(p)]
     rows.append(("plugin ports", not busy or launch == "attach",
                  f"{base}..{base + n - 1} free" if not busy else f"in use: {busy} (a game already running there is fine "
@@ -98,7 +95,7 @@ def check(cfg: Any) -> list[tuple[str, bool, str]]:
     return rows
 
 
-def record_line(cfg: Any, out: Path, map_path: str, port: int, fake: bool = False, wait_s: float = 600.0,
+def record_line(cfg: RulkaConfig, out: Path, map_path: str, port: int, fake: bool = False, wait_s: float = 600.0,
                 max_race_ms: int = 600_000) -> tuple[Path, Path, int]:
     """Connect to the game on ``port``, load ``map_path`` and record the next run from the start to
     the finish (a person drives; with ``fake`` the simulator's scripted driver does). Writes the
@@ -106,7 +103,6 @@ def record_line(cfg: Any, out: Path, map_path: str, port: int, fake: bool = Fals
     from rulka.envs.tmnf import protocol as P
     from rulka.envs.tmnf.game import AttachLauncher, FakeLauncher, GameInstance, GameSettings
     from rulka.envs.tmnf.state import decode_state
-    from rulka.plugins import opt
 
     settings = GameSettings.from_config(cfg)
     settings.running_speed = 1.0  # a person drives in real time
@@ -158,7 +154,7 @@ def record_line(cfg: Any, out: Path, map_path: str, port: int, fake: bool = Fals
             c.respond(msg.id)
         if race_time < 0:
             raise UserError("the run did not reach the finish")
-        spacing = float(opt(cfg, "environment.distance_between_checkpoints", 0.5))
+        spacing = float(cfg.environment.distance_between_checkpoints)
         npy, js = save_recorded_line(recorder, out, spacing, {"map": map_path, "race_time_ms": race_time,
                                                                 "backend": "tmnf", "source": "driven run"})
         return npy, js, race_time
