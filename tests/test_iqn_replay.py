@@ -29,8 +29,8 @@ def make_segment(worker="w", episode=0, index=0, first=0, t=5, done=False, finis
 
 
 def memory(**kw):
-    defaults = dict(batch_size=4, n_steps=3, memory_size_schedule=[[0, (1000, 10)]], buffer_test_ratio=0.0,
-                    mini_race_duration_actions=None, seed=0)
+    defaults = dict(batch_size=4, n_steps=3, memory_size_schedule=[[0, (1000, 10)]], gamma_schedule=[[0, 1.0]],
+                    buffer_test_ratio=0.0, mini_race_duration_actions=None, seed=0)
     defaults.update(kw)
     return MiniRaceReplayMemory(**defaults)
 
@@ -225,3 +225,14 @@ def test_rebuild_transitions_pass_the_trainer_verify_check():
         assert first_difference(seg, mem) is None
         assert len(mem.rebuild_transitions(seg)) == seg.num_transitions
     assert len(mem) == 0  # verify mode adds nothing
+
+
+def test_defaults_are_the_config_models():
+    from rulka.agents.iqn.settings import memory_kwargs_from_config
+    from rulka.config import RulkaConfig
+
+    built, configured = MiniRaceReplayMemory(), MiniRaceReplayMemory(**memory_kwargs_from_config(RulkaConfig()))
+    for name in ("batch_size", "n_max", "memory_size_schedule", "gamma_schedule", "discard_non_greedy", "mini_race",
+                 "oversample_long", "oversample_max_term", "replay_ratio", "prio_alpha", "prio_epsilon", "prio_beta",
+                 "min_horizon_prio", "test_ratio"):
+        assert getattr(built, name) == getattr(configured, name), name

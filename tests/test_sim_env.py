@@ -121,6 +121,23 @@ def test_config_supplies_track_timing_and_image_size():
     assert "img" not in no_img.observation_space.spaces
 
 
+def test_gym_make_takes_a_config_mapping_and_keywords_win_over_it():
+    from rulka.errors import ConfigError
+
+    cfg = {"environment": {"track": "hairpins", "continuous_actions": True}, "nn": {"vis": {"no_image": True}}}
+    env = gym.make("rulka/SimTrack-v0", config=cfg, track="slalom", image=True, image_size=(32, 24))
+    obs, _ = env.reset(seed=0)
+    base = env.unwrapped
+    assert base.track.name == "slalom" and base.continuous and obs["img"].shape == (24, 32)
+    # a mapping is validated at this edge, like a run config file
+    with pytest.raises(ConfigError, match="environment.trak"):
+        gym.make("rulka/SimTrack-v0", config={"environment": {"trak": "slalom"}})
+    # without a config: the config model's defaults (5 engine steps of 10 ms) and a 64x64 camera
+    plain = SimTrackEnv()
+    assert plain.image_size == (64, 64) and plain.params.ms_per_action == 50 and plain.track.name == "default"
+    assert SimTrackEnv(tm_engine_step_per_action=2, image=False).params.ms_per_action == 20
+
+
 def test_several_tracks_drawn_by_seed():
     env = SimTrackEnv(track=["default", "slalom", "hairpins"], image=False)
     names = {env.reset(seed=s)[1]["track"] for s in range(12)}

@@ -148,16 +148,12 @@ def format_status(report: Mapping[str, Any], stale_s: float = 30.0) -> str:
 
 
 def _network_section(config: Path | None) -> dict[str, Any]:
+    """The config file's ``network`` section under the transport's names (empty: the defaults)."""
     if config is None:
         return {}
     from rulka.config import load_config
 
-    network = getattr(load_config(config), "network", None)
-    if network is None:
-        return {}
-    if hasattr(network, "model_dump"):
-        return dict(network.model_dump())
-    return dict(network) if isinstance(network, Mapping) else dict(vars(network))
+    return load_config(config).network.transport_settings()
 
 
 def _query_server(host: str, port: int, keys: Path, timeout: float, config: Path | None = None) -> Mapping[str, Any]:

@@ -36,6 +36,7 @@ import numpy as np
 from rulka.agents.iqn.minirace import collate, draw_mini_race_times
 from rulka.config.schedules import linear_schedule
 from rulka.config.schedules import staircase_schedule as step_schedule
+from rulka.config.sections import EnvironmentConfig, MemoryConfig, TrainingConfig
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
 from rulka.memory.episodes import EpisodeStitcher, Stretch
@@ -124,8 +125,14 @@ class _TransitionRing:
         return slots
 
 
+# the defaults of the guide's keys are the run config's (rulka.config.sections): one home for each
+_TRAINING, _MEMORY, _ENV = TrainingConfig(), MemoryConfig(), EnvironmentConfig()
+
+
 class MiniRaceReplayMemory(Memory):
-    """Replay memory with n-step transitions, mini-race collate and optional PER.
+    """Replay memory with n-step transitions, mini-race collate and optional PER. Arguments are
+    the guide's keys (``settings.memory_kwargs_from_config`` fills them from a run config), with
+    the config model's defaults.
 
     Segment arrays used: ``obs/float`` (or ``obs/x``), optional ``obs/img`` (uint8, H x W),
     ``action``, ``reward``, ``terminated``, optional ``extra/greedy`` (all greedy if absent) and
@@ -133,16 +140,19 @@ class MiniRaceReplayMemory(Memory):
     ``info["fill_buffer"]`` is False is counted and not stored.
     """
 
-    def __init__(self, *, batch_size: int = 512, n_steps: int = 3,
-                 memory_size_schedule: Schedule = ((0, (50_000, 20_000)),),
-                 gamma_schedule: Schedule = ((0, 1.0),),
-                 discard_non_greedy_actions_in_nsteps: bool = True,
-                 mini_race_duration_actions: int | None = 140,
-                 oversample_long_term_steps: int = 40, oversample_maximum_term_steps: int = 5,
-                 number_times_single_memory_is_used_before_discard: float = 32,
-                 prio_alpha: float = 0.0, prio_epsilon: float = 2e-3, prio_beta: float = 1.0,
+    def __init__(self, *, batch_size: int = _TRAINING.batch_size, n_steps: int = _TRAINING.n_steps,
+                 memory_size_schedule: Schedule = tuple(_MEMORY.memory_size_schedule),
+                 gamma_schedule: Schedule = tuple(_TRAINING.gamma_schedule),
+                 discard_non_greedy_actions_in_nsteps: bool = _TRAINING.discard_non_greedy_actions_in_nsteps,
+                 mini_race_duration_actions: int | None = _ENV.temporal_mini_race_duration_actions,
+                 oversample_long_term_steps: int = _TRAINING.oversample_long_term_steps,
+                 oversample_maximum_term_steps: int = _TRAINING.oversample_maximum_term_steps,
+                 number_times_single_memory_is_used_before_discard: float = (
+                     _MEMORY.number_times_single_memory_is_used_before_discard),
+                 prio_alpha: float = _MEMORY.prio_alpha, prio_epsilon: float = _MEMORY.prio_epsilon,
+                 prio_beta: float = _MEMORY.prio_beta,
                  min_horizon_to_update_priority_actions: int | None = None,
-                 buffer_test_ratio: float = 0.05, test_every: int = 20,
+                 buffer_test_ratio: float = _MEMORY.buffer_test_ratio, test_every: int = 20,
                  n_actions: int | None = None, max_pending_episodes: int = 256,
                  seed: int | None = None) -> None:
         if n_steps < 1:
