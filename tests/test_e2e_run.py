@@ -20,11 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_rulka_run_then_resume(tmp_path):
     run_dir = tmp_path / "run"
     rulka = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
+    # stopped by its frame budget (--minutes is only the safety net here)
     cmd = [*rulka, "run", str(ROOT / "configs" / "cartpole_simple.yaml"), "--workers", "2",
-           "--minutes", "0.5", "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false",
+           "--frames", "3000", "--minutes", "3", "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false",
            "--set", "logging.progress=never"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "3000 frames received, stopping" in out.stderr
     assert f"outputs in {run_dir}" in out.stderr
     for name in ("config.resolved.yaml", "metrics.jsonl", "accepted.log", "checkpoints/latest.json",
                  "logs/worker0.log", "logs/worker1.log", "keys/trainer.key"):

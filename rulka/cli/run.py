@@ -11,6 +11,7 @@ the workers, lets the trainer write its final checkpoint, then stops the server.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import signal
@@ -193,6 +194,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("config", metavar="CONFIG", help="run configuration YAML")
     parser.add_argument("--workers", type=int, default=2, help="number of worker processes (default 2)")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
+    parser.add_argument("--frames", type=int, default=None, metavar="N",
+                        help="stop once the trainer has received N env frames (transitions); with --minutes, "
+                             "whichever comes first")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a config value (repeatable)")
     parser.add_argument("--run-dir", default=None, metavar="DIR", help="run folder (default: logging.run_dir/...)")
@@ -202,9 +206,38 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_main)
 
 
+class FramesReceived:
+    """The trainer's ``charts/samples_received`` as its metrics file grows: reads only the lines
+    added since the last call (the file of a long run is large), ignores a partly written last line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._value = 0
+
+    def latest(self) -> int:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return self._value
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            try:
+                value = json.loads(line)["metrics"]["charts/samples_received"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            self._value = max(self._value, int(value))
+        return self._value
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
+    if args.frames is not None and args.frames < 1:
+        raise UserError("--frames must be at least 1")
     from rulka.bundled import bundled_config
 
     if not Path(args.config).is_file() and bundled_config(args.config) is None:
@@ -215,11 +248,15 @@ def _main(args: argparse.Namespace) -> int:
     print(f"rulka run: server 127.0.0.1:{run.port}, {args.workers} workers, run folder {run.run_dir}",
           file=sys.stderr)
     deadline = time.monotonic() + args.minutes * 60 if args.minutes is not None else None
+    frames = FramesReceived(run.run_dir / "metrics.jsonl") if args.frames is not None else None
     interrupted = False
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as cleanly as Ctrl-C
     try:
         while run.alive():
             if deadline is not None and time.monotonic() >= deadline:
+                break
+            if frames is not None and frames.latest() >= args.frames:
+                print(f"rulka run: {args.frames} frames received, stopping", file=sys.stderr)
                 break
             dead = [n for n, p in run.workers.items() if p.poll() is not None]
             if dead and len(dead) == len(run.workers):
