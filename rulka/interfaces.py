@@ -131,7 +131,9 @@ class TrainingAgent(ABC):
 
     @abstractmethod
     def train(self, batch: Any) -> dict[str, float]:
-        """Update on ``batch``; return metrics with namespaced names (``losses/...``)."""
+        """Update on ``batch``; return metrics with namespaced names (``losses/...``). Values are
+        floats or 0-dim tensors still on the device: the trainer keeps the last update's metrics and
+        reads them with ``float()`` only when it logs, so a GPU update need not wait for the host."""
 
     @abstractmethod
     def get_actor(self) -> ActorModule:

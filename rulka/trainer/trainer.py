@@ -172,7 +172,7 @@ class Trainer:
         self.eval_stats = EpisodeStats(namespace="eval")  # greedy test episodes, apart
         self._eval_turn = 0
         self.last_race_time_ms: float | None = None  # latest finished race (progress line)
-        self._last_train_metrics: dict[str, float] = {}
+        self._last_train_metrics: dict[str, Any] = {}
         # rate limit: segments held back while the learner is behind, credit granted per worker
         self._deferred: deque[Segment] = deque()
         self._next_seq: dict[str, int] = {}  # worker -> 1 + highest seq received
@@ -697,7 +697,7 @@ class Trainer:
                 for key, value in stats.items():  # the env's own timing (tm2020: step jitter, overruns)
                     if key.startswith("env/") and isinstance(value, (int, float)) and not isinstance(value, bool):
                         metrics[f"perf/{worker}/{key[4:]}"] = float(value)
-        metrics.update(self._last_train_metrics)
+        metrics.update({k: float(v) for k, v in self._last_train_metrics.items()})  # the one host sync
         if self.limiter is not None:
             lim = self.limiter
             metrics.update({

@@ -188,12 +188,14 @@ class IQNAgent(TrainingAgent):
         if batch.report_td_errors is not None:
             batch.report_td_errors(td.cpu().numpy())
         eps, eps_boltzmann = self.exploration()
+        # device tensors, not floats: a float() per metric would make every GPU update wait for the
+        # host; the trainer converts the last update's metrics when it logs (Agent.train)
         metrics = {
-            m.TD_LOSS: float(per_item.detach().mean()),
-            m.GRAD_NORM: float(grad_norm),
+            m.TD_LOSS: per_item.detach().mean(),
+            m.GRAD_NORM: grad_norm.detach(),
             m.LEARNING_RATE: lr,
-            m.Q_MEAN: float(q.detach().float().mean()),
-            "charts/mean_target": float(target.mean()),
+            m.Q_MEAN: q.detach().float().mean(),
+            "charts/mean_target": target.mean(),
             m.BATCHES_TRAINED: float(self.batches_trained),
             m.EPSILON: eps,
             m.EPSILON_BOLTZMANN: eps_boltzmann,
