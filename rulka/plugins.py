@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rulka.config import ConfigLike, as_config
+from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.errors import UserError
 from rulka.registry import resolve
 
@@ -22,8 +22,10 @@ from rulka.registry import resolve
 WORKER_CONFIG_SECTIONS = ("environment", "rewards", "map_cycle", "exploration", "nn", "worker")
 
 
-def build_plugin(kind: str, name: str, kwargs: Mapping[str, Any] | None = None, cfg: Any = None) -> Any:
-    """Instantiate plugin ``name`` of ``kind`` with ``kwargs`` (+ ``cfg`` if it takes one)."""
+def build_plugin(kind: str, name: str, kwargs: Mapping[str, Any] | None = None, cfg: RulkaConfig | None = None
+                 ) -> Any:
+    """Instantiate plugin ``name`` of ``kind`` with ``kwargs`` (+ ``cfg``, the typed run config,
+    if its signature takes one)."""
     factory = resolve(kind, name)
     kw = dict(kwargs or {})
     try:
