@@ -26,6 +26,9 @@ def keys():
 
 
 def make_pair(hub, keys, tmp_path, name="w0", **worker_kw):
+    # these tests run episodes before the trainer reads anything: no welcome to wait for
+    # (test_worker_welcome.py covers it)
+    worker_kw.setdefault("wait_for_welcome", False)
     key, public = keys
     trainer = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=key,
                       train_slice_s=0.005)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,3 +164,39 @@ def test_kill_and_restart_every_role_loses_and_duplicates_nothing(tmp_path):
         assert re.findall(r"weights v(\d+)", log)[-1] == "2", log[-2000:]
     trainer_log = (tmp_path / "trainer.log").read_text()
     assert "weights v2;" in trainer_log
+
+
+def test_worker_with_a_damaged_or_lost_state_file_reuses_no_number(tmp_path):
+    """A worker stopped cleanly (nothing unacknowledged), whose worker_state.json is then damaged,
+    and later deleted with its folder: each restart continues above what the trainer accepted."""
+    procs = Procs(tmp_path)
+    state = tmp_path / "state" / "w0"
+    produced_log = tmp_path / "produced-w0.txt"
+
+    def w0_accepted() -> list[int]:
+        return [seq for w, seq in accepted(procs.run_dir) if w == "w0"]
+
+    def run_until_more(n: int) -> None:
+        procs.start_worker("w0")
+        before = len(w0_accepted())
+        wait_for(lambda: len(w0_accepted()) >= before + n, 90, f"{n} more segments from w0")
+        procs.workers["w0"].send_signal(signal.SIGINT)
+        assert procs.workers["w0"].wait(60) == 0  # it waited for its last acknowledgements
+
+    try:
+        procs.start_server()
+        procs.start_trainer()
+        run_until_more(6)
+        assert not list((state / "unacked").glob("*.seg"))
+        (state / "worker_state.json").write_bytes(b"\x00" * 17)  # zero-filled by a crash
+        run_until_more(6)
+        shutil.rmtree(state)
+        run_until_more(6)
+        procs.trainer.send_signal(signal.SIGINT)
+        assert procs.trainer.wait(60) == 0
+    finally:
+        procs.cleanup()
+    produced = [int(s) for s in produced_log.read_text().split()]
+    got = w0_accepted()
+    assert len(produced) == len(set(produced)), "a restarted worker reused sequence numbers"
+    assert sorted(got) == sorted(produced), "produced and accepted segments differ (lost or dropped as duplicates)"

@@ -10,12 +10,18 @@ Message kinds:
 - ``weights``: trainer -> every worker, a signed WeightsBlob; the server retains the latest
   and gives it to a worker as soon as it connects.
 - ``stats``: any role -> server, a msgpack map of counters (for ``rulka status``).
+- ``credit``: trainer -> one worker, the next sequence number it may not reach yet.
+- ``hello``: worker -> trainer on each (re)connection, and ``welcome``: trainer -> that worker,
+  the highest sequence number and episode id accepted from it (``rulka.net.hello``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+
+# kinds only the trainer may send (a worker's link refuses to send them)
+TRAINER_ONLY_KINDS = frozenset({"weights", "ack", "credit", "welcome"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,10 +26,8 @@ import threading
 import time
 from typing import Any
 
-from rulka.net.link import LinkClosed, Message, OutboxFull, TrainerLink, WorkerLink
+from rulka.net.link import TRAINER_ONLY_KINDS, LinkClosed, Message, OutboxFull, TrainerLink, WorkerLink
 from rulka.net.stats import build_status, check_kind, decode_stats_payload
-
-TRAINER_ONLY_KINDS = frozenset({"weights", "ack"})
 
 
 class _Inbox:

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from rulka.errors import BadInput
 from rulka.net.keys import Credentials, load_credentials
-from rulka.net.link import LinkClosed, Message, OutboxFull, TrainerLink, WorkerLink
+from rulka.net.link import TRAINER_ONLY_KINDS, LinkClosed, Message, OutboxFull, TrainerLink, WorkerLink
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import check_kind
 from rulka.net.wire import (
@@ -407,7 +407,7 @@ class TlsWorkerLink(_TlsLink, WorkerLink):
 
     def send(self, kind: str, payload: bytes) -> None:
         """Queue a message for the trainer; ``OutboxFull`` if the outbox is full."""
-        if kind in ("weights", "ack"):
+        if kind in TRAINER_ONLY_KINDS:
             raise ValueError(f"a worker cannot send {kind!r} messages")
         self._queue(kind, payload, "trainer", 1)
 

@@ -61,6 +61,14 @@ class Dedupe:
         w = self._workers.get(worker)
         return w.floor if w is not None else -1
 
+    def highest(self, worker: str) -> int:
+        """Highest seq accepted from ``worker`` (-1 if nothing): a worker that lost its numbers
+        continues above it."""
+        w = self._workers.get(worker)
+        if w is None:
+            return -1
+        return max(w.floor, max(w.above, default=-1))
+
     def workers(self) -> list[str]:
         return sorted(self._workers)
 

@@ -46,6 +46,7 @@ from rulka.compress import SegmentDecoder
 from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
+from rulka.net.hello import Welcome, decode_hello, encode_welcome
 from rulka.net.link import LinkClosed, Message, TrainerLink
 from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
 from rulka.segment import Segment, pack
@@ -149,6 +150,7 @@ class Trainer:
         self.segments = 0
         self.episodes = 0
         self.dedupe = Dedupe()
+        self.last_episode: dict[str, int] = {}  # worker -> highest episode id accepted (for welcome)
         self.counters: dict[str, int] = defaultdict(int)
         self.checkpoint_number = 0
         self.journal_number = 0
@@ -300,7 +302,7 @@ class Trainer:
         return {
             "run_id": self.run_id, "version": self.version, "updates": self.updates, "samples": self.samples,
             "segments": self.segments, "episodes": self.episodes, "counters": dict(self.counters),
-            "dedupe": self.dedupe.state_dict(), "rng": ckpt.rng_state(),
+            "dedupe": self.dedupe.state_dict(), "last_episode": dict(self.last_episode), "rng": ckpt.rng_state(),
             "journal_number": self.journal_number, "accepted_log_bytes": self.accepted_log_bytes,
             "checkpoint_number": self.checkpoint_number,
         }
@@ -364,6 +366,7 @@ class Trainer:
             self.episodes = int(state["episodes"])
             self.counters.update({k: int(v) for k, v in state["counters"].items()})
             self.dedupe.load_state_dict(state["dedupe"])
+            self.last_episode = {str(k): int(v) for k, v in (state.get("last_episode") or {}).items()}
             ckpt.set_rng_state(state["rng"])
             self.checkpoint_number = int(state["checkpoint_number"])
             self.journal_number = journal_from = int(state["journal_number"])
@@ -436,6 +439,8 @@ class Trainer:
             if acks is not None:
                 acks[sender].append(seg.seq)
             return
+        if seg.episode_id > self.last_episode.get(sender, -1):
+            self.last_episode[sender] = seg.episode_id
         if journal and self._journal is not None:
             self._journal.append(sender, seg.seq, payload)
         if self._accepted_log is not None:
@@ -519,17 +524,19 @@ class Trainer:
             n += 1
         return n
 
-    def grant_credit(self, force: bool = False) -> None:
+    def grant_credit(self, force: bool = False, only: str | None = None) -> None:
         """Tell each worker heard from lately the next sequence number it may not reach yet:
         ``credit_segments`` beyond the last segment received, while the limiter admits inserts
         (mode ``ratio`` only). Unchanged limits are repeated every few seconds, so a paused
-        worker knows the trainer is there; ``force`` repeats them now."""
+        worker knows the trainer is there; ``force`` repeats them now (to worker ``only``, or
+        to all)."""
         if self.limiter is None or self.rate_mode != "ratio":
             return
         now = time.monotonic()
         open_ = not self._deferred and self.limiter.can_insert(len(self.memory))
-        for worker in self._recent_workers(now):
-            base = self._next_seq.get(worker, 0)
+        for worker in self._recent_workers(now) if only is None else [only]:
+            # a resumed trainer knows what it accepted (dedupe) before it hears from the worker
+            base = max(self._next_seq.get(worker, 0), self.dedupe.highest(worker) + 1)
             stats = self.worker_stats.get(worker)
             if stats and stats.get("unacked") == 0 and isinstance(stats.get("next_seq"), int):
                 base = max(base, stats["next_seq"])  # a worker that skipped numbers (restarted)
@@ -544,6 +551,28 @@ class Trainer:
                 except Exception as exc:  # noqa: BLE001 - resent within CREDIT_RESEND_S
                     self.counters["credit_failures"] += 1
                     log.debug("credit to %s failed: %s", worker, exc)
+
+    def _on_hello(self, sender: str, payload: bytes) -> None:
+        """A worker (re)connected: tell it the highest sequence number and episode id accepted
+        from it (it continues above them), and grant its credit now, from where it stands."""
+        try:
+            hello = decode_hello(payload)
+        except BadInput as exc:
+            self._bad("hello", f"from {sender!r}: {exc}")
+            return
+        self._last_heard[sender] = time.monotonic()
+        highest = self.dedupe.highest(sender)
+        base = max(self._next_seq.get(sender, 0), highest + 1)
+        if hello.unacked == 0:  # nothing of it in flight: its next number is where credit starts
+            base = max(base, hello.next_seq)
+        self._next_seq[sender] = base
+        try:
+            self.link.send_to(sender, "welcome", encode_welcome(Welcome(highest, self.last_episode.get(sender, -1))))
+        except Exception as exc:  # noqa: BLE001 - the worker says hello again until welcomed
+            self.counters["welcome_failures"] += 1
+            log.debug("welcome to %s failed: %s", sender, exc)
+        self.counters["hellos"] += 1
+        self.grant_credit(force=True, only=sender)
 
     def _recent_workers(self, now: float) -> set[str]:
         seen = {w for w, t in self._last_heard.items() if now - t < 30}
@@ -576,6 +605,8 @@ class Trainer:
         for msg in messages:
             if msg.kind == "segment":
                 self._ingest_segment(msg.sender, msg.payload, journal=True, acks=acks, decoded=next(decoded))
+            elif msg.kind == "hello":
+                self._on_hello(msg.sender, msg.payload)
             elif msg.kind == "stats":
                 try:
                     from rulka.net.stats import decode_stats_payload

@@ -45,12 +45,17 @@ class WorkerCounters:
     """Next sequence number and next episode id of one worker, persisted in ``directory``.
 
     Without a directory the numbers live in memory only (tests, throwaway workers).
+    ``intact`` is True when the numbers come from a readable state file; a missing or damaged
+    file (a first start, a deleted or corrupted state folder) leaves it False, and the worker then
+    asks the trainer for the highest number it accepted before it numbers anything
+    (``Worker``'s hello/welcome exchange).
     """
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = Path(directory) if directory is not None else None
         self.next_seq = 0
         self.next_episode = 0
+        self.intact = False
         self._lock = threading.Lock()
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -60,16 +65,27 @@ class WorkerCounters:
                     state = json.loads(path.read_text())
                     self.next_seq = int(state["next_seq"])
                     self.next_episode = int(state["next_episode"])
+                    self.intact = self.next_seq >= 0 and self.next_episode >= 0
                 except (ValueError, KeyError, TypeError) as exc:
                     # a damaged state file must not make us reuse numbers: start above any
-                    # segment still on disk (see bump_past) and say so
-                    log.warning("worker state %s unreadable (%s); continuing from spilled segments", path, exc)
+                    # segment still on disk (see bump_past) and above what the trainer accepted
+                    log.warning("worker state %s unreadable (%s); continuing above the spilled segments "
+                                "and the trainer's highest accepted number", path, exc)
+                if not self.intact:
+                    self.next_seq = self.next_episode = 0
 
     def bump_past(self, seq: int) -> None:
         """Make sure the next sequence number is above ``seq`` (a segment found on disk)."""
         with self._lock:
             if seq >= self.next_seq:
                 self.next_seq = seq + 1
+                self._save()
+
+    def bump_episode_past(self, episode: int) -> None:
+        """Make sure the next episode id is above ``episode`` (one the trainer has seen)."""
+        with self._lock:
+            if episode >= self.next_episode:
+                self.next_episode = episode + 1
                 self._save()
 
     def take_seq(self) -> int:

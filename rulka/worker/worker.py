@@ -29,6 +29,7 @@ from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.envs.map_cycle import MapCycle
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import ActorModule, SampleCompressor
+from rulka.net.hello import Hello, decode_welcome, encode_hello
 from rulka.net.link import LinkClosed, Message, OutboxFull, WorkerLink
 from rulka.plugins import build_plugin, make_env, obs_to_arrays
 from rulka.segment import ALLOWED_DTYPES, Segment, pack, unpack
@@ -58,6 +59,7 @@ class WorkerStats:
 
 
 CREDIT_TIMEOUT_S = 60.0  # no credit message for this long: the trainer is gone, stop waiting for it
+HELLO_RESEND_S = 2.0  # a hello without a welcome is sent again this often (the trainer may be away)
 
 
 def decode_credit(payload: bytes) -> int:
@@ -174,6 +176,12 @@ class Worker:
         produced_log: optional text file; one ``seq`` line per produced segment (audits, tests).
         max_steps_per_s: cap on env steps per second (a fast gym env would otherwise flood a
             small trainer; real-time envs pace themselves).
+        wait_for_welcome: number no segment before the trainer's ``welcome`` (its highest
+            accepted sequence number, ``rulka.net.hello``). None (default): wait when the numbers
+            do not come from an intact ``worker_state.json`` in ``state_dir`` (first start, damaged
+            or deleted state), so a lost state file never makes the trainer drop new segments as
+            duplicates. A worker without ``state_dir`` does not wait (tests, in-process runs)
+            but still continues above the welcome when it comes.
     """
 
     def __init__(
@@ -194,6 +202,7 @@ class Worker:
         resend_after_s: float = 15.0,
         max_in_flight: int = 64,
         max_steps_per_s: float | None = None,
+        wait_for_welcome: bool | None = None,
     ) -> None:
         if link is None:
             raise ValueError("Worker needs a link")
@@ -236,6 +245,11 @@ class Worker:
             validate=_SpillCheck(),
         )
         self.segment_max_steps = wc.segment_max_steps
+        # sequence numbers: the trainer's welcome says what it has accepted (see rulka.net.hello)
+        self.wait_for_welcome = (self.state_dir is not None and not self.counters.intact
+                                 if wait_for_welcome is None else bool(wait_for_welcome))
+        self._welcomed = threading.Event()
+        self._hello_t = -1e9
         self._produced_log = Path(produced_log) if produced_log is not None else None
         self._map_cycle: MapCycle | bool | None = None  # built from the config; False: none configured
         self._pending: Any = None  # newest verified weights blob not loaded yet
@@ -355,6 +369,8 @@ class Worker:
             except BadInput as exc:
                 self.stats.bad_messages += 1
                 log.warning("bad credit: %s", exc)
+        elif msg.kind == "welcome":
+            self._on_welcome(msg.payload)
         elif msg.kind == "ack":
             try:
                 self.outbox.ack(decode_ack(msg.payload))
@@ -364,6 +380,31 @@ class Worker:
         else:
             self.stats.bad_messages += 1
 
+    def _on_welcome(self, payload: bytes) -> None:
+        try:
+            welcome = decode_welcome(payload)
+        except BadInput as exc:
+            self.stats.bad_messages += 1
+            log.warning("bad welcome: %s", exc)
+            return
+        before = self.counters.next_seq
+        self.counters.bump_past(welcome.highest_seq)
+        self.counters.bump_episode_past(welcome.highest_episode)
+        if self.counters.next_seq != before:
+            log.warning("the trainer has accepted segments up to %d from %s: numbering continues at %d, not %d",
+                        welcome.highest_seq, self.name, self.counters.next_seq, before)
+        if not self._welcomed.is_set():
+            self._welcomed.set()
+            self._credit_event.set()  # wakes an env loop waiting for the welcome
+
+    def _send_hello(self, now: float) -> None:
+        hello = Hello(self.counters.next_seq, self.counters.next_episode, len(self.outbox))
+        try:
+            self.link.send("hello", encode_hello(hello))
+        except OutboxFull:
+            return  # sent again within HELLO_RESEND_S
+        self._hello_t = now
+
     def _io_step(self) -> None:
         try:
             for msg in self.link.receive(timeout=0.02):
@@ -372,13 +413,17 @@ class Worker:
             self._stop.set()
             return
         connected = self.link.connected()
+        now = time.monotonic()
         if connected and not self._was_connected:
-            # anything in flight when the connection dropped may be lost: send it again
+            # anything in flight when the connection dropped may be lost: send it again; say
+            # hello first (the trainer answers with what it accepted and grants credit at once)
             self.outbox.resend_all()
+            self._send_hello(now)
+        elif connected and not self._welcomed.is_set() and now - self._hello_t > HELLO_RESEND_S:
+            self._send_hello(now)
         self._was_connected = connected
         if not connected:
             return
-        now = time.monotonic()
         for seq, payload in self.outbox.due(now, self.resend_after_s, self.max_in_flight, limit=32):
             try:
                 self.link.send("segment", payload)
@@ -405,7 +450,7 @@ class Worker:
             "weights_version": self.stats.weights_version, "segments_sent": self.outbox.sends,
             "unacked": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resends,
             "steps": self.stats.steps, "test": self.test, "next_seq": self.counters.next_seq,
-            "paused_s": round(self.stats.paused_s, 1),
+            "paused_s": round(self.stats.paused_s, 1), "welcomed": self._welcomed.is_set(),
         }
         perf = getattr(self.env, "perf_stats", None)  # real-time envs report their loop timing
         if callable(perf):
@@ -471,7 +516,44 @@ class Worker:
         credit message for ``CREDIT_TIMEOUT_S`` (trainer gone) ends the wait, counted."""
         if not self._settings().worker.pause_for_credit:
             return
-        if self._credit_limit is None or self.counters.next_seq < self._credit_limit:
+
+        def blocked() -> bool:
+            if self._credit_limit is None or self.counters.next_seq < self._credit_limit:
+                return False
+            if time.monotonic() - self._credit_t > CREDIT_TIMEOUT_S:
+                self.stats.credit_timeouts += 1
+                self._credit_limit = None
+                log.warning("no credit from the trainer for %.0f s: acting without it", CREDIT_TIMEOUT_S)
+                return False
+            return True
+
+        self._pause_while(blocked, stop_event)
+
+    def _wait_for_welcome(self, stop_event: threading.Event) -> None:
+        """Before numbering anything when the numbers are not known to be fresh
+        (``wait_for_welcome``): wait for the trainer's welcome. No time limit: numbering without
+        it could make the trainer drop new segments as duplicates."""
+        if not self.wait_for_welcome or self._welcomed.is_set():
+            return
+        t0 = time.monotonic()
+        next_log = t0 + 5.0
+
+        def blocked() -> bool:
+            nonlocal next_log
+            if self._welcomed.is_set():
+                return False
+            if time.monotonic() >= next_log:
+                next_log = time.monotonic() + 60.0
+                log.warning("%s waits for the trainer's welcome (%.0f s so far): its sequence numbers do not come "
+                            "from an intact state file, and numbering without the trainer's highest accepted "
+                            "number could lose segments", self.name, time.monotonic() - t0)
+            return True
+
+        self._pause_while(blocked, stop_event)
+
+    def _pause_while(self, blocked: Callable[[], bool], stop_event: threading.Event) -> None:
+        """Wait (loading weights) while ``blocked()`` is true and ``stop_event`` is not set."""
+        if not blocked():
             return
         t0 = time.monotonic()
         # a lock-step game (TMNF) waits inside a callback whose timeout is short during a race:
@@ -479,18 +561,14 @@ class Worker:
         hold, release = getattr(self.env, "hold", None), getattr(self.env, "release", None)
         if callable(hold):
             hold()
-        while (self._credit_limit is not None and self.counters.next_seq >= self._credit_limit
-               and not stop_event.is_set()):
-            if time.monotonic() - self._credit_t > CREDIT_TIMEOUT_S:
-                self.stats.credit_timeouts += 1
-                self._credit_limit = None
-                log.warning("no credit from the trainer for %.0f s: acting without it", CREDIT_TIMEOUT_S)
-                break
-            self._credit_event.wait(0.05)
-            self._credit_event.clear()
-            self._swap_weights()
-        if callable(release):
-            release()
+        try:
+            while not stop_event.is_set() and blocked():
+                self._credit_event.wait(0.05)
+                self._credit_event.clear()
+                self._swap_weights()
+        finally:
+            if callable(release):
+                release()
         self.stats.paused_s += time.monotonic() - t0
         self._next_step_t = time.monotonic()  # the step cap does not make up for the pause
 
@@ -575,7 +653,10 @@ class Worker:
         Greedy (an evaluation episode) for a test worker, for a map-cycle entry with
         ``is_exploration: false``, and for a test episode the trainer asked for
         (``requested_test``: never stored for training, and it uses up no GRPO start)."""
+        self._wait_for_welcome(stop_event)
         self._wait_for_credit(stop_event)
+        if stop_event.is_set():
+            return -1
         episode_id = self.counters.take_episode()
         start_id = None if requested_test else self._next_start()
         if self._map_cycle is None and self.cfg is not None:
