@@ -4,6 +4,7 @@ its own after --minutes, and leaves a resumable run folder."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -55,3 +56,64 @@ def test_rulka_run_then_resume(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert "stopping" in err and f"--resume {run_dir}" in err
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["number"] > first
+
+
+def descendants(pid: int) -> dict[int, tuple[int, str]]:
+    """Every live process below ``pid`` (children, grandchildren...): pid -> (parent, command line)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = {}, [pid]
+    while frontier:
+        p = frontier.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in found:
+                try:
+                    cmd = (Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    cmd = ""
+                found[child] = (p, cmd)
+                frontier.append(child)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to list the processes of a run")
+def test_rulka_run_stop_is_bounded_when_the_trainer_hangs(tmp_path):
+    """Ctrl-C with a trainer that cannot act on it (stopped, as under heavy load): `rulka run`
+    kills it after --stop-timeout, and no process of the run is left behind."""
+    from test_resilience_lifetime import pid_alive
+
+    run_dir = tmp_path / "run"
+    rulka = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
+    proc = subprocess.Popen([*rulka, "run", str(ROOT / "configs" / "cartpole_simple.yaml"), "--workers", "1",
+                             "--run-dir", str(run_dir), "--stop-timeout", "5", "--set", "logging.wandb.enabled=false",
+                             "--set", "logging.progress=never"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        accepted = run_dir / "accepted.log"
+        while not accepted.exists() or len(accepted.read_text().split("\n")) < 4:
+            assert time.monotonic() < deadline and proc.poll() is None, "the run took no segment"
+            time.sleep(0.5)
+        kids = descendants(proc.pid)
+        trainer = [p for p, (parent, cmd) in kids.items() if "rulka.trainer.cli" in cmd and parent == proc.pid]
+        assert len(trainer) == 1 and len(kids) >= 5, kids  # server, trainer, worker, two network children
+        os.kill(trainer[0], signal.SIGSTOP)  # hung: SIGINT stays pending, SIGKILL still works
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            for p in descendants(proc.pid):
+                os.kill(p, signal.SIGKILL)
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert elapsed < 5 + 15, f"stopped in {elapsed:.1f} s"  # --stop-timeout, the server's 5 s, slack
+    assert "did not stop cleanly" in err
+    left = [f"{p}: {cmd}" for p, (_, cmd) in kids.items() if pid_alive(p)]
+    assert not left, left

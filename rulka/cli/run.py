@@ -4,8 +4,12 @@ The same three commands a user would start on three machines (``rulka-server``,
 ``rulka-trainer``, ``rulka-worker``), on loopback with real TLS: throwaway keys are generated in
 the run folder unless ``--keys`` names a folder from ``rulka keys generate``. The trainer's
 progress line is shown; workers and server log to ``<run>/logs/``. Each role runs in its own
-session, so a Ctrl-C reaches only ``rulka run``, which stops them in order. Ctrl-C (or ``--minutes``) stops
-the workers, lets the trainer write its final checkpoint, then stops the server.
+session, so a Ctrl-C reaches only ``rulka run``, which stops them in order. Ctrl-C, SIGTERM (or
+``--minutes``) stops the workers, lets the trainer write its final checkpoint, then stops the
+server. The stop is bounded: a role still running when ``--stop-timeout`` seconds have passed
+(a hung or overloaded trainer) is killed with everything it started (its process group), and
+every process is reaped before ``rulka run`` exits; a second Ctrl-C kills at once. The trainer's
+journal and the previous checkpoint keep what a killed trainer had acknowledged.
 """
 
 from __future__ import annotations
@@ -42,32 +46,75 @@ class LocalRun:
     def alive(self) -> bool:
         return self.trainer.poll() is None
 
-    def stop(self, timeout: float = 60.0) -> int:
-        """Stop the workers, then the trainer (SIGINT: it checkpoints), then the server.
-        Returns the trainer's exit code."""
-        for proc in self.workers.values():
-            _interrupt(proc)
-        for proc in self.workers.values():
-            _wait_or_kill(proc, 15.0)
-        _interrupt(self.trainer)
-        code = _wait_or_kill(self.trainer, timeout)
-        self.server.stop()
-        for f in self.log_files:
-            f.close()
-        return code
+    def stop(self, timeout: float = 60.0, hurry: threading.Event | None = None) -> int:
+        """Stop the workers (SIGINT: they wait for their last acknowledgements, at most
+        ``WORKER_STOP_S``), then the trainer (SIGINT: it checkpoints), then the server. Whatever
+        still runs ``timeout`` seconds after the call, or as soon as ``hurry`` is set, is killed
+        with its process group; every process is reaped. Returns the trainer's exit code
+        (negative: the signal that killed it)."""
+        hurry = hurry or threading.Event()
+        deadline = time.monotonic() + timeout
+        workers = list(self.workers.values())
+        try:
+            for proc in workers:
+                _interrupt(proc)
+            _wait_all(workers, min(deadline, time.monotonic() + WORKER_STOP_S), hurry)
+            _kill_groups(workers)
+            _interrupt(self.trainer)
+            _wait_all([self.trainer], deadline, hurry)
+            _kill_groups([self.trainer])
+            self.server.stop(hurry=hurry)
+        finally:
+            self.kill()  # a KeyboardInterrupt midway too
+        return self.trainer.returncode
+
+    def kill(self) -> None:
+        """Kill every role with its process group now and reap it (idempotent)."""
+        try:
+            _kill_groups([*self.workers.values(), self.trainer, self.server.process])
+        finally:
+            for f in self.log_files:
+                f.close()
+
+
+WORKER_STOP_S = 15.0  # a stopping worker waits for its last acknowledgements (the trainer still runs)
+SERVER_STOP_S = 5.0
 
 
 def _interrupt(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
+        if os.name == "posix":
+            proc.send_signal(signal.SIGINT)
+        else:  # CTRL_C_EVENT would reach this console's whole process group on Windows
+            proc.terminate()
 
 
-def _wait_or_kill(proc: subprocess.Popen, timeout: float) -> int:
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(10)
+def _wait_all(procs: Sequence[subprocess.Popen], deadline: float, hurry: threading.Event) -> None:
+    """Wait until every process in ``procs`` has exited, ``deadline`` passed or ``hurry`` is set."""
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline and not hurry.is_set():
+        time.sleep(0.05)
+
+
+def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
+    """SIGKILL each role with the processes it started (its session's process group: a role's
+    network child, say, even when the role itself already exited), then reap the role. Each
+    group is killed once: afterwards its id may belong to someone else."""
+    for proc in procs:
+        if getattr(proc, "_group_killed", False):
+            continue
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group's id is the role's pid (own session)
+            except (ProcessLookupError, PermissionError):
+                pass  # the whole group is gone already
+        elif proc.poll() is None:
+            proc.kill()
+        proc._group_killed = True  # type: ignore[attr-defined]
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:  # unkillable (uninterruptible I/O): say so, do not hang
+            print(f"rulka run: process {proc.pid} did not exit after SIGKILL", file=sys.stderr)
 
 
 def _python_cmd(module: str) -> list[str]:
@@ -91,6 +138,9 @@ class ServerProcess:
         except queue.Empty:
             self.stop()
             raise UserError("rulka-server did not start (see logs/server.log in the run folder)") from None
+        except BaseException:  # Ctrl-C while it starts: it must not stay behind
+            self.stop(timeout=0.0)
+            raise
 
     def _pump(self, ready: queue.Queue[int], log_file: Any) -> None:
         assert self.process.stdout is not None
@@ -104,10 +154,12 @@ class ServerProcess:
             except ValueError:  # the log was closed at stop
                 return
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = SERVER_STOP_S, hurry: threading.Event | None = None) -> None:
+        """SIGTERM; after ``timeout`` seconds (or once ``hurry`` is set) SIGKILL; reaped."""
         if self.process.poll() is None:
             self.process.terminate()
-        _wait_or_kill(self.process, timeout)
+        _wait_all([self.process], time.monotonic() + timeout, hurry or threading.Event())
+        _kill_groups([self.process])
 
 
 def role_thread_overrides(cfg: Any, workers: int, cores: int | None = None) -> list[str]:
@@ -127,7 +179,9 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
            trainer_output: Any = None, worker_args: Sequence[str] = ()) -> LocalRun:
     """Start server, trainer and ``workers`` workers on loopback; returns at once.
 
-    ``trainer_output``: a file for the trainer's stdout/stderr (None: this terminal).
+    ``trainer_output``: a file for the trainer's stdout/stderr (None: this terminal). Should the
+    start be interrupted (Ctrl-C), the roles started so far are killed before the exception
+    propagates: none is left running.
     """
     from rulka.config import load_config
     from rulka.config.built import check_startable
@@ -157,12 +211,14 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     address = f"127.0.0.1:{server.port}"
     overrides = [*overrides, *role_thread_overrides(cfg, workers)]
     sets = [a for o in overrides for a in ("--set", o)]
+    started: list[subprocess.Popen] = []
     try:
         trainer_cmd = _python_cmd("rulka.trainer.cli") + ["--config", str(config), *sets, "--keys", str(keys),
                                                            "--server", address]
         trainer_cmd += ["--resume", str(run_dir)] if resume else ["--run-dir", str(run_dir)]
         trainer = subprocess.Popen(trainer_cmd, stdout=trainer_output, start_new_session=True,
                                    stderr=subprocess.STDOUT if trainer_output else None)
+        started.append(trainer)
         procs = {}
         for name in names:
             f = open(run_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - closed by LocalRun.stop
@@ -172,7 +228,9 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
                                                    "--state-dir", str(run_dir / "workers" / name), *worker_args],
                 stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 start_new_session=True)
+            started.append(procs[name])
     except BaseException:
+        _kill_groups(started)
         server.stop()
         for f in log_files:
             f.close()
@@ -203,6 +261,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     parser.add_argument("--keys", default=None, metavar="DIR",
                         help="keys folder with bundles worker0..N-1 (default: throwaway keys in the run folder)")
+    parser.add_argument("--stop-timeout", type=float, default=60.0, metavar="S",
+                        help="after Ctrl-C/SIGTERM or --minutes, the roles get this many seconds to stop cleanly "
+                             "(the trainer writes its checkpoint), then whatever still runs is killed (default 60)")
     parser.set_defaults(func=_main)
 
 
@@ -242,35 +303,52 @@ def _main(args: argparse.Namespace) -> int:
 
     if not Path(args.config).is_file() and bundled_config(args.config) is None:
         raise UserError(f"config file {args.config} not found")
+    if args.stop_timeout < 0:
+        raise UserError("--stop-timeout must be at least 0")
     run_dir = args.resume or args.run_dir
-    run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
-                 resume=args.resume is not None)
-    print(f"rulka run: server 127.0.0.1:{run.port}, {args.workers} workers, run folder {run.run_dir}",
-          file=sys.stderr)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as cleanly as Ctrl-C
+    try:
+        run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
+                     resume=args.resume is not None)
+    except KeyboardInterrupt:
+        print("\nrulka run: interrupted while starting; the roles started so far were stopped", file=sys.stderr)
+        return 130
     deadline = time.monotonic() + args.minutes * 60 if args.minutes is not None else None
     frames = FramesReceived(run.run_dir / "metrics.jsonl") if args.frames is not None else None
     interrupted = False
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as cleanly as Ctrl-C
+    hurry = threading.Event()
+    code: int | None = None
     try:
-        while run.alive():
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if frames is not None and frames.latest() >= args.frames:
-                print(f"rulka run: {args.frames} frames received, stopping", file=sys.stderr)
-                break
-            dead = [n for n, p in run.workers.items() if p.poll() is not None]
-            if dead and len(dead) == len(run.workers):
-                print(f"rulka run: every worker stopped (see {run.run_dir / 'logs'})", file=sys.stderr)
-                break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\nrulka run: stopping (the trainer writes a checkpoint)...", file=sys.stderr)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean stop
-    try:
-        code = run.stop()
+        try:
+            print(f"rulka run: server 127.0.0.1:{run.port}, {args.workers} workers, run folder {run.run_dir}",
+                  file=sys.stderr)
+            while run.alive():
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                if frames is not None and frames.latest() >= args.frames:
+                    print(f"rulka run: {args.frames} frames received, stopping", file=sys.stderr)
+                    break
+                dead = [n for n, p in run.workers.items() if p.poll() is not None]
+                if dead and len(dead) == len(run.workers):
+                    print(f"rulka run: every worker stopped (see {run.run_dir / 'logs'})", file=sys.stderr)
+                    break
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            interrupted = True
+            print(f"\nrulka run: stopping (the trainer writes a checkpoint; whatever still runs in "
+                  f"{args.stop_timeout:.0f} s is killed, Ctrl-C again kills now)...", file=sys.stderr)
+        # a second Ctrl-C (or SIGTERM) must not interrupt the stop half-way: it shortens it
+        signal.signal(signal.SIGINT, lambda *_: hurry.set())
+        signal.signal(signal.SIGTERM, lambda *_: hurry.set())
+        code = run.stop(timeout=args.stop_timeout, hurry=hurry)
     finally:
+        run.kill()  # whatever happened above (an interrupt at the wrong moment): nothing stays behind
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if code is None or code < 0:
+        why = "killed at a second Ctrl-C" if hurry.is_set() else f"killed after {args.stop_timeout:.0f} s"
+        print(f"rulka run: the trainer did not stop cleanly ({why}); --resume continues from its previous "
+              "checkpoint and journal", file=sys.stderr)
     print(f"rulka run: outputs in {run.run_dir} (metrics.jsonl, tensorboard/, checkpoints/, logs/); "
           f"continue with: rulka run {args.config} --resume {run.run_dir}", file=sys.stderr)
-    return 130 if interrupted else code
+    return 130 if interrupted else (code if code is not None else 1)
