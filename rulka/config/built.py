@@ -101,15 +101,21 @@ def check_built(cfg: RulkaConfig) -> None:
     raise ConfigError(f"{subject} not built yet (documented, but nothing acts on it); remove it or use the default")
 
 
-def check_startable(cfg: RulkaConfig, import_plugins: bool = False) -> list[str]:
+def check_startable(cfg: RulkaConfig, import_plugins: bool = False, replay: bool = True) -> list[str]:
     """What a role checks before it starts: no not-built key is set, and the learner and the
     environment the config names exist (``training.algorithm`` through ``trainer.agent`` and
     ``trainer.memory``, ``environment.backend``, ``worker.compressor``). With ``import_plugins``
-    every plugin is also imported. Returns the ``kind=name`` pairs checked; raises ConfigError
-    naming the key otherwise.
+    every plugin is also imported. Then ``rulka.config.resources.check_resources``: the track
+    name, the segment length and (``replay``; not on a worker, which keeps no replay) the replay
+    memory against this machine's RAM. Returns the ``kind=name`` pairs checked; raises
+    ConfigError naming the key otherwise.
     """
+    from rulka.config.resources import check_resources
+
     check_built(cfg)
-    return check_plugins(cfg, import_plugins=import_plugins)
+    plugins = check_plugins(cfg, import_plugins=import_plugins)
+    check_resources(cfg, replay=replay)
+    return plugins
 
 
 def check_plugins(cfg: RulkaConfig, import_plugins: bool = False) -> list[str]:

@@ -117,7 +117,8 @@ def parse_yaml(text: str, source: str = "<string>", with_position: bool = True) 
 
 
 def read_yaml_file(path: str | Path) -> dict[str, Any]:
-    """Read a config file into a dict (an empty file is an empty config).
+    """Read a config file into a dict. An empty file (or one of comments only) is refused: it
+    is most likely a truncated copy, and would silently run every default.
 
     A run folder stands for the ``config.resolved.yaml`` saved in it.
     """
@@ -139,7 +140,8 @@ def read_yaml_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} cannot be read: {exc}") from None
     data = parse_yaml(text, str(path))
     if data is None:
-        return {}
+        raise ConfigError(f"config file {path} is empty: name at least what differs from the defaults "
+                          "(`rulka config defaults` prints every key; configs/ holds recipes)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a mapping of sections, got {type(data).__name__}")
     return data

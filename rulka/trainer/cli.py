@@ -106,6 +106,9 @@ def _run(args: argparse.Namespace) -> int:
         pass
     settings = network_settings(cfg, host=host, port=port)
     # config, credentials, plugins and checkpoint first: a role that cannot start never connects
+    from rulka.config.resources import available_memory_bytes, check_replay_fits
+
+    check_replay_fits(cfg, available_memory_bytes(), "this machine has available now")
     try:
         trainer = Trainer(cfg, None, run_dir=run_dir, signing_key=creds.signing_key, resume=resume,
                           progress=progress)

@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         from rulka.config.built import check_startable
 
         cfg = load_config(args.config, args.overrides)
-        check_startable(cfg)
+        check_startable(cfg, replay=False)  # the replay memory lives on the trainer
     creds = load_credentials(args.keys, "worker")
     name = args.name or creds.identity
     if name != creds.identity:
