@@ -207,8 +207,11 @@ def test_yaml_may_omit_sections_and_keys(tmp_path: Path) -> None:
     assert cfg.environment == RulkaConfig().environment
 
 
-def test_empty_file_is_the_defaults(tmp_path: Path) -> None:
-    assert load_config(_write(tmp_path, ""), env_file=None) == RulkaConfig()
+def test_empty_file_is_refused(tmp_path: Path) -> None:
+    # most likely a truncated copy: running every default instead would go unnoticed (issue 10)
+    with pytest.raises(ConfigError, match="is empty"):
+        load_config(_write(tmp_path, ""), env_file=None)
+    assert load_config(_write(tmp_path, "training: {}\n"), env_file=None) == RulkaConfig()
 
 
 def test_round_trip_through_yaml(tmp_path: Path) -> None:
