@@ -243,3 +243,11 @@ def test_sim_image_path_acts_and_trains(tmp_path):
                           policy_version=0, arrays=arrays))
     metrics = agent.train(memory.take())
     assert np.isfinite(metrics["losses/policy_loss"]) and metrics["charts/update_steps"] == 16
+
+
+def test_optimiser_defaults_are_the_config_models():
+    from rulka.agents.policy.base import OptimHyper
+    from rulka.agents.policy.settings import optim_from_config
+    from rulka.config import RulkaConfig
+
+    assert OptimHyper() == optim_from_config(RulkaConfig())  # one home for each default

@@ -83,3 +83,11 @@ def test_pendulum_spec_reads_the_box_spaces():
     assert (spec.obs_key, spec.obs_dim, spec.action_low, spec.action_high) == ("x", 3, (-2.0,), (2.0,))
     kw = memory_kwargs_from_config(cfg)
     assert kw["updates_per_sample"] == cfg.sac.updates_per_sample and kw["batch_size"] == 128
+
+
+def test_sac_hyper_defaults_are_the_config_models():
+    from rulka.agents.sac.agent import SacHyper
+    from rulka.agents.sac.settings import hyper_from_config
+    from rulka.config import RulkaConfig
+
+    assert SacHyper() == hyper_from_config(RulkaConfig())  # one home for each default

@@ -14,17 +14,21 @@ from rulka.agents.policy.actor import PolicyActor
 from rulka.agents.policy.network import ActorCritic, PolicyNetworkSpec
 from rulka.agents.policy.rollout import Rollout
 from rulka.config.schedules import exponential_schedule, linear_schedule
+from rulka.config.sections import TrainingConfig
 from rulka.interfaces import TrainingAgent
+
+_TRAINING = TrainingConfig()  # the defaults' one home
 
 
 @dataclasses.dataclass
 class OptimHyper:
-    """Optimiser settings shared by the three learners (``training.*`` of the guide)."""
+    """Optimiser settings shared by the three learners (``training.*`` of the guide); the
+    defaults are the config model's (``settings.optim_from_config`` reads a run config)."""
 
-    lr_schedule: list = dataclasses.field(default_factory=lambda: [[0, 3e-4]])
-    adam_epsilon: float = 1e-5
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
+    lr_schedule: list = dataclasses.field(default_factory=lambda: [list(k) for k in _TRAINING.lr_schedule])
+    adam_epsilon: float = _TRAINING.adam_epsilon
+    adam_beta1: float = _TRAINING.adam_beta1
+    adam_beta2: float = _TRAINING.adam_beta2
 
 
 def knots_at(knots: list, frames: float) -> float:

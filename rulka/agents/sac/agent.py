@@ -29,27 +29,31 @@ import torch
 
 from rulka.agents.sac.actor import SACActor
 from rulka.agents.sac.network import CriticEnsemble, SacNetworkSpec, SquashedGaussianActor
+from rulka.config.sections import SacConfig
 from rulka.interfaces import TrainingAgent
 from rulka.memory.uniform import TransitionBatch
+
+_SAC = SacConfig()  # the defaults' one home
 
 
 @dataclasses.dataclass(frozen=True)
 class SacHyper:
-    """Learner settings (the ``sac:`` config section; see its one-line docs)."""
+    """Learner settings (the ``sac:`` config section; see its one-line docs). The defaults are
+    the config model's; ``rulka.agents.sac.settings.hyper_from_config`` builds one from a run config."""
 
-    gamma: float = 0.99
-    actor_lr: float = 3e-4
-    critic_lr: float = 1e-3
-    alpha_lr: float = 1e-3
-    tau: float = 0.005
-    autotune_alpha: bool = True
-    init_alpha: float = 1.0
-    target_entropy: float | None = None
-    n_critics: int = 2
-    target_critics: int = 2
-    policy_critic_reduction: str | None = None
-    policy_every: int = 1
-    random_steps: int = 0
+    gamma: float = _SAC.gamma
+    actor_lr: float = _SAC.actor_lr
+    critic_lr: float = _SAC.critic_lr
+    alpha_lr: float = _SAC.alpha_lr
+    tau: float = _SAC.tau
+    autotune_alpha: bool = _SAC.autotune_alpha
+    init_alpha: float = _SAC.init_alpha
+    target_entropy: float | None = _SAC.target_entropy
+    n_critics: int = _SAC.n_critics
+    target_critics: int = _SAC.target_critics
+    policy_critic_reduction: str | None = _SAC.policy_critic_reduction
+    policy_every: int = _SAC.policy_every
+    random_steps: int = _SAC.random_steps
 
     @property
     def reduction(self) -> str:
