@@ -12,12 +12,17 @@ from rulka.net.wire import (
     BadFrame,
     MessageCounter,
     Reassembler,
+    challenge_token,
     check_envelope,
     deserialize,
+    hello_nonce,
     join_token,
     make_envelopes,
+    parse_challenge_token,
     parse_join_token,
+    relay_hello,
     serialize,
+    verify_challenge_token,
     verify_join_token,
 )
 
@@ -204,6 +209,18 @@ def test_message_counter_increases_across_instances():
     x = [a.next() for _ in range(3)]
     y = MessageCounter().next()  # a restarted sender
     assert x == sorted(set(x)) and y > x[-1]
+
+
+def test_challenge_token_proves_identity_on_its_connection_only():
+    nonce, other = b"n" * 16, b"m" * 16
+    tok = challenge_token("alice", ALICE, nonce)
+    name, sig = parse_challenge_token(tok)
+    assert name == "alice" and verify_challenge_token(name, sig, ALICE.public_key(), nonce)
+    assert not verify_challenge_token(name, sig, ALICE.public_key(), other)  # replayed elsewhere
+    assert not verify_challenge_token("trainer", sig, ALICE.public_key(), nonce)
+    assert parse_challenge_token(join_token("alice", ALICE)) is None  # version 1 is another format
+    assert hello_nonce(relay_hello(nonce)) == nonce
+    assert hello_nonce(None) is None and hello_nonce({"v": 2, "nonce": b"short"}) is None
 
 
 def test_join_token_proves_identity():

@@ -295,3 +295,49 @@ def test_plain_tcp_only_when_asked_and_with_a_warning(keys, caplog):
             tls_worker.close()
     finally:
         srv.stop()
+
+
+def test_a_captured_hello_replayed_on_another_connection_is_refused(server, trainer, workers, keys):
+    """Issue 10: the identity token used to be static, so a captured HELLO replayed by a stranger
+    kicked the real worker off and received its messages. Now each connection signs its own nonce."""
+    from rulka.net.keys import load_credentials
+    from rulka.net.wire import challenge_token, deserialize, hello_nonce, serialize
+
+    creds = load_credentials(keys / "bundles" / "w1", "worker")
+    password = (keys / "password").read_bytes()
+
+    def connect_raw():
+        ctx = ssl.create_default_context(cafile=str(keys / "ca.pem"))
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5),
+                            server_hostname="localhost")
+        data = s.recv(4096)
+        _, cmd, obj = deserialize(data[10:10 + int(data[:10])])
+        assert cmd == "HELLO"
+        return s, hello_nonce(obj)
+
+    first, nonce = connect_raw()
+    captured = challenge_token("w1", creds.signing_key, nonce)  # what a sniffer saw on that connection
+    first.close()
+    thief, other = connect_raw()
+    assert other != nonce
+    body = serialize([1, "HELLO", None, ["workers", "w:w1", captured]])
+    thief.sendall(f"{len(body):<10}".encode() + password + body)
+    replies = b""
+    thief.settimeout(5)
+    try:
+        while chunk := thief.recv(4096):
+            replies += chunk
+    except (ConnectionError, ssl.SSLError, OSError):
+        pass
+    objs = []
+    while replies:
+        n = int(replies[:10])
+        _, cmd, obj = deserialize(replies[10:10 + n])
+        replies = replies[10 + n:]
+        if cmd == "OBJ":
+            objs.append(deserialize(obj))
+    assert objs == [{"refused": "unauthenticated"}]
+    # the real worker kept its connection and still gets what the trainer sends it
+    trainer.send_to("w1", "ack", b"\x91\x07")
+    assert [m.payload for m in receive_until(workers[0], lambda g: g) if m.kind == "ack"] == [b"\x91\x07"]
+    assert workers[0].connected() and workers[0].refused is None

@@ -11,7 +11,7 @@ from twisted.internet.testing import StringTransport
 from rulka.net.keys import add_worker, generate_keys, load_credentials, revoke_worker
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import encode_stats
-from rulka.net.wire import deserialize, join_token, make_envelopes, serialize
+from rulka.net.wire import challenge_token, deserialize, hello_nonce, join_token, make_envelopes, serialize
 from rulka.server.relay import (
     HELLO_TIMEOUT_S,
     RATE_LIMITS,
@@ -52,6 +52,10 @@ class Client:
         self.transport = StringTransport()
         self.proto.makeConnection(self.transport)
         self.stamp = 0
+        data = self.transport.value()  # the relay's HELLO comes first, with this connection's nonce
+        _, cmd, obj = deserialize(data[10:10 + int(data[:10])])
+        assert cmd == "HELLO"
+        self.nonce = hello_nonce(obj)
 
     def raw(self, data: bytes):
         self.proto.dataReceived(data)
@@ -61,8 +65,9 @@ class Client:
         body = serialize([self.stamp, cmd, dest, obj])
         self.raw(f"{len(body):<10}".encode() + self.password + body)
 
-    def hello(self, creds, channels):
-        self.send("HELLO", obj=[*channels, join_token(creds.identity, creds.signing_key)])
+    def hello(self, creds, channels, token=None):
+        token = token or challenge_token(creds.identity, creds.signing_key, self.nonce)
+        self.send("HELLO", obj=[*channels, token])
         return self
 
     def received(self):
@@ -202,14 +207,14 @@ def test_no_identity_unknown_identity_revoked_and_forged(core, keys):
     c.send("HELLO", obj=["workers"])
     assert c.closed and core.bad["unauthenticated"] == 1
     c = Client(core)
-    c.send("HELLO", obj=["workers", "auth:stranger:" + "00" * 64])
+    c.send("HELLO", obj=["workers", "auth2:stranger:" + "00" * 64])
     assert c.closed and core.bad["unknown_identity"] == 1
     c = Client(core)
-    c.send("HELLO", obj=["workers", "auth:gone:" + "00" * 64])  # revoked
+    c.send("HELLO", obj=["workers", "auth2:gone:" + "00" * 64])  # revoked
     assert c.closed and core.bad["revoked"] == 1 and core.bad["unknown_identity"] == 1
     assert c.received() == [{"refused": "revoked"}]  # the worker can stop instead of retrying
     c = Client(core)
-    forged = join_token("trainer", creds["w1"].signing_key)  # a worker key claiming "trainer"
+    forged = challenge_token("trainer", creds["w1"].signing_key, c.nonce)  # a worker key claiming "trainer"
     c.send("HELLO", obj=["trainer", forged])
     assert c.closed and core.bad["unauthenticated"] == 2
 
@@ -379,3 +384,18 @@ def test_multi_chunk_messages_are_not_interleaved(core, keys):
     t.send("NTF", {"trainer": -1})
     got = [(e["s"], e["n"]) for e in t.received()]
     assert got == [("w1", 1)] * 3 + [("w2", 1)] * 3 + [("w1", 2)]
+
+
+def test_a_captured_hello_cannot_be_replayed_on_another_connection(core, keys):
+    _, creds = keys
+    real = connect(core, creds, "w1")
+    captured = challenge_token("w1", creds["w1"].signing_key, real.nonce)  # what a sniffer would see
+    thief = Client(core)
+    assert thief.nonce != real.nonce  # every connection gets its own
+    thief.hello(creds["w1"], ["workers", "w:w1"], token=captured)
+    assert thief.received() == [{"refused": "unauthenticated"}] and thief.closed
+    assert core.workers["w1"] is real.proto and not real.closed  # the real worker keeps its place
+    # a version-1 token (the name signed alone, replayable) is refused with a reason it can show
+    old = Client(core).hello(creds["w2"], ["workers", "w:w2"], token=join_token("w2", creds["w2"].signing_key))
+    assert old.received() == [{"refused": "outdated_client"}] and old.closed
+    assert "w2" not in core.workers

@@ -65,11 +65,18 @@ def _set_parent_death_signal() -> None:
 
 
 class _Protocol(ClientProtocol):
-    """Keeps the TLS layer's reason for a lost connection (the factory sees a less precise one)."""
+    """Keeps the TLS layer's reason for a lost connection (the factory sees a less precise one),
+    and answers the relay's HELLO with the identity token for this connection's nonce."""
 
     def connectionLost(self, reason: Any) -> None:
         self._client.lost_reason = (reason.getErrorMessage(), self._state)
         super().connectionLost(reason)
+
+    def send_obj(self, cmd: str = "OBJ", dest: Any = None, obj: Any = None) -> None:
+        if cmd == "HELLO" and isinstance(obj, (list, tuple)):
+            token = self._client.identity_token()
+            obj = [*obj, token] if token else list(obj)
+        super().send_obj(cmd=cmd, dest=dest, obj=obj)
 
 
 class _Factory(TLSClientFactory):
@@ -112,6 +119,28 @@ class GuardedClient(Client):
 
     parent_pid: int = 0
     parent_death_signal: bool = False
+    auth_identity: str = ""  # who this client proves to be in its HELLO (rulka.net.wire)
+    auth_key: bytes = b""  # that identity's raw Ed25519 private key
+    server_hello: Any = None  # the object of the relay's latest HELLO frame (its nonce)
+
+    def identity_token(self) -> str:
+        """The HELLO entry for the current connection: signed over the relay's nonce, or the
+        version-1 token for a relay that sent none."""
+        if not self.auth_identity:
+            return ""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        from rulka.net.wire import challenge_token, hello_nonce, join_token
+
+        key = Ed25519PrivateKey.from_private_bytes(self.auth_key)
+        nonce = hello_nonce(self.server_hello)
+        return join_token(self.auth_identity, key) if nonce is None else challenge_token(self.auth_identity, key, nonce)
+
+    def _note_hello(self, data: bytes) -> Any:
+        frame = self._deserialize_frame(data)
+        if isinstance(frame, (list, tuple)) and len(frame) == 3 and frame[1] == "HELLO":
+            self.server_hello = frame[2]
+        return frame
 
     def tell_parent(self, obj: Any) -> None:
         """Hand ``obj`` to the parent's receive queue as if the relay had sent it."""
@@ -125,6 +154,9 @@ class GuardedClient(Client):
 
         if self.parent_death_signal:
             _set_parent_death_signal()
+        # tlspyo's protocol deserializes each frame from the relay just before it answers a HELLO:
+        # note the HELLO's nonce on the way
+        self._deserialize_frame, self.deserializer = self.deserializer, self._note_hello
         if os.name == "posix" and os.getppid() != self.parent_pid:
             os._exit(0)  # the parent died before the signal was armed
         started = time.monotonic()
@@ -159,14 +191,16 @@ class GuardedClient(Client):
 
 class GuardedEndpoint(Endpoint):
     """``tlspyo.Endpoint`` with the guarded child, a bounded start and a receiver that stops at
-    the end of the local stream. Same arguments as ``tlspyo.Endpoint``."""
+    the end of the local stream. Same arguments as ``tlspyo.Endpoint``, plus ``auth_identity``
+    and ``auth_key`` (raw Ed25519 private key): the child adds the identity token to its HELLO,
+    signed over the nonce the relay sent on that connection (``rulka.net.wire``)."""
 
     def __init__(self, ip_server: str, port: int, password: str, groups: Any = None, local_com_port: int = 2097,
                  header_size: int = 10, max_buf_len: int = 4096, security: str | None = "TLS",
                  keys_dir: str | None = None, hostname: str = "default", serializer: Any = None,
                  deserializer: Any = None, recon_max_delay: float = 60.0, recon_initial_delay: float = 10.0,
                  recon_factor: float = 1.5, recon_jitter: float = 0.1,
-                 deserializer_mode: str = "asynchronous") -> None:
+                 deserializer_mode: str = "asynchronous", auth_identity: str = "", auth_key: bytes = b"") -> None:
         # the attributes tlspyo.Endpoint's methods use (its private names are mangled)
         self._Endpoint__obj_buffer: queue.Queue[Any] = queue.Queue()
         self._Endpoint__socket_closed_lock = threading.Lock()
@@ -186,6 +220,7 @@ class GuardedEndpoint(Endpoint):
             hostname=hostname, recon_max_delay=recon_max_delay, recon_initial_delay=recon_initial_delay,
             recon_factor=recon_factor, recon_jitter=recon_jitter)
         client.parent_pid = os.getpid()
+        client.auth_identity, client.auth_key = auth_identity, auth_key
         client.parent_death_signal = threading.current_thread() is threading.main_thread()
         self._client = client
         srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -38,12 +38,11 @@ def query_status(cfg_network: Any, credentials_dir: str | os.PathLike[str], time
     server does not answer within ``timeout`` seconds.
     """
     from rulka.net.tls import _make_endpoint, _stop_endpoint
-    from rulka.net.wire import join_token
 
     settings = NetworkSettings.from_config(cfg_network)
     creds = _load_any_credentials(credentials_dir)
     # no channel: the relay treats this connection as an observer, not as a second trainer/worker
-    endpoint = _make_endpoint(settings, creds, [join_token(creds.identity, creds.signing_key)])
+    endpoint = _make_endpoint(settings, creds, [])
     inbox: queue.Queue[Any] = endpoint._Endpoint__obj_buffer
     try:
         deadline = time.monotonic() + timeout

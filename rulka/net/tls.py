@@ -42,7 +42,6 @@ from rulka.net.wire import (
     MessageCounter,
     Reassembler,
     deserialize,
-    join_token,
     make_envelopes,
     serialize,
 )
@@ -81,10 +80,18 @@ def _make_endpoint(settings: NetworkSettings, creds: Credentials, groups: list[s
                 recon_initial_delay=settings.reconnect_backoff_s, recon_max_delay=settings.reconnect_backoff_max_s,
                 recon_factor=2.0, recon_jitter=0.1, deserializer_mode="asynchronous",
                 max_buf_len=1 << 20,  # tlspyo reads 4 KB at a time by default: slow for 256 KB chunks
+                auth_identity=creds.identity, auth_key=_raw_private_key(creds.signing_key),
             )
         except OSError as exc:
             last_exc = exc
     raise OSError(f"could not start the tlspyo endpoint: {last_exc}")
+
+
+def _raw_private_key(key: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                             serialization.NoEncryption())
 
 
 class _TlsLink:
@@ -110,7 +117,7 @@ class _TlsLink:
                                         max_partials=settings.max_partial_messages,
                                         partial_timeout_s=settings.partial_timeout_s)
         assert creds.signing_key is not None
-        self._endpoint = _make_endpoint(settings, creds, [*groups, join_token(self.identity, creds.signing_key)])
+        self._endpoint = _make_endpoint(settings, creds, groups)  # the child adds the identity token
         # tlspyo writes each call to its child with an unlocked sendall: calls from two threads
         # would interleave bytes and corrupt the stream, so every call goes through this lock
         self._ep_lock = threading.Lock()
@@ -345,9 +352,11 @@ REFUSALS = {
     "revoked": "this identity was revoked (`rulka keys revoke-worker`)",
     "unauthenticated": "the identity token does not match the enrolled key (an old bundle?)",
     "forbidden_channel": "the server refused the channels this link asked for",
+    "outdated_client": "this rulka is older than the server's (it does not answer the server's challenge): "
+                       "upgrade rulka on this machine",
 }
 # refusals that no retry can fix: the role should stop instead of retrying for ever
-FATAL_REFUSALS = frozenset({"unknown_identity", "revoked", "unauthenticated", "wrong_password"})
+FATAL_REFUSALS = frozenset({"unknown_identity", "revoked", "unauthenticated", "wrong_password", "outdated_client"})
 
 
 def explain_link_error(text: str, settings: NetworkSettings) -> str:

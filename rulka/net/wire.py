@@ -256,23 +256,69 @@ class Reassembler:
 
 
 # -- joining the relay ---------------------------------------------------------------------------
-# tlspyo sends a client's group list in its HELLO; rulka adds one "auth:<name>:<signature>" entry
-# so the relay knows who is connecting (the password alone is shared by everyone) and can allow
-# each identity only its own channels. The token is static, but it only travels inside TLS.
+# tlspyo sends a client's group list in its HELLO; rulka adds one identity token so the relay
+# knows who is connecting (the password alone is shared by everyone) and can allow each identity
+# only its own channels. Version 2 (``auth2:<name>:<signature>``) signs a nonce the relay sent
+# in its own HELLO (``{"v": 2, "nonce": bytes}``), so a token captured from one connection
+# proves nothing on another. Version 1 (``auth:``) signed the name alone: a captured token could
+# be replayed, and a relay of this version refuses it (``outdated_client``).
 JOIN_PREFIX = "auth:"
 _JOIN_DOMAIN = b"rulka-relay-join\0"
+CHALLENGE_PREFIX = "auth2:"
+_CHALLENGE_DOMAIN = b"rulka-relay-join/2\0"
+JOIN_VERSION = 2
+NONCE_BYTES = 16
+
+
+def relay_hello(nonce: bytes) -> dict[str, Any]:
+    """What the relay sends in its HELLO frame: the protocol version and this connection's nonce."""
+    return {"v": JOIN_VERSION, "nonce": nonce}
+
+
+def hello_nonce(obj: Any) -> bytes | None:
+    """The nonce of a relay's HELLO object (None: a relay that sends none, version 1)."""
+    if isinstance(obj, dict) and obj.get("v") == JOIN_VERSION and isinstance(obj.get("nonce"), bytes):
+        nonce = obj["nonce"]
+        return nonce if len(nonce) == NONCE_BYTES else None
+    return None
+
+
+def _challenge_bytes(identity: str, nonce: bytes) -> bytes:
+    return _CHALLENGE_DOMAIN + nonce + identity.encode()
+
+
+def challenge_token(identity: str, signing_key: Ed25519PrivateKey, nonce: bytes) -> str:
+    """The HELLO entry proving ``identity`` on the connection whose relay sent ``nonce``."""
+    return f"{CHALLENGE_PREFIX}{identity}:{signing_key.sign(_challenge_bytes(identity, nonce)).hex()}"
+
+
+def parse_challenge_token(entry: str) -> tuple[str, bytes] | None:
+    """``(identity, signature)`` from a version-2 HELLO entry, or None if it is not one."""
+    return _parse_token(entry, CHALLENGE_PREFIX)
+
+
+def verify_challenge_token(identity: str, signature: bytes, key: Ed25519PublicKey, nonce: bytes) -> bool:
+    try:
+        key.verify(signature, _challenge_bytes(identity, nonce))
+        return True
+    except InvalidSignature:
+        return False
 
 
 def join_token(identity: str, signing_key: Ed25519PrivateKey) -> str:
-    """The HELLO group entry proving ``identity`` to the relay."""
+    """The version-1 HELLO entry (a relay that sends no nonce: an older ``rulka-server``)."""
     return f"{JOIN_PREFIX}{identity}:{signing_key.sign(_JOIN_DOMAIN + identity.encode()).hex()}"
 
 
 def parse_join_token(entry: str) -> tuple[str, bytes] | None:
-    """``(identity, signature)`` from a HELLO group entry, or None if it is not a token."""
-    if not entry.startswith(JOIN_PREFIX):
+    """``(identity, signature)`` from a version-1 HELLO entry, or None if it is not a token."""
+    return _parse_token(entry, JOIN_PREFIX)
+
+
+def _parse_token(entry: str, prefix: str) -> tuple[str, bytes] | None:
+    if not entry.startswith(prefix):
         return None
-    identity, _, sig_hex = entry[len(JOIN_PREFIX):].rpartition(":")
+    identity, _, sig_hex = entry[len(prefix):].rpartition(":")
     try:
         sig = bytes.fromhex(sig_hex)
     except ValueError:

@@ -11,7 +11,9 @@ group, and retains only the last object of a broadcast (one chunk of a chunked m
 Here:
 - frames over ``max_frame_bytes`` or with a bad header, password or body close the connection
   and are counted by reason; nothing is ever unpickled (msgpack only);
-- each client proves its identity in its HELLO (``rulka.net.wire.join_token``) and may join only
+- each client proves its identity in its HELLO, signed over a nonce the relay sent on that
+  connection (``rulka.net.wire.challenge_token``: a captured HELLO cannot be replayed; a
+  version-1 client, whose token is static, is refused as ``outdated_client``), and may join only
   its own channels: the trainer ``trainer`` (segments, pulled with credit), a worker ``workers``
   (broadcasts) and ``w:<name>`` (messages to it); a client can only send as itself, a worker
   only to the trainer, and only the trainer to workers;
@@ -55,12 +57,15 @@ from rulka.net.keys import Credentials, check_worker_name
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import build_status, decode_stats_payload
 from rulka.net.wire import (
+    NONCE_BYTES,
     BadFrame,
     check_envelope,
     deserialize,
+    parse_challenge_token,
     parse_join_token,
+    relay_hello,
     serialize,
-    verify_join_token,
+    verify_challenge_token,
 )
 
 log = logging.getLogger("rulka.server")
@@ -266,6 +271,7 @@ class RelayProtocol(protocol.Protocol):
         self._stamp = 0
         self._pw_len = len(core.password)
         self.conn_id = 0
+        self._nonce = b""  # set when the connection is made
         self._hello_timer: Any = None
         self._paused = False
         self._backlog = 0
@@ -280,7 +286,8 @@ class RelayProtocol(protocol.Protocol):
         self.core.conn_serial += 1
         self.conn_id = self.core.conn_serial
         self.transport.registerProducer(self, True)  # Twisted says when its write buffer is full
-        self._write([self._next_stamp(), "HELLO", None])
+        self._nonce = secrets.token_bytes(NONCE_BYTES)  # the client signs it: its HELLO is good here only
+        self._write([self._next_stamp(), "HELLO", relay_hello(self._nonce)])
         self._hello_timer = self.core.clock.callLater(HELLO_TIMEOUT_S, self._hello_timeout)
 
     # IPushProducer: between pause and resume, count what is written and cut a client that lags;
@@ -387,8 +394,10 @@ class RelayProtocol(protocol.Protocol):
             return self._reject("malformed", "second HELLO")
         if not isinstance(groups, list) or not 1 <= len(groups) <= 8 or not all(isinstance(g, str) for g in groups):
             return self._reject("malformed", "HELLO without a list of channels")
-        tokens = [t for t in (parse_join_token(g) for g in groups) if t is not None]
+        tokens = [t for t in (parse_challenge_token(g) for g in groups) if t is not None]
         if len(tokens) != 1:
+            if any(parse_join_token(g) is not None for g in groups):
+                return self._refuse("outdated_client", "a version-1 identity token (no challenge): upgrade rulka")
             return self._reject("unauthenticated", "HELLO without exactly one identity token")
         identity, sig = tokens[0]
         key = self.core.key_for(identity)
@@ -396,9 +405,9 @@ class RelayProtocol(protocol.Protocol):
             if self.core.is_revoked(identity):
                 return self._refuse("revoked", f"{identity[:64]!r} was revoked")
             return self._refuse("unknown_identity", f"{identity[:64]!r} is not enrolled")
-        if not verify_join_token(identity, sig, key):
+        if not verify_challenge_token(identity, sig, key, self._nonce):
             return self._refuse("unauthenticated", f"bad identity token for {identity[:64]!r}")
-        channels = {g for g in groups if not g.startswith("auth:")}
+        channels = {g for g in groups if parse_challenge_token(g) is None}
         allowed = {"trainer"} if identity == "trainer" else {"workers", f"w:{identity}"}
         if not channels <= allowed:
             return self._reject("forbidden_channel", f"{identity} asked for {sorted(channels - allowed)}")
