@@ -215,6 +215,15 @@ def test_status_lists_workers_and_counters(workers, cfg, keys):
     # the report lists every address: a worker's credential may not read it
     with pytest.raises(UserError, match="status_forbidden"):
         query_status(cfg, keys / "bundles" / "w1")
+    # an operator's bundle may, without the trainer's keys (the relay reads keys/operators/)
+    from rulka.net.keys import add_operator
+
+    bundle = add_operator(keys, "ops")
+    assert not (bundle / "trainer.key").exists()
+    assert "w2" in {r["name"] for r in query_status(cfg, bundle)["workers"]}
+    (keys / "operators" / "ops.pub").unlink()  # shut out
+    with pytest.raises(UserError, match="unknown_identity"):
+        query_status(cfg, bundle)
 
 
 @pytest.mark.slow  # several seconds of waiting for (re)connections

@@ -399,3 +399,22 @@ def test_a_captured_hello_cannot_be_replayed_on_another_connection(core, keys):
     old = Client(core).hello(creds["w2"], ["workers", "w:w2"], token=join_token("w2", creds["w2"].signing_key))
     assert old.received() == [{"refused": "outdated_client"}] and old.closed
     assert "w2" not in core.workers
+
+
+def test_operator_reads_status_and_nothing_else(core, keys):
+    from rulka.net.keys import add_operator, load_credentials
+
+    root, creds = keys
+    op = load_credentials(add_operator(root, "night-shift", force=True), "operator")
+    assert op.identity == "op:night-shift"
+    c = Client(core).hello(op, [])
+    c.received()
+    c.send("OBJ", {"status": -1}, serialize(None))
+    [reply] = c.received()
+    assert "server" in reply["status"] and not c.closed
+    send_message(c, op, "segment", b"s", 1, "trainer", 1)  # an observer cannot send
+    assert core.bad["forbidden_route"] >= 1 and not core.trainer_queue
+    assert Client(core).hello(op, ["workers"]).closed  # nor join a channel
+    w = connect(core, creds, "w1")
+    w.send("OBJ", {"status": -1}, serialize(None))
+    assert w.received() == [{"refused": "status_forbidden"}]

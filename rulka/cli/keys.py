@@ -48,6 +48,16 @@ def register(subparsers: Any) -> None:
     rev.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
     rev.set_defaults(func=_revoke_worker)
 
+    op = sub.add_parser("add-operator", help="enrol someone who may read `rulka status` and nothing else",
+                        description="Write an operator bundle (operator_bundles/NAME/): its key lets "
+                                    "`rulka status --keys BUNDLE` read the relay's report (every address) "
+                                    "without the trainer's keys; it cannot send or receive anything else. "
+                                    "Delete operators/NAME.pub to shut it out.")
+    op.add_argument("name", help="operator name (letters, digits, '_', '.', '-')")
+    op.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
+    op.add_argument("--force", action="store_true", help="replace the key of an enrolled operator")
+    op.set_defaults(func=_add_operator)
+
     lst = sub.add_parser("list", help="list enrolled and revoked workers")
     lst.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
     lst.set_defaults(func=_list)
@@ -69,6 +79,16 @@ def _add_worker(args: argparse.Namespace) -> int:
     bundle = add_worker(Path(args.dir).expanduser(), args.name, force=args.force)
     print(f"enrolled {args.name}; copy the folder {bundle}/ to that PC and start the worker there with")
     print("  rulka-worker --keys PATH/TO/THAT/FOLDER ...")
+    return 0
+
+
+def _add_operator(args: argparse.Namespace) -> int:
+    from rulka.net.keys import add_operator
+
+    bundle = add_operator(Path(args.dir).expanduser(), args.name, force=args.force)
+    print(f"enrolled operator {args.name}; copy {Path(args.dir).expanduser() / 'operators'}/ into the relay "
+          f"host's keys folder, give the folder {bundle}/ to the operator, who runs")
+    print("  rulka status --server HOST:PORT --keys PATH/TO/THAT/FOLDER")
     return 0
 
 

@@ -12,6 +12,9 @@ Layout of a keys folder made by ``rulka keys generate --out DIR`` (the trainer's
   message it sends (weights, acks); workers accept only what verifies against ``trainer.pub``.
 - ``workers/<name>.pub``: enrolled workers' Ed25519 public keys; ``revoked/<name>.pub`` revoked.
 - ``bundles/<name>/``: what ``add-worker`` made for a worker: copy that folder to the gaming PC.
+- ``operators/<name>.pub`` and ``operator_bundles/<name>/``: what ``add-operator`` made for
+  someone who may read ``rulka status`` (the relay's report names every address) without the
+  trainer's keys; an operator's identity on the wire is ``op:<name>`` and it joins no channel.
 
 A worker bundle holds ``client/certificate.pem``, ``password``, ``trainer.pub``, ``worker.key``
 (its own Ed25519 private key) and ``worker.name``; never the trainer's private key, so a stolen
@@ -41,6 +44,7 @@ from cryptography.x509.oid import NameOID
 from rulka.errors import UserError
 
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")
+OPERATOR_PREFIX = "op:"  # worker names cannot hold ':', so no worker can take an operator's identity
 CERT_DAYS = 3650
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -207,6 +211,26 @@ def add_worker(keys_dir: Path, name: str, *, force: bool = False) -> Path:
     return bundle
 
 
+def add_operator(keys_dir: Path, name: str, *, force: bool = False) -> Path:
+    """Enrol operator ``name`` (may read ``rulka status``, nothing else): write
+    ``operators/<name>.pub`` and the bundle folder ``operator_bundles/<name>/``; return the bundle.
+    Delete ``operators/<name>.pub`` to shut the operator out."""
+    keys_dir = Path(keys_dir)
+    check_worker_name(name)
+    _require_trainer_dir(keys_dir)
+    pub_path = keys_dir / "operators" / f"{name}.pub"
+    bundle = keys_dir / "operator_bundles" / name
+    if (pub_path.exists() or bundle.exists()) and not force:
+        raise UserError(f"operator {name!r} is already enrolled in {keys_dir}; pass --force to replace its key")
+    key = Ed25519PrivateKey.generate()
+    _write_private(bundle / "operator.key", _ed25519_private_pem(key), force=True)
+    _write_private(bundle / "operator.name", name.encode(), force=True)
+    for rel in ("password", "trainer.pub", "client/certificate.pem"):
+        _write_private(bundle / rel, (keys_dir / rel).read_bytes(), force=True)
+    _write_private(pub_path, _ed25519_public_pem(key.public_key()), force=True)
+    return bundle
+
+
 def revoke_worker(keys_dir: Path, name: str) -> None:
     """Move the worker's public key to ``revoked/`` and delete its bundle; running trainers and
     servers pick the change up within a few seconds."""
@@ -271,6 +295,16 @@ class Credentials:
                     continue  # an unreadable key enrols nobody
         return out
 
+    def operator_key(self, identity: str) -> Ed25519PublicKey | None:
+        """The public key of operator identity ``op:<name>`` (None: not enrolled)."""
+        if not identity.startswith(OPERATOR_PREFIX):
+            return None
+        try:
+            name = check_worker_name(identity[len(OPERATOR_PREFIX):])
+            return load_ed25519_public(self.root / "operators" / f"{name}.pub")
+        except UserError:
+            return None
+
     def workers_mtime(self) -> float:
         """Changes when a worker is enrolled or revoked (for cheap periodic reloads)."""
         stamps = [0.0]
@@ -307,10 +341,11 @@ def check_certificate(path: Path) -> None:
 
 
 def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
-    """Load the credentials ``role`` ("trainer", "server" or "worker") needs from ``path``.
+    """Load the credentials ``role`` ("trainer", "server", "worker" or "operator") needs from ``path``.
 
-    A worker reads a bundle folder (made by ``rulka keys add-worker``); trainer and server read the
-    folder made by ``rulka keys generate``. Raises UserError naming what is missing.
+    A worker reads a bundle folder (made by ``rulka keys add-worker``), an operator its bundle
+    (``rulka keys add-operator``); trainer and server read the folder made by ``rulka keys
+    generate``. Raises UserError naming what is missing.
     """
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -318,8 +353,16 @@ def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
     password = _read_password(root)
     trainer_public = load_ed25519_public(root / "trainer.pub")
     client_dir = root / "client"
-    if role in ("worker", "trainer"):
+    if role in ("worker", "trainer", "operator"):
         check_certificate(client_dir / "certificate.pem")
+    if role == "operator":
+        if not (root / "operator.key").exists():
+            raise UserError(f"{root} is not an operator bundle (no operator.key): use the folder "
+                            "`rulka keys add-operator NAME` printed")
+        name = (root / "operator.name").read_text().strip() if (root / "operator.name").exists() else ""
+        check_worker_name(name)
+        return Credentials(root, OPERATOR_PREFIX + name, password, client_dir, None, trainer_public,
+                           load_ed25519_private(root / "operator.key"))
     if role == "worker":
         if not (root / "worker.key").exists():
             raise UserError(f"{root} is not a worker bundle (no worker.key): use the folder "

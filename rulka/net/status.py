@@ -13,7 +13,8 @@ from rulka.net.keys import load_credentials
 from rulka.net.settings import NetworkSettings
 
 REFUSAL_HINTS = {
-    "status_forbidden": "status needs the trainer's keys folder, not a worker bundle",
+    "status_forbidden": "status needs the trainer's keys folder or an operator bundle "
+                        "(`rulka keys add-operator NAME`), not a worker bundle",
     "wrong_password": "the password in the keys differs from the server's",
     "unknown_identity": "this identity is not enrolled, or was revoked",
     "revoked": "this identity was revoked",
@@ -23,6 +24,8 @@ REFUSAL_HINTS = {
 
 def _load_any_credentials(path: str | os.PathLike[str]) -> Any:
     root = Path(path)
+    if (root / "operator.key").exists():
+        return load_credentials(root, "operator")
     return load_credentials(root, "worker" if (root / "worker.key").exists() else "trainer")
 
 
@@ -33,8 +36,8 @@ def query_status(cfg_network: Any, credentials_dir: str | os.PathLike[str], time
     (identity -> address, connected, messages/bytes in/out, bad inputs by reason); ``trainer`` the
     trainer's latest stats; each ``workers`` row has ``name``, ``address``, ``episodes``,
     ``samples_per_s``, ``weights_version``, ``last_seen_s`` (see ``rulka.net.stats``).
-    ``credentials_dir``: the trainer's keys folder (the relay refuses a worker bundle: the
-    report lists every address). Raises UserError if the
+    ``credentials_dir``: the trainer's keys folder or an operator bundle (the relay refuses a
+    worker bundle: the report lists every address). Raises UserError if the
     server does not answer within ``timeout`` seconds.
     """
     from rulka.net.tls import _make_endpoint, _stop_endpoint

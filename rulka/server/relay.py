@@ -29,8 +29,8 @@ Here:
   it (forwarded messages and the relay's own replies) counts toward its backlog, beyond which it
   is disconnected (``slow_client``); ``ping`` and ``status`` are rate-limited per connection;
 - a frame whose header arrived must complete within ``STALL_TIMEOUT_S`` (``stalled_frame``);
-- ``status`` answers the trainer's identity only (it lists every address); revoking a worker
-  closes all its connections, observers included;
+- ``status`` answers the trainer's identity and operators' (``rulka keys add-operator``) only:
+  it lists every address; revoking a worker closes all its connections, observers included;
 - a refused client gets one ``{"refused": reason}`` message before the connection closes, so it
   can say why (``wrong_password``, ``unknown_identity``, ``unauthenticated``, ...).
 
@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from twisted.internet import protocol
 
 from rulka.errors import BadInput, UserError
-from rulka.net.keys import Credentials, check_worker_name
+from rulka.net.keys import OPERATOR_PREFIX, Credentials, check_worker_name
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import build_status, decode_stats_payload
 from rulka.net.wire import (
@@ -149,7 +149,8 @@ class RelayCore:
                     log.warning("worker %s was revoked; closing its connection", name)
                     conn._refuse("revoked")
             for conn in list(self.observers):
-                if conn.identity != "trainer" and conn.identity not in self._worker_keys:
+                if conn.identity != "trainer" and conn.identity not in self._worker_keys and not (
+                        conn.identity or "").startswith(OPERATOR_PREFIX):
                     conn._refuse("revoked")
         return self._worker_keys
 
@@ -163,6 +164,8 @@ class RelayCore:
     def key_for(self, identity: str) -> Ed25519PublicKey | None:
         if identity == "trainer":
             return self.creds.trainer_public
+        if identity.startswith(OPERATOR_PREFIX):
+            return self.creds.operator_key(identity)
         return self.worker_keys().get(identity)
 
     def count_bad(self, reason: str, who: str | None, detail: str = "") -> None:
@@ -408,7 +411,12 @@ class RelayProtocol(protocol.Protocol):
         if not verify_challenge_token(identity, sig, key, self._nonce):
             return self._refuse("unauthenticated", f"bad identity token for {identity[:64]!r}")
         channels = {g for g in groups if parse_challenge_token(g) is None}
-        allowed = {"trainer"} if identity == "trainer" else {"workers", f"w:{identity}"}
+        if identity == "trainer":
+            allowed = {"trainer"}
+        elif identity.startswith(OPERATOR_PREFIX):
+            allowed = set()  # an operator only observes: status and ping
+        else:
+            allowed = {"workers", f"w:{identity}"}
         if not channels <= allowed:
             return self._reject("forbidden_channel", f"{identity} asked for {sorted(channels - allowed)}")
         if self._hello_timer is not None and self._hello_timer.active():
@@ -444,7 +452,8 @@ class RelayProtocol(protocol.Protocol):
         if channel == "ping":
             return self._write([self._next_stamp(), "OBJ", serialize({"pong": self.conn_id})])
         if channel == "status":
-            if self.identity != "trainer":  # the report lists every address: not for workers
+            # the report lists every address: for the trainer's key or an operator's, not a worker's
+            if self.identity != "trainer" and not (self.identity or "").startswith(OPERATOR_PREFIX):
                 return self._write([self._next_stamp(), "OBJ", serialize({"refused": "status_forbidden"})])
             return self._write([self._next_stamp(), "OBJ", serialize({"status": self.core.status()})])
         try:
