@@ -309,6 +309,8 @@ def test_plain_tcp_only_when_asked_and_with_a_warning(keys, caplog):
 def test_a_captured_hello_replayed_on_another_connection_is_refused(server, trainer, workers, keys):
     """Issue 10: the identity token used to be static, so a captured HELLO replayed by a stranger
     kicked the real worker off and received its messages. Now each connection signs its own nonce."""
+    from test_server_relay import relay_objects
+
     from rulka.net.keys import load_credentials
     from rulka.net.wire import challenge_token, deserialize, hello_nonce, serialize
 
@@ -338,14 +340,7 @@ def test_a_captured_hello_replayed_on_another_connection_is_refused(server, trai
             replies += chunk
     except (ConnectionError, ssl.SSLError, OSError):
         pass
-    objs = []
-    while replies:
-        n = int(replies[:10])
-        _, cmd, obj = deserialize(replies[10:10 + n])
-        replies = replies[10 + n:]
-        if cmd == "OBJ":
-            objs.append(deserialize(obj))
-    assert objs == [{"refused": "unauthenticated"}]
+    assert relay_objects(replies) == [{"refused": "unauthenticated"}]
     # the real worker kept its connection and still gets what the trainer sends it
     trainer.send_to("w1", "ack", b"\x91\x07")
     assert [m.payload for m in receive_until(workers[0], lambda g: g) if m.kind == "ack"] == [b"\x91\x07"]

@@ -42,6 +42,18 @@ def core(keys):
                      load_credentials(root, "server"), clock=Clock())
 
 
+def relay_objects(data: bytes) -> list:
+    """The objects of the OBJ frames in ``data`` (what a relay wrote to one client), decoded."""
+    out = []
+    while data:
+        n = int(data[:10])
+        _, cmd, obj = deserialize(data[10:10 + n])
+        data = data[10 + n:]
+        if cmd == "OBJ":
+            out.append(deserialize(obj))
+    return out
+
+
 class Client:
     """A fake tlspyo client talking to one RelayProtocol."""
 
@@ -72,15 +84,9 @@ class Client:
 
     def received(self):
         """Objects the relay sent (OBJ frames only), decoded, and clear the transport."""
-        data, out = self.transport.value(), []
+        data = self.transport.value()
         self.transport.clear()
-        while data:
-            n = int(data[:10])
-            stamp, cmd, obj = deserialize(data[10:10 + n])
-            data = data[10 + n:]
-            if cmd == "OBJ":
-                out.append(deserialize(obj))
-        return out
+        return relay_objects(data)
 
     @property
     def closed(self):

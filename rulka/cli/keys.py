@@ -32,14 +32,10 @@ def register(subparsers: Any) -> None:
     gen.add_argument("--force", action="store_true", help="overwrite existing keys (invalidates old bundles)")
     gen.set_defaults(func=_generate)
 
-    add = sub.add_parser("add-worker", help="enrol a worker and write its bundle",
-                         description="Give worker NAME its own signing key and write the folder to "
-                                     "copy to that PC (CA certificate, password, trainer public key, "
-                                     "its own key; never the trainer's private key).")
-    add.add_argument("name", help="worker name (letters, digits, '_', '.', '-')")
-    add.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
-    add.add_argument("--force", action="store_true", help="replace the key of an enrolled worker")
-    add.set_defaults(func=_add_worker)
+    _enrol_parser(sub, "worker", _add_worker, help="enrol a worker and write its bundle",
+                  description="Give worker NAME its own signing key and write the folder to "
+                              "copy to that PC (CA certificate, password, trainer public key, "
+                              "its own key; never the trainer's private key).")
 
     rev = sub.add_parser("revoke-worker", help="revoke a worker's key",
                          description="Move the worker's public key to revoked/ and delete its bundle; "
@@ -48,19 +44,23 @@ def register(subparsers: Any) -> None:
     rev.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
     rev.set_defaults(func=_revoke_worker)
 
-    op = sub.add_parser("add-operator", help="enrol someone who may read `rulka status` and nothing else",
-                        description="Write an operator bundle (operator_bundles/NAME/): its key lets "
-                                    "`rulka status --keys BUNDLE` read the relay's report (every address) "
-                                    "without the trainer's keys; it cannot send or receive anything else. "
-                                    "Delete operators/NAME.pub to shut it out.")
-    op.add_argument("name", help="operator name (letters, digits, '_', '.', '-')")
-    op.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
-    op.add_argument("--force", action="store_true", help="replace the key of an enrolled operator")
-    op.set_defaults(func=_add_operator)
+    _enrol_parser(sub, "operator", _add_operator, help="enrol someone who may read `rulka status` and nothing else",
+                  description="Write an operator bundle (operator_bundles/NAME/): its key lets "
+                              "`rulka status --keys BUNDLE` read the relay's report (every address) "
+                              "without the trainer's keys; it cannot send or receive anything else. "
+                              "Delete operators/NAME.pub to shut it out.")
 
     lst = sub.add_parser("list", help="list enrolled and revoked workers")
     lst.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
     lst.set_defaults(func=_list)
+
+
+def _enrol_parser(sub: Any, kind: str, func: Any, **texts: str) -> None:
+    parser = sub.add_parser(f"add-{kind}", **texts)
+    parser.add_argument("name", help=f"{kind} name (letters, digits, '_', '.', '-')")
+    parser.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
+    parser.add_argument("--force", action="store_true", help=f"replace the key of an enrolled {kind}")
+    parser.set_defaults(func=func)
 
 
 def _generate(args: argparse.Namespace) -> int:

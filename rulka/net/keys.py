@@ -192,20 +192,8 @@ def generate_keys(out: Path, hosts: list[str], *, force: bool = False,
 
 def add_worker(keys_dir: Path, name: str, *, force: bool = False) -> Path:
     """Enrol worker ``name``: write ``workers/<name>.pub`` and the bundle folder; return the bundle."""
-    keys_dir = Path(keys_dir)
-    check_worker_name(name)
-    _require_trainer_dir(keys_dir)
-    pub_path = keys_dir / "workers" / f"{name}.pub"
-    bundle = keys_dir / "bundles" / name
-    if (pub_path.exists() or bundle.exists()) and not force:
-        raise UserError(f"worker {name!r} is already enrolled in {keys_dir}; pass --force to replace its key")
-    worker_key = Ed25519PrivateKey.generate()
-    _write_private(bundle / "worker.key", _ed25519_private_pem(worker_key), force=True)
-    _write_private(bundle / "worker.name", name.encode(), force=True)
-    for rel in ("password", "trainer.pub", "client/certificate.pem"):
-        _write_private(bundle / rel, (keys_dir / rel).read_bytes(), force=True)
-    _write_private(pub_path, _ed25519_public_pem(worker_key.public_key()), force=True)
-    revoked = keys_dir / "revoked" / f"{name}.pub"
+    bundle = _enrol(Path(keys_dir), name, "worker", "workers", "bundles", force=force)
+    revoked = Path(keys_dir) / "revoked" / f"{name}.pub"
     if revoked.exists():
         revoked.unlink()  # re-enrolment with a new key lifts the old revocation
     return bundle
@@ -215,16 +203,22 @@ def add_operator(keys_dir: Path, name: str, *, force: bool = False) -> Path:
     """Enrol operator ``name`` (may read ``rulka status``, nothing else): write
     ``operators/<name>.pub`` and the bundle folder ``operator_bundles/<name>/``; return the bundle.
     Delete ``operators/<name>.pub`` to shut the operator out."""
-    keys_dir = Path(keys_dir)
+    return _enrol(Path(keys_dir), name, "operator", "operators", "operator_bundles", force=force)
+
+
+def _enrol(keys_dir: Path, name: str, kind: str, pub_folder: str, bundles: str, *, force: bool) -> Path:
+    """A new key pair for ``name``: the public key in ``<pub_folder>/<name>.pub``, the bundle
+    (``<kind>.key``, ``<kind>.name``, the password, the trainer's public key, the CA certificate)
+    in ``<bundles>/<name>/``."""
     check_worker_name(name)
     _require_trainer_dir(keys_dir)
-    pub_path = keys_dir / "operators" / f"{name}.pub"
-    bundle = keys_dir / "operator_bundles" / name
+    pub_path = keys_dir / pub_folder / f"{name}.pub"
+    bundle = keys_dir / bundles / name
     if (pub_path.exists() or bundle.exists()) and not force:
-        raise UserError(f"operator {name!r} is already enrolled in {keys_dir}; pass --force to replace its key")
+        raise UserError(f"{kind} {name!r} is already enrolled in {keys_dir}; pass --force to replace its key")
     key = Ed25519PrivateKey.generate()
-    _write_private(bundle / "operator.key", _ed25519_private_pem(key), force=True)
-    _write_private(bundle / "operator.name", name.encode(), force=True)
+    _write_private(bundle / f"{kind}.key", _ed25519_private_pem(key), force=True)
+    _write_private(bundle / f"{kind}.name", name.encode(), force=True)
     for rel in ("password", "trainer.pub", "client/certificate.pem"):
         _write_private(bundle / rel, (keys_dir / rel).read_bytes(), force=True)
     _write_private(pub_path, _ed25519_public_pem(key.public_key()), force=True)
@@ -355,22 +349,15 @@ def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
     client_dir = root / "client"
     if role in ("worker", "trainer", "operator"):
         check_certificate(client_dir / "certificate.pem")
-    if role == "operator":
-        if not (root / "operator.key").exists():
-            raise UserError(f"{root} is not an operator bundle (no operator.key): use the folder "
-                            "`rulka keys add-operator NAME` printed")
-        name = (root / "operator.name").read_text().strip() if (root / "operator.name").exists() else ""
+    if role in ("worker", "operator"):
+        if not (root / f"{role}.key").exists():
+            raise UserError(f"{root} is not a {role} bundle (no {role}.key): use the folder "
+                            f"`rulka keys add-{role} NAME` printed")
+        name = (root / f"{role}.name").read_text().strip() if (root / f"{role}.name").exists() else ""
         check_worker_name(name)
-        return Credentials(root, OPERATOR_PREFIX + name, password, client_dir, None, trainer_public,
-                           load_ed25519_private(root / "operator.key"))
-    if role == "worker":
-        if not (root / "worker.key").exists():
-            raise UserError(f"{root} is not a worker bundle (no worker.key): use the folder "
-                            "`rulka keys add-worker NAME` printed")
-        name = (root / "worker.name").read_text().strip() if (root / "worker.name").exists() else ""
-        check_worker_name(name)
-        return Credentials(root, name, password, client_dir, None, trainer_public,
-                           load_ed25519_private(root / "worker.key"))
+        identity = OPERATOR_PREFIX + name if role == "operator" else name
+        return Credentials(root, identity, password, client_dir, None, trainer_public,
+                           load_ed25519_private(root / f"{role}.key"))
     if role == "trainer":
         return Credentials(root, "trainer", password, client_dir, root / "server", trainer_public,
                            load_ed25519_private(root / "trainer.key"))
