@@ -1,9 +1,17 @@
 """Building plugins and envs from a run config, and the observation layout of segments; shared by
 the worker, the trainer and ``rulka verify`` (no role imports another: they all import this).
 
-Plugin convention: a plugin named in the config (registry name or ``module:Class``) is called with
-its ``*_kwargs`` from the config, plus ``cfg=<the run config>`` (a ``RulkaConfig``) when its
-signature takes ``cfg``.
+The config is injected by one name per kind of thing:
+
+- an actor, compressor, memory or agent plugin named in the config (registry name or
+  ``module:Class``) is called with its ``*_kwargs`` from the config, plus ``cfg=<the run
+  config>`` (a ``RulkaConfig``) when its signature takes ``cfg`` (``build_plugin``);
+- an env plugin (``environment.backend``) is called with ``config=<the run config>`` when its
+  signature takes ``config`` (``make_env``). Envs keep Gymnasium's keyword because users build
+  them without rulka's roles too: ``gymnasium.make("rulka/SimTrack-v0", config=...)``, as rtgym's
+  ``gymnasium.make("real-time-gym-v1", config=...)``; the env validates it with ``as_config``.
+
+Renaming either would break plugins and scripts that exist; a new plugin follows its kind.
 """
 
 from __future__ import annotations

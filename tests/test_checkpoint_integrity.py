@@ -38,10 +38,9 @@ def two_checkpoints_and_a_crash(tmp_path):
     folders = []
     for seq in (0, 1):  # one segment and one update before each checkpoint
         t1.ingest([seg_msg("a", seq)])
-        t1._train_once()
+        t1.train_once()
         folders.append(t1.checkpoint())
-    t1.ingest([seg_msg("a", 2)])  # acknowledged and journaled, then kill -9
-    t1._journal._f.flush()
+    t1.ingest([seg_msg("a", 2)])  # acknowledged (so journaled and flushed), then kill -9
     return folders[0], folders[1]
 
 
@@ -94,7 +93,7 @@ def test_resumed_trainer_never_reuses_a_published_version(tmp_path):
     t1 = new_trainer(tmp_path)
     t1.publish()
     t1.checkpoint()  # holds v1
-    t1._train_once()
+    t1.train_once()
     t1.publish()
     t1.publish()  # v2 and v3 reached the workers with other weights, then kill -9
     assert t1.version == 3

@@ -43,9 +43,8 @@ def test_segments_layout_and_episode_info(keys, tmp_path):
     trainer, worker = make_pair(hub, keys, tmp_path)
     worker.start_io()
     # 2 episodes of 7 steps in segments of at most 3: 3 + 3 + 1 per episode
-    worker._ensure_ready(threading.Event())
     for _ in range(2):
-        worker._run_episode(threading.Event(), None)
+        worker.run_episode()
     assert worker.outbox.wait_empty(0.01) is False  # nothing acknowledged yet
     deadline = time.monotonic() + 5
     while trainer.segments < 6 and time.monotonic() < deadline:
@@ -71,12 +70,11 @@ def test_exactly_once_through_an_outage(keys, tmp_path):
     t = threading.Thread(target=lambda: trainer.run(stop_event=stop))
     t.start()
     worker.start_io()
-    worker._ensure_ready(threading.Event())
     for _ in range(3):
-        worker._run_episode(threading.Event(), None)
+        worker.run_episode()
     hub.set_online(False)  # the server goes away: what is sent now is lost
     for _ in range(3):
-        worker._run_episode(threading.Event(), None)
+        worker.run_episode()
     time.sleep(0.2)
     assert len(worker.outbox) > 0
     hub.set_online(True)
@@ -92,18 +90,17 @@ def test_reconnect_resends_what_was_lost_in_flight(keys, tmp_path):
     hub = LocalHub()
     trainer, worker = make_pair(hub, keys, tmp_path)
     worker.resend_after_s = 3600  # only the reconnect can trigger the resend
-    worker._ensure_ready(threading.Event())
-    worker._run_episode(threading.Event(), None)
-    worker._io_step()
+    worker.run_episode()
+    worker.pump()
     assert len([m for m in trainer.link.receive(timeout=1) if m.kind == "segment"]) == 3  # then lost
     hub.set_online(False)
-    worker._io_step()
-    worker._io_step()
+    worker.pump()
+    worker.pump()
     assert worker.outbox.seqs() == [0, 1, 2]
     hub.set_online(True)
-    worker._io_step()
+    worker.pump()
     trainer.ingest(trainer.link.receive(timeout=1))
-    worker._io_step()
+    worker.pump()
     assert len(worker.outbox) == 0
     assert [s.seq for s in trainer.memory.segments] == [0, 1, 2]
     assert worker.outbox.resends == 0 and worker.outbox.sends == 6  # sent twice, as new each time
@@ -113,22 +110,21 @@ def test_reconnect_resends_what_was_lost_in_flight(keys, tmp_path):
 def test_resend_after_timeout_is_deduplicated(keys, tmp_path):
     hub = LocalHub()
     trainer, worker = make_pair(hub, keys, tmp_path)
-    worker._ensure_ready(threading.Event())
-    worker._run_episode(threading.Event(), None)  # 3 segments queued
-    worker._io_step()
+    worker.run_episode()  # 3 segments queued
+    worker.pump()
     msgs = trainer.link.receive(timeout=1)
     assert [m.kind for m in msgs].count("segment") == 3
     # the trainer takes them but its acks never arrive: the worker resends after the timeout
     trainer.ingest(msgs)
     worker.link.receive(timeout=0.5)  # the acks are lost
     time.sleep(0.6)
-    worker._io_step()
+    worker.pump()
     resent = [m for m in trainer.link.receive(timeout=1) if m.kind == "segment"]
     assert len(resent) == 3
     trainer.ingest(resent)
     assert trainer.counters["duplicates"] == 3
     assert len(trainer.memory.segments) == 3
-    worker._io_step()  # the acks for the duplicates release them
+    worker.pump()  # the acks for the duplicates release them
     assert len(worker.outbox) == 0
     worker.close()
 
@@ -177,15 +173,14 @@ def test_non_numeric_extras_are_left_out_and_a_failing_memory_is_counted(keys, t
     trainer = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=BrokenMemory(), signing_key=key)
     worker = Worker({"worker": {"segment_max_steps": 10}}, hub.worker_link("w"), env=CountingEnv(3),
                     actor=ChattyActor(), weights_decoder=lambda d: decode_weights(d, public))
-    worker._ensure_ready(threading.Event())
-    worker._run_episode(threading.Event(), None)
-    worker._io_step()
+    worker.run_episode()
+    worker.pump()
     msgs = [m for m in trainer.link.receive(timeout=1) if m.kind == "segment"]
     seg = SegmentDecoder(ZstdCompressor()).decompress(msgs[0].payload)
     assert "extra/note" not in seg.arrays and seg.arrays["extra/ok"].dtype.name == "float32"
     trainer.ingest(msgs)
     assert trainer.counters["bad_memory"] == 1 and trainer.samples == 0
-    worker._io_step()
+    worker.pump()
     assert len(worker.outbox) == 0  # acknowledged all the same: resending would not help
     worker.close()
 

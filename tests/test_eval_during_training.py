@@ -17,6 +17,7 @@ from rulka.compress import SegmentDecoder, ZstdCompressor
 from rulka.config import config_from_dict
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
+from rulka.net.stats import encode_stats
 from rulka.net.weights import WeightsBlob, decode_weights, encode_weights
 from rulka.segment import Segment
 from rulka.telemetry import MetricsLogger
@@ -43,7 +44,7 @@ def test_every_kth_version_asks_one_worker_in_turn(tmp_path):
     trainer, published, logger = _trainer(tmp_path, every=2, episodes=3)
     trainer.publish()  # v1: no worker known yet
     trainer.publish()  # v2: asks any worker
-    trainer._last_heard.update({"pc2": time.monotonic(), "pc1": time.monotonic()})
+    trainer.ingest([Message("stats", name, encode_stats({"episodes": 0})) for name in ("pc2", "pc1")])
     for _ in range(4):
         trainer.publish()  # v3..v6
     asks = {b.version: (b.actor_spec.get("eval_episodes"), b.actor_spec.get("eval_worker")) for b in published}
@@ -83,7 +84,7 @@ def test_test_episodes_are_logged_under_eval_apart_from_exploring_ones(tmp_path)
                     # a map-cycle evaluation entry with fill_buffer true: trained on, logged as eval
                     _episode(4, 30.0, 26000, True, True)])
     trainer.ingest([_episode(3, 30.0, 26000, True, True, fill_buffer=False)])  # a duplicate
-    trainer._report(force=True)
+    trainer.report(force=True)
     trainer.close()
     logger.close()
     assert [s.seq for s in trainer.memory.segments] == [0, 1, 4] and trainer.samples == 9

@@ -74,7 +74,7 @@ def test_publish_every_n_updates_and_on_demand():
     t = trainer_with(RatioMemory(0), ratio=None, publish_every=2)
     t.ingest([seg_msg("w", 0)])
     for _ in range(5):
-        t._train_once()
+        t.train_once()
     assert t.version == 2  # after updates 2 and 4
     assert t.publish() == 3
 
@@ -98,7 +98,7 @@ def test_worker_sends_stats_the_status_table_reads():
     w = Worker({"worker": {"segment_max_steps": 4}}, hub.worker_link("pc1"), env=CountingEnv(5), actor=ConstActor(),
                weights_decoder=lambda d: decode_weights(d, KEY.public_key()))
     w.run(max_episodes=2, drain_timeout_s=0)
-    w._send_stats()
+    w.send_stats()
     row = hub.status()["workers"][0]
     assert (row["name"], row["episodes"], row["weights_version"], row["unacked"]) == ("pc1", 2, 0, 4)
     trainer_side = [m for m in hub.trainer_link().receive(timeout=1) if m.kind == "stats"]
@@ -168,7 +168,7 @@ def test_test_mode_is_greedy_and_marks_evaluation_segments():
     w = Worker({"worker": {"segment_max_steps": 10}}, hub.worker_link("eval"), env=CountingEnv(4), actor=Spy(),
                weights_decoder=lambda d: decode_weights(d, KEY.public_key()), test=True)
     w.run(max_episodes=1, drain_timeout_s=0)
-    w._io_step()
+    w.pump()
     segs = [m for m in hub.trainer_link().receive(timeout=1) if m.kind == "segment"]
     from rulka.compress import SegmentDecoder, ZstdCompressor
 
@@ -197,7 +197,7 @@ def test_trainer_metrics_names_and_per_worker_rates():
     t.publish()
     t.ingest([seg_msg("pc1", 0), seg_msg("pc1", 0),
               Message("stats", "pc1", encode_stats({"samples_per_s": 20.5, "unacked": 3}))])
-    t._report(force=True)
+    t.report(force=True)
     step, m = sink.records[-1]
     assert step == 4
     assert m["charts/samples_received"] == 4 and m["perf/segments_duplicate"] == 1

@@ -18,6 +18,7 @@ from rulka.net.link import Message
 from rulka.net.local import LocalHub
 from rulka.segment import Segment
 from rulka.trainer import checkpoint as ckpt
+from rulka.trainer.journal import journal_path
 from rulka.trainer.trainer import ACCEPTED_LOG, Trainer
 
 KEY = Ed25519PrivateKey.generate()
@@ -62,7 +63,7 @@ def test_resume_restores_everything_and_continues_versions(tmp_path):
     t1.publish()
     t1.ingest([seg_msg("a", 0), seg_msg("a", 1), seg_msg("b", 0)])
     for _ in range(5):
-        t1._train_once()
+        t1.train_once()
     opt_state = t1.agent.opt.state_dict()["state"][0]["exp_avg"].clone()
     v = t1.version
     t1.checkpoint()
@@ -83,9 +84,8 @@ def test_crash_after_checkpoint_replays_the_journal_once(tmp_path):
     t1 = new_trainer(tmp_path)
     t1.ingest([seg_msg("a", 0)])
     t1.checkpoint()
-    t1.ingest([seg_msg("a", 1), seg_msg("a", 2)])  # acknowledged, journaled, then kill -9:
-    t1._journal._f.flush()
-    del t1  # no final checkpoint, no close
+    t1.ingest([seg_msg("a", 1), seg_msg("a", 2)])  # acknowledged (so journaled and flushed), then kill -9:
+    # no final checkpoint, no close; t1 stays referenced, so nothing it still buffers reaches the disk
 
     t2 = new_trainer(tmp_path, resume=True)
     assert [s.seq for s in t2.memory.segments] == [1, 2]  # replayed on top of the checkpoint
@@ -105,8 +105,8 @@ def test_crash_after_checkpoint_replays_the_journal_once(tmp_path):
 def test_truncated_journal_tail_is_ignored(tmp_path):
     t1 = new_trainer(tmp_path)
     t1.ingest([seg_msg("a", 0), seg_msg("a", 1)])
-    path = t1._journal.path
-    t1._journal.close()
+    t1.close()  # closes the journal; no checkpoint
+    path = journal_path(tmp_path / "journal", t1.journal_number)
     data = path.read_bytes()
     path.write_bytes(data[:-10])  # killed in the middle of writing the second record
     t2 = new_trainer(tmp_path, resume=True)
@@ -119,10 +119,10 @@ def test_truncated_journal_tail_is_ignored(tmp_path):
 def test_failed_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
     t1 = new_trainer(tmp_path)
     t1.ingest([seg_msg("a", 0)])
-    t1._train_once()
+    t1.train_once()
     first = t1.checkpoint()
     t1.ingest([seg_msg("a", 1)])
-    t1._train_once()
+    t1.train_once()
 
     def boom(directory):
         (directory / "partial").mkdir(parents=True)

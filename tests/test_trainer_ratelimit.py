@@ -73,11 +73,11 @@ def test_learner_behind_defers_then_drops_counted_and_catches_up():
     t.ingest([seg_msg("w", 1)])  # cursor 4 <= 6: admitted; cursor 8
     assert t.samples == 8
     t.ingest([seg_msg("w", i) for i in (2, 3, 4)])  # 8 > 6: deferred, the oldest dropped past 2
-    assert t.samples == 8 and len(t._deferred) == 2 and t.segments == 5
+    assert t.samples == 8 and t.deferred_segments == 2 and t.segments == 5
     assert t.counters["limiter_dropped"] == 1 and t.counters["limiter_dropped_transitions"] == 4
     assert t.train_slice() == 1  # cursor 8 - 4 = 4; 4 - 4 < 2: waits
     assert t.drain_deferred() == 1  # 4 <= 6: one admitted -> 8
-    assert t.samples == 12 and len(t._deferred) == 1
+    assert t.samples == 12 and t.deferred_segments == 1
     assert t.ratio_text() == "0.33/1"
 
 
@@ -139,7 +139,7 @@ def test_throughput_mode_inserts_everything_and_sends_no_credit():
     wlink = hub.worker_link("w")
     t = _trainer({"mode": "throughput"}, link=hub.trainer_link())
     t.ingest([seg_msg("w", i) for i in range(5)])
-    assert t.samples == 20 and not t._deferred
+    assert t.samples == 20 and t.deferred_segments == 0
     assert t.train_slice() == 4  # cursor 20 - 16 = 4 >= 2; the next batch would leave 0
     assert [m.kind for m in wlink.receive(0.2)] == ["ack"]
 

@@ -51,20 +51,24 @@ def test_only_newer_verified_weights_are_loaded_between_steps(tmp_path):
     worker = Worker({"worker": {"segment_max_steps": 50}}, hub.worker_link("w"), actor=actor,
                     weights_decoder=lambda d: decode_weights(d, key.public_key()))
 
+    trainer_link = hub.trainer_link()
+
     def deliver(step):
-        # weights arrive while the env is stepping; they apply from the next step on
-        if step == 1:
-            worker._on_weights(blob_bytes(key, 3, 3.0))
-        if step == 2:
-            worker._on_weights(blob_bytes(key, 2, 2.0))  # older than loaded: ignored
-            worker._on_weights(blob_bytes(other, 9, 9.0))  # not signed by the trainer: refused
-        if step == 3:
-            worker._on_weights(blob_bytes(key, 5, 5.0))
-            worker._on_weights(blob_bytes(key, 4, 4.0))  # older than pending: ignored
+        # weights arrive while the env is stepping, received by another thread (as the I/O
+        # thread does); they apply from the next step on
+        blobs = {1: [blob_bytes(key, 3, 3.0)],
+                 2: [blob_bytes(key, 2, 2.0),  # older than loaded: ignored
+                     blob_bytes(other, 9, 9.0)],  # not signed by the trainer: refused
+                 3: [blob_bytes(key, 5, 5.0), blob_bytes(key, 4, 4.0)]}  # 4: older than pending, ignored
+        for blob in blobs.get(step, []):
+            trainer_link.broadcast("weights", blob)
+        if step in blobs:
+            receiver = threading.Thread(target=worker.pump)
+            receiver.start()
+            receiver.join()
 
     worker.env = RecordingEnv(actor, deliver)
-    worker._ensure_ready(threading.Event())
-    worker._run_episode(threading.Event(), None)
+    worker.run_episode()
     assert worker.env.seen == [0.0, 0.0, 3.0, 3.0, 5.0]
     assert actor.loads == [3.0, 5.0]
     assert set(loads_thread) == {threading.get_ident()}  # loaded by the env loop itself

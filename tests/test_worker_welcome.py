@@ -122,6 +122,7 @@ def test_malformed_hello_and_welcome_are_refused_and_counted():
     trainer.ingest([Message("hello", "pc1", b"garbage")])
     assert trainer.counters["bad_hello"] == 1 and wlink.receive(0.2) == []
     worker = Worker(None, wlink, actor=ConstActor())
-    worker._handle(Message("welcome", "trainer", pack({"v": 1})))
+    trainer.link.send_to("pc1", "welcome", pack({"v": 1}))
+    worker.pump()
     assert worker.stats.bad_messages == 1 and worker.counters.next_seq == 0
     worker.close()

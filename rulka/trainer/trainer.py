@@ -516,6 +516,12 @@ class Trainer:
         if self.limiter is not None:
             self.limiter.record_insert(trainable)
 
+    @property
+    def deferred_segments(self) -> int:
+        """Segments received and acknowledged but waiting for the limiter to admit them
+        (``perf/deferred_segments``; at most ``max_deferred_segments``, a checkpoint stores them)."""
+        return len(self._deferred)
+
     def drain_deferred(self) -> int:
         """Insert deferred segments while the limiter admits them; returns how many."""
         n = 0
@@ -637,14 +643,17 @@ class Trainer:
         return self.updates + self.limiter.updates_ahead_allowed(len(self.memory))
 
     def can_train(self) -> bool:
-        """Whether ``_train_once`` would train now (a trajectory batch, or room under the ratio)."""
+        """Whether ``train_once`` would train now (a trajectory batch, or room under the ratio)."""
         if self.memory.ready():
             return True
         if self.limiter is None:
             return len(self.memory) >= max(self._start_size(), self.batch_size)
         return self.limiter.can_sample(self.batch_size, len(self.memory))
 
-    def _train_once(self) -> bool:
+    def train_once(self) -> bool:
+        """One update if ``can_train``: a trajectory batch the memory has ready, or a sampled
+        batch under the ratio (recorded by the limiter); publishes every ``publish_every_updates``.
+        Returns whether it trained. ``train_slice`` and ``run`` call it in a loop."""
         if self.memory.ready():
             batch = self.memory.take()
         elif self.can_train():
@@ -672,7 +681,7 @@ class Trainer:
         while time.monotonic() < t_end:
             if max_updates is not None and self.updates >= max_updates:
                 break
-            if not self._train_once():
+            if not self.train_once():
                 break
             n += 1
         return n
@@ -689,7 +698,10 @@ class Trainer:
         achieved = self.limiter.achieved()
         return f"{'-' if math.isnan(achieved) else f'{achieved:.2g}'}/{self.limiter.samples_per_insert:g}"
 
-    def _report(self, force: bool = False) -> None:
+    def report(self, force: bool = False) -> None:
+        """Update the progress line and, every ``log_every_s`` (or now with ``force``), log the
+        metrics of the window since the last log (``charts/*``, ``perf/*``, the agent's losses)
+        and broadcast a ``stats`` message to the workers. ``run`` calls it after each slice."""
         now = time.monotonic()
         if self.progress is not None:
             try:
@@ -737,7 +749,7 @@ class Trainer:
                 "perf/samples_per_insert_total": lim.achieved(),
                 "perf/samples_per_insert_target": lim.samples_per_insert,
                 "perf/limiter_cursor": lim.cursor,
-                "perf/deferred_segments": len(self._deferred),
+                "perf/deferred_segments": self.deferred_segments,
                 "perf/limiter_dropped": self.counters["limiter_dropped"],
             })
         metrics["perf/learner_busy"] = self._train_s / dt
@@ -795,11 +807,11 @@ class Trainer:
                 self.grant_credit()
                 self._republish_after_reconnect()
                 self.train_slice(max_updates)
-                self._report()
+                self.report()
                 if self.run_dir is not None and time.monotonic() - self._last_checkpoint >= self.checkpoint_every_s:
                     self.checkpoint()
         finally:
-            self._report(force=True)
+            self.report(force=True)
             if self.run_dir is not None:
                 self.checkpoint()
         return self.summary()

@@ -405,7 +405,12 @@ class Worker:
             return  # sent again within HELLO_RESEND_S
         self._hello_t = now
 
-    def _io_step(self) -> None:
+    def pump(self) -> None:
+        """One round of the worker's I/O: handle what arrived (weights, acks, credit, welcome;
+        waits up to 20 ms for it), say hello after a (re)connect, and send due segments from the
+        outbox (new ones, and resends after a reconnect or ``resend_after_s``). The background
+        thread of ``start_io`` calls it in a loop; a caller that drives the worker from its own
+        loop, without that thread, calls it instead."""
         try:
             for msg in self.link.receive(timeout=0.02):
                 self._handle(msg)
@@ -437,7 +442,10 @@ class Worker:
                 return
             self.outbox.mark_sent(seq, now)
 
-    def _send_stats(self) -> None:
+    def send_stats(self) -> None:
+        """Send a ``stats`` message now (episodes, samples per second, weights version,
+        unacknowledged segments...: what the server's status table and the trainer's per-worker
+        metrics show). The I/O thread sends one every ``stats_every_s``."""
         from rulka.net.stats import encode_stats
 
         now = time.monotonic()
@@ -467,9 +475,9 @@ class Worker:
         next_stats = time.monotonic() + min(1.0, self.stats_every_s)
         while not self._stop.is_set():
             try:
-                self._io_step()
+                self.pump()
                 if time.monotonic() >= next_stats:
-                    self._send_stats()
+                    self.send_stats()
                     next_stats = time.monotonic() + self.stats_every_s
             except Exception:  # noqa: BLE001 - the I/O thread must survive anything a peer sends
                 log.exception("worker I/O error")
@@ -620,13 +628,9 @@ class Worker:
                     break
                 if max_steps is not None and steps >= max_steps:
                     break
-                requested = not self.test and self.eval_pending > 0 and self.actor is not None
-                n = self._run_episode(stop_event, None if max_steps is None else max_steps - steps, requested)
+                n = self.run_episode(stop_event, None if max_steps is None else max_steps - steps)
                 if n < 0:
                     break
-                if requested:
-                    self.eval_pending -= 1
-                    self.stats.eval_episodes += 1
                 steps += n
                 episodes += 1
             if drain_timeout_s > 0:
@@ -634,6 +638,24 @@ class Worker:
             return self.stats
         finally:
             self.stop_io()
+
+    def run_episode(self, stop_event: threading.Event | None = None, max_steps: int | None = None) -> int:
+        """Run one episode on the calling thread and queue its segments in the outbox; returns
+        its steps, or -1 when ``stop_event`` or ``max_steps`` cut it short (or stopped the wait
+        for an env and a policy: the first weights, unless ``act_before_weights="random"``).
+
+        Weights that arrived are loaded between steps; a greedy test episode the trainer asked
+        for (``eval_pending``) is run first. Nothing is sent from here: the I/O thread
+        (``start_io``, which ``run`` starts) or the caller's own ``pump()`` sends the segments."""
+        stop_event = stop_event or threading.Event()
+        if not self._ensure_ready(stop_event):
+            return -1
+        requested = not self.test and self.eval_pending > 0 and self.actor is not None
+        n = self._run_episode(stop_event, max_steps, requested)
+        if n >= 0 and requested:
+            self.eval_pending -= 1
+            self.stats.eval_episodes += 1
+        return n
 
     def _next_start(self) -> int | None:
         """The reset seed of the next episode when ``worker.rollouts_per_start`` > 1: the same
