@@ -279,3 +279,27 @@ def test_hold_keeps_the_game_waiting_through_a_long_pause_mid_episode():
         assert launcher.game._timeout_ms == 300
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("track_name", ["default", "hairpins"])
+def test_checkpoint_gates_span_every_drivable_cell_across_the_track(track_name):
+    # a car on the verge must pass a checkpoint as it passes the simulator's finish line; a gate
+    # narrower than the drivable width let the greedy policy reach the line without its checkpoints
+    # and never finish (the TMNF-fake learning run, 2026-11-23)
+    from rulka.envs.sim.tracks import WALL
+    from rulka.envs.tmnf.fake import _gates
+
+    track = get_track(track_name)
+    gates = _gates(track, (1 / 3, 2 / 3, 1.0))
+    assert gates[-1][4] == pytest.approx(track.finish_line[4] + 1.0)
+    ox, oz = track.origin
+    for gx, gz, tx, tz, half in gates:
+        for side in (1.0, -1.0):  # walk from the centre line outward to the first wall
+            lateral = 0.0
+            while True:
+                x, z = gx + side * lateral * tz, gz - side * lateral * tx
+                row, col = int((z - oz) / track.cell_size), int((x - ox) / track.cell_size)
+                if track.materials[row, col] == WALL:
+                    break
+                assert lateral <= half, (track_name, side * lateral, half)
+                lateral += 0.25

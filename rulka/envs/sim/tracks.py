@@ -66,7 +66,7 @@ class Track:
     cell_size: float = CELL_SIZE
     description: str = ""
     reference_time_ms: int | None = None
-    finish_half_width: float | None = None  # the finish gate's half width: road plus verge, wall to wall
+    runoffs: np.ndarray | None = None  # (N,) verge width beyond the road edge at each sample (to the wall)
     _flat: bytes = field(default=b"", repr=False)
     _normals: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict, repr=False)
 
@@ -99,8 +99,13 @@ class Track:
         whole block: a car that crosses the line on the grass finishes too."""
         x, _, z = self.centerline[self.finish_index]
         h = self.heading_at(self.finish_index)
-        half = self.finish_half_width if self.finish_half_width is not None else float(self.widths[self.finish_index]) / 2
-        return float(x), float(z), math.sin(h), math.cos(h), float(half)
+        return float(x), float(z), math.sin(h), math.cos(h), self.gate_half_width(self.finish_index)
+
+    def gate_half_width(self, index: int) -> float:
+        """Half width of a gate (finish or checkpoint) across the track at sample ``index``: the road
+        plus its verge, wall to wall, as TrackMania's gate blocks span their whole block."""
+        verge = float(self.runoffs[index]) if self.runoffs is not None else 0.0
+        return float(self.widths[index]) / 2 + verge
 
     def race_line(self) -> np.ndarray:
         """Centreline points (N, 3) from the start line to the finish line, SAMPLE_STEP apart."""
@@ -345,7 +350,7 @@ def build_track(spec: dict[str, Any], cell_size: float = CELL_SIZE) -> Track:
         cell_size=cell_size,
         description=str(spec.get("description", "")),
         reference_time_ms=int(ref) if ref is not None else None,
-        finish_half_width=gate_half,
+        runoffs=np.asarray(runoffs, dtype=np.float64),
     )
 
 

@@ -86,13 +86,14 @@ class FakeFaults:
 
 
 def _gates(track: Track, fractions: tuple[float, ...]) -> list[tuple[float, float, float, float, float]]:
-    """Checkpoint gates (x, z, tx, tz, half width) at fractions of the race line."""
+    """Checkpoint gates (x, z, tx, tz, half width) at fractions of the race line, wall to wall."""
     out = []
     for f in fractions:
         idx = track.start_index + int(round(f * (track.finish_index - track.start_index)))
         x, _, z = track.centerline[idx]
         h = track.heading_at(idx)
-        out.append((float(x), float(z), math.sin(h), math.cos(h), float(track.widths[idx]) / 2 + 1.0))
+        # the gate spans the verges like the simulator's finish line (a car on the grass passes it)
+        out.append((float(x), float(z), math.sin(h), math.cos(h), track.gate_half_width(idx) + 1.0))
     return out
 
 
