@@ -40,6 +40,8 @@ SCRIPTS: dict[str, str] = {
     "tm2020_fake": "TM2020 worker loop on the fake game at 20 Hz: jitter p50/p99, capture+pipeline ms per step",
     "tmnf_fake": "TMNF worker on the fake game over the plugin protocol: actions/s per worker, ms per step over the sim, ms per 160x120 frame",
     "policy_cartpole": "PPO / GRPO / DPO on CartPole-v1: env steps and seconds to a greedy 475 (CleanRL ppo.py beside)",
+    "soak": "real processes for minutes through a trainer stall, worker/relay/trainer kills: segments lost or "
+            "duplicated, fair share, time until segments flow again, relay peak RSS",
 }
 RESULTS_MARK = "<!-- bench-results:"
 
