@@ -49,11 +49,13 @@ def test_unpaced_cartpole_run_reaches_475(tmp_path):
     torch.set_num_threads(1)
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    err = open(tmp_path / "run.err", "wb")  # noqa: SIM115 - a file, never an undrained pipe: a full
+    # stderr pipe blocked `rulka run` in its stop message and the test killed it (2026-11-23)
     proc = subprocess.Popen(
         [sys.executable, "-m", "rulka.cli", "run", str(REPO / "configs" / "cartpole_iqn.yaml"), "--workers", "2",
          "--minutes", str(MINUTES), "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false",
          "--set", "logging.tensorboard.enabled=false", "--set", "trainer.checkpoint_every_s=20"],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err,
         start_new_session=True)
     policy = run_dir / "weights" / "policy.safetensors"
     best, frames, seen = 0.0, 0, 0.0
@@ -78,6 +80,7 @@ def test_unpaced_cartpole_run_reaches_475(tmp_path):
                 proc.wait(120)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+        err.close()
     print(f"(frames, greedy) at each checkpoint: {history}")
     assert best >= 475, f"best greedy average {best} by {frames} frames; history {history}"
     assert frames <= MAX_FRAMES

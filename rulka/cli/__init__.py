@@ -8,10 +8,14 @@ missing optional dependency of one sub-command never breaks the others.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import importlib
 import logging
+import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 from rulka import __version__
@@ -54,6 +58,41 @@ def run_main(func: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+LAUNCHER_ENV = "RULKA_LAUNCHER_STDIN"
+"""Set to ``1`` by ``rulka run`` for the roles it starts: the role's stdin is a pipe the launcher
+holds open, so its end (the launcher exited, however it died) tells the role to stop."""
+
+
+def follow_launcher(grace_s: float = 60.0) -> None:
+    """When started by ``rulka run`` (``RULKA_LAUNCHER_STDIN=1``), stop this role when the launcher
+    goes away: a daemon thread reads stdin until end-of-file, then interrupts the main thread (the
+    role's own Ctrl-C path: a worker flushes, a trainer writes its checkpoint) and exits hard
+    ``grace_s`` seconds later if that did not finish. Portable (a pipe, no POSIX signal): a launcher
+    killed with SIGKILL or a closed console no longer leaves roles running without a parent."""
+    if os.environ.get(LAUNCHER_ENV) != "1":
+        return
+
+    try:
+        # a raw descriptor, not sys.stdin: a thread blocked in sys.stdin's buffered read holds its
+        # lock, and a forked child (the network process) that closes stdin would wait on it forever
+        fd = os.dup(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):
+        return
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 4096):
+                pass  # nothing is ever written; only the end matters
+        except OSError:
+            pass
+        logging.getLogger("rulka").warning("the rulka run launcher is gone: stopping")
+        _thread.interrupt_main()
+        time.sleep(grace_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rulka-launcher-watch", daemon=True).start()
 
 
 def setup_logging(verbose: bool = False) -> None:

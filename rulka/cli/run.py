@@ -117,6 +117,14 @@ def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
             print(f"rulka run: process {proc.pid} did not exit after SIGKILL", file=sys.stderr)
 
 
+def _followed(extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Popen arguments for a role that stops when this launcher goes away: its stdin is a pipe
+    only this process holds (closed by the OS however it exits; see rulka.cli.follow_launcher)."""
+    from rulka.cli import LAUNCHER_ENV
+
+    return {"stdin": subprocess.PIPE, "env": {**os.environ, **(extra_env or {}), LAUNCHER_ENV: "1"}}
+
+
 def _python_cmd(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
@@ -129,7 +137,8 @@ class ServerProcess:
         cmd = _python_cmd("rulka.server.cli") + ["--keys", str(keys), "--host", "127.0.0.1", "--port", "0"]
         if allow_plain_tcp:
             cmd += ["--set", "network.allow_plain_tcp=true"]
-        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True)
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True,
+                                        **_followed())
         self.pid = self.process.pid
         ready: queue.Queue[int] = queue.Queue()
         threading.Thread(target=self._pump, args=(ready, log_file), daemon=True).start()
@@ -217,7 +226,7 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
                                                            "--server", address]
         trainer_cmd += ["--resume", str(run_dir)] if resume else ["--run-dir", str(run_dir)]
         trainer = subprocess.Popen(trainer_cmd, stdout=trainer_output, start_new_session=True,
-                                   stderr=subprocess.STDOUT if trainer_output else None)
+                                   stderr=subprocess.STDOUT if trainer_output else None, **_followed())
         started.append(trainer)
         procs = {}
         for name in names:
@@ -226,8 +235,8 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
             procs[name] = subprocess.Popen(
                 _python_cmd("rulka.worker.cli") + ["--server", address, "--keys", str(keys / "bundles" / name),
                                                    "--state-dir", str(run_dir / "workers" / name), *worker_args],
-                stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True)
+                stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                **_followed({"PYTHONUNBUFFERED": "1"}))
             started.append(procs[name])
     except BaseException:
         _kill_groups(started)
