@@ -39,10 +39,13 @@ def test_rulka_run_then_resume(tmp_path):
 
     # continue the same run (same keys, same run id), then stop it the way a user does: Ctrl-C
     lines_before = len(accepted)
+    # started as a non-interactive shell starts `rulka run ... &`: SIGINT ignored, inherited by the
+    # launcher and the roles it starts; Ctrl-C (SIGINT) must still stop the run cleanly
     proc = subprocess.Popen([*rulka, "run", str(ROOT / "configs" / "cartpole_simple.yaml"), "--workers", "1",
                              "--resume", str(run_dir), "--set", "logging.wandb.enabled=false",
                              "--set", "logging.progress=never"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 120
         while len((run_dir / "accepted.log").read_text().split("\n")) < lines_before + 5:

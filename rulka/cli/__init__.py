@@ -13,6 +13,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -73,6 +74,10 @@ def follow_launcher(grace_s: float = 60.0) -> None:
     killed with SIGKILL or a closed console no longer leaves roles running without a parent."""
     if os.environ.get(LAUNCHER_ENV) != "1":
         return
+    # the launcher stops its roles with SIGINT: a launcher started in the background by a shell
+    # (`rulka run ... &`, nohup) hands an ignored SIGINT down, and the role would never stop cleanly
+    if hasattr(signal, "SIGINT") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     try:
         # a raw descriptor, not sys.stdin: a thread blocked in sys.stdin's buffered read holds its

@@ -316,6 +316,8 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError("--stop-timeout must be at least 0")
     run_dir = args.resume or args.run_dir
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as cleanly as Ctrl-C
+    # and Ctrl-C (SIGINT) stops, also when a shell started this in the background with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
                      resume=args.resume is not None)
