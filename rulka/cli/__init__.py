@@ -66,6 +66,15 @@ LAUNCHER_ENV = "RULKA_LAUNCHER_STDIN"
 holds open, so its end (the launcher exited, however it died) tells the role to stop."""
 
 
+def stop_on_ctrl_c() -> None:
+    """Make SIGINT (Ctrl-C, ``kill -INT``, ``rulka run``'s stop) raise KeyboardInterrupt, the roles'
+    clean-stop path, even when a shell started this process in the background with SIGINT ignored
+    (``rulka-trainer ... &`` in a script: the ignore is inherited and the process would never stop
+    cleanly). Call from the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def follow_launcher(grace_s: float = 60.0) -> None:
     """When started by ``rulka run`` (``RULKA_LAUNCHER_STDIN=1``), stop this role when the launcher
     goes away: a daemon thread reads stdin until end-of-file, then interrupts the main thread (the
@@ -74,10 +83,6 @@ def follow_launcher(grace_s: float = 60.0) -> None:
     killed with SIGKILL or a closed console no longer leaves roles running without a parent."""
     if os.environ.get(LAUNCHER_ENV) != "1":
         return
-    # the launcher stops its roles with SIGINT: a launcher started in the background by a shell
-    # (`rulka run ... &`, nohup) hands an ignored SIGINT down, and the role would never stop cleanly
-    if hasattr(signal, "SIGINT") and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     try:
         # a raw descriptor, not sys.stdin: a thread blocked in sys.stdin's buffered read holds its

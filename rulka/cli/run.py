@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rulka.cli import stop_on_ctrl_c
 from rulka.errors import UserError
 
 
@@ -316,8 +317,7 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError("--stop-timeout must be at least 0")
     run_dir = args.resume or args.run_dir
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as cleanly as Ctrl-C
-    # and Ctrl-C (SIGINT) stops, also when a shell started this in the background with SIGINT ignored
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_ctrl_c()  # and Ctrl-C, also when a shell started this in the background with SIGINT ignored
     try:
         run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
                      resume=args.resume is not None)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rulka.cli import follow_launcher, run_main, setup_logging
+from rulka.cli import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
 
 log = logging.getLogger("rulka.server")
 
@@ -55,6 +55,7 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    stop_on_ctrl_c()
     follow_launcher()
 
     def body() -> int:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rulka.cli import follow_launcher, run_main, setup_logging
+from rulka.cli import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
 from rulka.errors import UserError
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ def default_run_dir(cfg: RulkaConfig) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    stop_on_ctrl_c()
     follow_launcher()
     return run_main(lambda: _run(args))
 

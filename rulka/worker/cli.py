@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from rulka.cli import follow_launcher, run_main, setup_logging
+from rulka.cli import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
 from rulka.errors import UserError
 
 log = logging.getLogger("rulka.worker")
@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    stop_on_ctrl_c()
     follow_launcher()
     return run_main(lambda: _run(args))
 
