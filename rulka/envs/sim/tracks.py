@@ -248,6 +248,13 @@ def _offset(pts: np.ndarray, lateral: np.ndarray | float) -> np.ndarray:
     return pts + left * np.asarray(lateral, dtype=np.float64).reshape(-1, 1)
 
 
+def _line_quad(pts: np.ndarray, idx: int, half: float) -> np.ndarray:
+    """The corners of a line 1 m deep across the track at sample ``idx``, ``half`` to each side."""
+    seg = pts[idx - 1 : idx + 2]
+    left, right = _offset(seg, half), _offset(seg, -half)
+    return np.array([right[0], left[0], left[2], right[2]])
+
+
 def build_track(spec: dict[str, Any], cell_size: float = CELL_SIZE) -> Track:
     """Turn a track description (see module docstring) into a rasterised :class:`Track`."""
     name = str(spec.get("name", "unnamed"))
@@ -312,22 +319,12 @@ def build_track(spec: dict[str, Any], cell_size: float = CELL_SIZE) -> Track:
     mat[(paint == 1) & (mat == ROAD)] = LINE
     # start and finish lines across the road
     for idx, code in ((start_index, START), (finish_index, FINISH)):
-        seg = pts[idx - 1 : idx + 2]  # 1 m wide, centred on the line
-        half = widths[idx] / 2
-        quad = np.array([_offset(seg, -half)[0], _offset(seg, half)[0], _offset(seg, half)[2], _offset(seg, -half)[2]])
-        cv2.fillConvexPoly(mat, fix(quad), code, cv2.LINE_8, shift)
-    look = _paint_look(mat, cell_size)
+        cv2.fillConvexPoly(mat, fix(_line_quad(pts, idx, widths[idx] / 2)), code, cv2.LINE_8, shift)
     # the finish gate spans the verges: the camera sees the chequer across the grass too
-    gate_half = float(widths[finish_index] / 2 + runoffs[finish_index])
-    seg = pts[finish_index - 1 : finish_index + 2]
     gate = np.zeros_like(mat)
-    quad = np.array([_offset(seg, -gate_half)[0], _offset(seg, gate_half)[0], _offset(seg, gate_half)[2],
-                     _offset(seg, -gate_half)[2]])
-    cv2.fillConvexPoly(gate, fix(quad), 1, cv2.LINE_8, shift)
-    sq = int(round(1.0 / cell_size))
-    rows_i, cols_i = np.indices(mat.shape)
-    verge = (gate == 1) & (mat == GRASS)
-    look[verge] = np.where(((rows_i[verge] // sq + cols_i[verge] // sq) % 2).astype(bool), 0, _LOOK[FINISH])
+    gate_half = float(widths[finish_index] / 2 + runoffs[finish_index])
+    cv2.fillConvexPoly(gate, fix(_line_quad(pts, finish_index, gate_half)), 1, cv2.LINE_8, shift)
+    look = _paint_look(mat, cell_size, finish_verge=(gate == 1) & (mat == GRASS))
     # dashed centre line (look only: the physics sees asphalt), 4 m dash every 10 m
     dash = np.zeros_like(mat)
     per = int(round(10.0 / SAMPLE_STEP))
@@ -358,7 +355,9 @@ def build_track(spec: dict[str, Any], cell_size: float = CELL_SIZE) -> Track:
 _LOOK = np.array([30, 105, 70, 150, 235, 200, 255, 220], dtype=np.uint8)
 
 
-def _paint_look(mat: np.ndarray, cell_size: float) -> np.ndarray:
+def _paint_look(mat: np.ndarray, cell_size: float, finish_verge: np.ndarray | None = None) -> np.ndarray:
+    """Camera gray levels of the raster; ``finish_verge`` marks grass cells the finish gate spans
+    (chequered like the finish line itself)."""
     look = _LOOK[mat]
     rows, cols = np.indices(mat.shape)
     # chequered finish line, 1 m squares
@@ -377,7 +376,10 @@ def _paint_look(mat: np.ndarray, cell_size: float) -> np.ndarray:
     out[rough] += blotch[rough]
     road = mat == ROAD
     out[road] += blotch[road] // 3
-    return np.clip(out, 0, 255).astype(np.uint8)
+    look = np.clip(out, 0, 255).astype(np.uint8)
+    if finish_verge is not None:
+        look[finish_verge] = np.where(check[finish_verge], 0, _LOOK[FINISH])
+    return look
 
 
 # --- bundled tracks and generator --------------------------------------------------------------
