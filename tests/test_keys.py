@@ -99,3 +99,29 @@ def test_cli(tmp_path, capsys):
     assert rulka_main(["keys", "generate", "--out", str(out)]) == 2
     assert "error:" in capsys.readouterr().err
     assert rulka_main(["keys", "revoke-worker", "pc1", "--dir", str(out)]) == 0
+
+
+def test_keys_list_shows_operators_beside_workers_with_fingerprints(tmp_path, capsys):
+    """`rulka keys list` (issue 10): operator keys were missing; each line is role, name, state
+    and the fingerprint of the key the bundle holds, so a bundle can be matched to its line."""
+    from rulka.net.keys import add_operator, key_fingerprint, load_ed25519_private, load_ed25519_public
+
+    keys = tmp_path / "keys"
+    generate_keys(keys, ["h"])
+    add_worker(keys, "pc1")
+    add_worker(keys, "pc2")
+    revoke_worker(keys, "pc2")
+    add_operator(keys, "alice")
+    (keys / "workers" / "broken.pub").write_text("not a key")
+    assert rulka_main(["keys", "list", "--dir", str(keys)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    def fp(bundle, kind):
+        return key_fingerprint(load_ed25519_private(keys / bundle / f"{kind}.key").public_key())
+
+    assert lines == ["role\tname\tstate\tfingerprint",
+                     f"operator\talice\tenrolled\t{fp('operator_bundles/alice', 'operator')}",
+                     "worker\tbroken\tenrolled\tunreadable",
+                     f"worker\tpc1\tenrolled\t{fp('bundles/pc1', 'worker')}",
+                     f"worker\tpc2\trevoked\t{key_fingerprint(load_ed25519_public(keys / 'revoked' / 'pc2.pub'))}"]
+    assert len({line.split("\t")[3] for line in lines[1:]}) == 4

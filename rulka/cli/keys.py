@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
             "Credentials of a run. `generate` makes the keys folder the trainer and server use "
             "(TLS certificate for the names/IPs workers connect to, relay password, trainer "
             "signing key). `add-worker NAME` enrols a gaming PC and writes a bundle folder to "
-            "copy to it; `revoke-worker NAME` shuts it out; `list` shows who is enrolled."
+            "copy to it; `revoke-worker NAME` shuts it out; `add-operator NAME` lets someone read "
+            "`rulka status`; `list` shows every worker and operator key."
         ),
     )
     sub = parser.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
@@ -50,7 +51,9 @@ def register(subparsers: Any) -> None:
                               "without the trainer's keys; it cannot send or receive anything else. "
                               "Delete operators/NAME.pub to shut it out.")
 
-    lst = sub.add_parser("list", help="list enrolled and revoked workers")
+    lst = sub.add_parser("list", help="list enrolled and revoked workers and operators",
+                         description="One line per key: role (worker or operator), name, state "
+                                     "(enrolled or revoked) and fingerprint (sha256 of the public key).")
     lst.add_argument("--dir", default=DEFAULT_DIR, help=f"keys folder (default: {DEFAULT_DIR})")
     lst.set_defaults(func=_list)
 
@@ -102,14 +105,16 @@ def _revoke_worker(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from rulka.errors import UserError
-    from rulka.net.keys import list_workers
+    from rulka.net.keys import list_keys
 
     folder = Path(args.dir).expanduser()
     if not folder.is_dir():
         raise UserError(f"keys folder {folder} does not exist")
-    workers = list_workers(folder)
-    if not workers:
-        print(f"no workers enrolled in {folder} (rulka keys add-worker NAME --dir {folder})")
-    for name, state in workers.items():
-        print(f"{name}\t{state}")
+    keys = list_keys(folder)
+    if not keys:
+        print(f"no workers or operators enrolled in {folder} (rulka keys add-worker NAME --dir {folder})")
+        return 0
+    print("role\tname\tstate\tfingerprint")
+    for row in keys:
+        print("\t".join(row))
     return 0

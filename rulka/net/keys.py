@@ -244,14 +244,38 @@ def revoke_worker(keys_dir: Path, name: str) -> None:
 
 def list_workers(keys_dir: Path) -> dict[str, str]:
     """Enrolled and revoked workers: name -> "enrolled" | "revoked"."""
+    return {name: state for role, name, state, _ in list_keys(keys_dir) if role == "worker"}
+
+
+def key_fingerprint(key: Ed25519PublicKey) -> str:
+    """``sha256:`` and the first 16 hex digits of the SHA-256 of the raw public key: enough to
+    tell whether a bundle's key is the one enrolled."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(raw)
+    return "sha256:" + digest.finalize().hex()[:16]
+
+
+def list_keys(keys_dir: Path) -> list[tuple[str, str, str, str]]:
+    """Every worker and operator key in ``keys_dir`` as (role, name, state, fingerprint), sorted
+    by role then name: workers "enrolled" or "revoked", operators "enrolled" (deleting
+    ``operators/<name>.pub`` shuts one out); the fingerprint is "unreadable" for a damaged key."""
     keys_dir = Path(keys_dir)
-    out: dict[str, str] = {}
-    for state, sub in (("revoked", "revoked"), ("enrolled", "workers")):
+    found: dict[tuple[str, str], tuple[str, Path]] = {}
+    for role, state, sub in (("worker", "revoked", "revoked"), ("worker", "enrolled", "workers"),
+                             ("operator", "enrolled", "operators")):
         folder = keys_dir / sub
         if folder.is_dir():
             for p in folder.glob("*.pub"):
-                out[p.stem] = state
-    return dict(sorted(out.items()))
+                found[(role, p.stem)] = (state, p)  # enrolled again after a revoke: enrolled wins
+    out = []
+    for (role, name), (state, path) in sorted(found.items()):
+        try:
+            fingerprint = key_fingerprint(load_ed25519_public(path))
+        except UserError:
+            fingerprint = "unreadable"
+        out.append((role, name, state, fingerprint))
+    return out
 
 
 def _require_trainer_dir(keys_dir: Path) -> None:
