@@ -17,11 +17,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rulka.segment import Segment
+
+if TYPE_CHECKING:
+    from rulka.memory.files import ChunkStore
 
 Weights = Mapping[str, Any]  # name -> torch.Tensor or np.ndarray; crosses the wire as safetensors
 
@@ -116,11 +119,16 @@ class Memory(ABC):
         each as ``{"obs": ..., "action": ..., "reward": ..., "next_obs": ..., "done": ...}``."""
         raise NotImplementedError
 
-    def save(self, directory: Path) -> None:  # noqa: B027 - optional
-        """Write the stored contents into ``directory`` (own files, not the checkpoint)."""
+    def save(self, directory: Path, chunks: ChunkStore | None = None) -> None:  # noqa: B027 - optional
+        """Write the stored contents into ``directory`` (own files, not the checkpoint).
 
-    def load(self, directory: Path) -> None:  # noqa: B027 - optional
-        """Read back what ``save`` wrote."""
+        ``chunks``: the chunk store the checkpoints share (``rulka.memory.files``); arrays
+        written there as chunks cost disk writes only where their bytes changed since an earlier
+        checkpoint. A memory whose ``save`` and ``load`` have no ``chunks`` parameter is called
+        with ``directory`` alone and writes all of its files every checkpoint."""
+
+    def load(self, directory: Path, chunks: ChunkStore | None = None) -> None:  # noqa: B027 - optional
+        """Read back what ``save`` wrote (``chunks``: the store ``save`` was given)."""
 
 
 class TrainingAgent(ABC):

@@ -5,6 +5,8 @@
   whose n-step future has not arrived yet;
 - ``build_n_step`` (``nstep``): n-step reward sums, cut at exploratory actions when asked;
 - ``SumTree`` (``sumtree``): prioritized sampling;
+- ``ChunkStore``, ``write_replay``, ``read_replay`` (``files``): a memory's files without pickle,
+  as content-addressed chunks that checkpoints share (only changed chunks are written) or one npz;
 - ``UniformReplayMemory`` (``uniform``): uniform replay for SAC/REDQ and any off-policy learner
   without mini-races (memory plugin ``"uniform"``).
 

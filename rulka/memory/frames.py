@@ -13,10 +13,12 @@ Used by the IQN mini-race memory (``rulka.agents.iqn.replay``) and the uniform r
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from rulka.errors import BadInput
+from rulka.memory.files import ChunkStore
 
 
 class FrameStore:
@@ -30,6 +32,8 @@ class FrameStore:
         self.capacity = max(1, int(capacity))
         self.written = 0  # frames ever stored; the next frame gets this serial
         self.fields: dict[str, np.ndarray] = {}
+        # the last put_chunks (or chunked restore): folder, capacity, serial count, entries
+        self._chunked: dict[str, Any] | None = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.fields
@@ -108,11 +112,40 @@ class FrameStore:
     def meta(self) -> dict[str, int]:
         return {"frame_capacity": self.capacity, "frames_written": self.written}
 
-    def restore(self, meta: Mapping[str, int], arrays: Mapping[str, np.ndarray], prefix: str) -> None:
-        """Inverse of ``arrays`` + ``meta``."""
+    def put_chunks(self, store: ChunkStore, prefix: str) -> dict[str, dict[str, Any]]:
+        """Put every ring into ``store`` (``ChunkStore.put_array``); return the entries as
+        ``{prefix + name: entry}`` for ``write_replay(..., stored=...)``.
+
+        Frames are only ever written by ``store``, at the slots of serials ``written`` onwards:
+        the chunks that no serial since the previous ``put_chunks`` into (or chunked ``restore``
+        from) the same folder landed in keep their digests without being read or hashed again."""
+        last = self._chunked
+        if last is not None and (last["folder"] != str(store.folder.resolve()) or last["capacity"] != self.capacity):
+            last = None
+        changed: list[tuple[int, int]] | None = None
+        if last is not None and 0 <= self.written - last["written"] < self.capacity:
+            start = last["written"] % self.capacity
+            stop = start + self.written - last["written"]
+            changed = [(start, min(stop, self.capacity))] + ([(0, stop - self.capacity)] if stop > self.capacity else [])
+        entries = {k: store.put_array(v, None if last is None else last["entries"].get(k), changed)
+                   for k, v in self.fields.items()}
+        self._chunked = {"folder": str(store.folder.resolve()), "capacity": self.capacity, "written": self.written,
+                         "entries": entries}
+        return {prefix + k: e for k, e in entries.items()}
+
+    def restore(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], prefix: str) -> None:
+        """Inverse of ``arrays`` + ``meta`` (``read_replay``'s output, either layout)."""
         self.capacity = int(meta["frame_capacity"])
         self.written = int(meta["frames_written"])
-        self.fields = {k[len(prefix):]: np.array(arrays[k]) for k in arrays if k.startswith(prefix)}
+        # arrays the reader allocated are taken as they are (a copy would double a large ring)
+        self.fields = {k[len(prefix):]: np.require(arrays[k], requirements=["C", "W", "O"])
+                       for k in arrays if k.startswith(prefix)}
         for k, v in self.fields.items():
             if len(v) != self.capacity:
                 raise BadInput("replay", f"saved frames '{k}' hold {len(v)} rows, expected {self.capacity}")
+        self._chunked = None
+        chunked = meta.get("chunks")
+        if isinstance(chunked, Mapping):  # the next put_chunks into that folder rewrites only new frames
+            entries = chunked["arrays"]
+            self._chunked = {"folder": chunked["folder"], "capacity": self.capacity, "written": self.written,
+                             "entries": {k: entries[prefix + k] for k in self.fields}}

@@ -25,7 +25,7 @@ import numpy as np
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
 from rulka.memory.episodes import EpisodeStitcher, Stretch
-from rulka.memory.files import read_replay, write_replay
+from rulka.memory.files import ChunkStore, read_replay, write_replay
 from rulka.memory.frames import FrameStore
 from rulka.memory.nstep import build_n_step
 from rulka.segment import Segment
@@ -232,22 +232,25 @@ class UniformReplayMemory(Memory):
                 for i in range(n)]
 
     # ------------------------------------------------------------------ persistence (no pickle)
-    def save(self, directory: Path) -> None:
-        """Write frames, transitions and counters (npz + json). Held-back steps of unfinished
-        episodes (at most ``n_steps`` each) are not saved."""
-        arrays = self.frames.arrays("frames/")
+    def save(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        """Write frames, transitions and counters (json + arrays): the arrays as chunks in
+        ``chunks`` when given (frames not stored since the previous save there are not
+        rewritten), else in one npz. Held-back steps of unfinished episodes (at most
+        ``n_steps`` each) are not saved."""
+        stored = self.frames.put_chunks(chunks, "frames/") if chunks is not None else {}
+        arrays = {} if chunks is not None else self.frames.arrays("frames/")
         arrays.update({f"transitions/{k}": v for k, v in self.transitions.items()})
         meta = {"version": 1, **self.frames.meta(), "count": self.count, "capacity": self.capacity,
                 "transitions_added": self.transitions_added, "batches_sampled": self.batches_sampled,
                 "counters": self.counters}
-        write_replay(directory, arrays, meta)
+        write_replay(directory, arrays, meta, chunks, stored)
 
-    def load(self, directory: Path) -> None:
-        """Read back what ``save`` wrote (nothing is unpickled)."""
+    def load(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        """Read back what ``save`` wrote, in either layout (nothing is unpickled)."""
         directory = Path(directory)
         if not (directory / "replay.json").exists():
             return
-        meta, data = read_replay(directory)
+        meta, data = read_replay(directory, chunks)
         if int(meta["capacity"]) != self.capacity:
             raise BadInput("replay", f"saved memory holds {meta['capacity']} transitions, configured {self.capacity}")
         self.frames.restore(meta, data, "frames/")

@@ -6,20 +6,28 @@ A checkpoint is a folder ``checkpoints/ckpt-<n>/`` holding
   schedules, counters): every tensor or array goes to safetensors, the rest of the tree (with
   references to the tensors) to JSON;
 - ``trainer.json``: the trainer's counters, dedupe state, RNG states, journal position;
-- ``replay/``: whatever ``Memory.save`` writes.
+- ``replay/``: whatever ``Memory.save`` writes. A memory whose ``save`` takes ``chunks`` (the
+  IQN and uniform replays) writes its arrays into ``checkpoints/chunks/``, shared by the
+  checkpoints: files named by the SHA-256 of their bytes (``rulka.memory.files.ChunkStore``),
+  so a checkpoint writes only the chunks whose bytes changed since the previous one (the frames
+  stored since, the small transition arrays) and names the others;
+- ``manifest.json``: the SHA-256 of every other file and the chunks the replay needs, written last.
 
-- ``manifest.json``: the SHA-256 of every other file, written last.
-
-The folder is written under a temporary name and renamed; ``checkpoints/latest.json`` (replaced
-atomically with ``os.replace``) names the newest complete one, so a crash at any moment leaves
-the previous checkpoint intact and readable. The previous checkpoint is kept as a fallback:
-``load_latest`` checks every file against the manifest and, when the newest checkpoint is damaged
-(a truncated or zero-filled file, a garbage ``latest.json``), loads the one before with a warning.
+The folder is written under a temporary name and renamed (its new chunks are fsynced before);
+``checkpoints/latest.json`` (replaced atomically with ``os.replace``) names the newest complete
+one, so a crash at any moment leaves the previous checkpoint intact and readable. Chunks no kept
+checkpoint names are deleted after the new one is in place. The previous checkpoint is kept as
+a fallback: ``load_latest`` checks every file against the manifest and every chunk against its
+name and, when the newest checkpoint is damaged (a truncated or zero-filled file or chunk, a
+garbage ``latest.json``), loads the one before with a warning. A chunk both checkpoints share
+has one copy: if it is damaged, neither loads, and the error names it. Checkpoints whose replay
+is one ``replay.npz`` (written before chunks) load as before.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -33,9 +41,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rulka.errors import BadInput
+from rulka.memory.files import CHUNK_BYTES, ChunkStore
 
 _LATEST = "latest.json"
 _MANIFEST = "manifest.json"
+CHUNKS = "chunks"  # the replay chunks the checkpoints under a root share
 KEEP = 2  # the newest checkpoint and the one before it (the fallback)
 
 log = logging.getLogger("rulka.trainer")
@@ -154,25 +164,76 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 # -- checkpoint folders -------------------------------------------------------------------------
 def write_checkpoint(root: Path, number: int, agent_state: Any, trainer_state: dict[str, Any],
-                     memory: Any | None = None) -> Path:
+                     memory: Any | None = None, chunk_bytes: int | None = CHUNK_BYTES) -> Path:
     """Write checkpoint ``number`` under ``root`` (the run's ``checkpoints/``) and make it the
-    latest; older checkpoints are removed once the new one is in place. Returns its folder."""
+    latest; older checkpoints, and chunks no kept checkpoint needs, are removed once the new one
+    is in place. ``chunk_bytes``: the size of new replay chunks; None writes the replay whole
+    (``Memory.save(directory)``, the layout before chunks). Returns its folder."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"ckpt-{number:06d}"
     tmp = root / f".ckpt-{number:06d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in root.glob(".ckpt-*.tmp"):  # left by a crash during an earlier write
+        shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir()
     save_tree(tmp, "agent", agent_state)
     (tmp / "trainer.json").write_text(json.dumps(trainer_state))
+    store = ChunkStore(root / CHUNKS, chunk_bytes) if chunk_bytes else None
     if memory is not None:
-        memory.save(tmp / "replay")
-    write_manifest(tmp, number)
+        save_memory(memory, tmp / "replay", store)
+    written = {} if store is None or not store.used else {
+        "chunks_written": store.chunks_written, "bytes_written": store.bytes_written,
+        "chunks_reused": store.chunks_reused}
+    write_manifest(tmp, number, store.used if store is not None else {}, written)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     atomic_write_text(root / _LATEST, json.dumps({"checkpoint": final.name, "number": number}))
     for old in checkpoint_folders(root)[KEEP:]:
         shutil.rmtree(old, ignore_errors=True)
+    prune_chunks(root)
+    if written:
+        log.info("checkpoint %s: replay wrote %.1f MB in %d new chunks, %d chunks unchanged", final.name,
+                 store.bytes_written / 1e6, store.chunks_written, store.chunks_reused)
     return final
+
+
+def _takes_chunks(method: Any) -> bool:
+    try:
+        return "chunks" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def save_memory(memory: Any, directory: Path, chunks: ChunkStore | None) -> None:
+    """``memory.save(directory, chunks=chunks)``, or ``memory.save(directory)`` when there is no
+    store or its ``save`` takes none (a plugin's memory written before chunks)."""
+    if chunks is not None and _takes_chunks(memory.save):
+        memory.save(directory, chunks=chunks)
+    else:
+        memory.save(directory)
+
+
+def load_memory(memory: Any, directory: Path, chunks: ChunkStore | None) -> None:
+    """The counterpart of ``save_memory`` for ``memory.load``."""
+    if chunks is not None and _takes_chunks(memory.load):
+        memory.load(directory, chunks=chunks)
+    else:
+        memory.load(directory)
+
+
+def prune_chunks(root: Path) -> int:
+    """Delete the chunks under ``root`` that no checkpoint folder's manifest names (and leftover
+    temporary chunk files); nothing when a folder's needs cannot be read. Returns the count."""
+    keep: set[str] = set()
+    for folder in checkpoint_folders(root):
+        try:
+            needed = json.loads((folder / _MANIFEST).read_text()).get("chunks", {})
+            if not isinstance(needed, dict):
+                raise TypeError("chunks is not a map")
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.warning("chunks not pruned: the needs of %s are unknown (%s)", folder.name, exc)
+            return 0
+        keep.update(str(d) for d in needed)
+    return ChunkStore(root / CHUNKS).prune(keep)
 
 
 def _sha256(path: Path) -> str:
@@ -183,19 +244,26 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_manifest(folder: Path, number: int) -> None:
-    """Record the SHA-256 of every file in ``folder`` (fsynced: the checksums must hit the disk
-    before the folder is named the latest)."""
+def write_manifest(folder: Path, number: int, chunks: dict[str, int] | None = None,
+                   written: dict[str, int] | None = None) -> None:
+    """Record the SHA-256 of every file in ``folder`` and the replay chunks it needs
+    (``{digest: bytes}``; their names are their checksums), fsynced: the checksums must hit the
+    disk before the folder is named the latest. ``written``: what writing the replay cost."""
     files = {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*"))
              if p.is_file() and p.name != _MANIFEST}
+    manifest: dict[str, Any] = {"number": number, "sha256": files, "chunks": dict(sorted((chunks or {}).items()))}
+    if written:
+        manifest["replay_written"] = written
     with open(folder / _MANIFEST, "w", encoding="utf-8") as f:
-        json.dump({"number": number, "sha256": files}, f)
+        json.dump(manifest, f)
         f.flush()
         os.fsync(f.fileno())
 
 
 def verify_manifest(folder: Path) -> None:
-    """Raise BadInput unless every file the manifest lists is present with its checksum."""
+    """Raise BadInput unless every file the manifest lists is present with its checksum and
+    every chunk it needs is present with its size (a chunk's bytes are checked when the replay
+    reads it)."""
     if not (folder / _MANIFEST).exists():
         log.warning("%s has no %s (written before checksums): its files are not verified", folder, _MANIFEST)
         return
@@ -214,6 +282,13 @@ def verify_manifest(folder: Path) -> None:
             raise BadInput("checkpoint", f"{path} is missing")
         if _sha256(path) != digest:
             raise BadInput("checkpoint", f"{path} is damaged (checksum mismatch)")
+    needed = manifest.get("chunks", {})
+    if not isinstance(needed, dict):
+        raise BadInput("checkpoint", f"{folder / _MANIFEST} is damaged (chunks is not a map)")
+    store = ChunkStore(folder.parent / CHUNKS)
+    for digest, size in needed.items():
+        if not isinstance(size, int) or not store.has(digest, size):
+            raise BadInput("checkpoint", f"replay chunk {store.path(digest)} is missing or not {size} bytes")
 
 
 def checkpoint_folders(root: Path) -> list[Path]:
@@ -227,10 +302,10 @@ def checkpoint_folders(root: Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def load_latest(root: Path, load_memory: Any = None) -> tuple[Path, Any, dict[str, Any]] | None:
+def load_latest(root: Path, memory: Any = None) -> tuple[Path, Any, dict[str, Any]] | None:
     """The newest intact checkpoint under ``root`` as (folder, agent state, trainer state), or
-    None when there is none at all. ``load_memory(folder / "replay")`` runs inside the same
-    check, so a replay that does not load also falls back to the previous checkpoint.
+    None when there is none at all. ``memory`` (when given) loads the checkpoint's replay inside
+    the same check, so a replay that does not load also falls back to the previous checkpoint.
 
     Raises UserError (one line naming each damaged checkpoint) when checkpoints exist but none
     is intact."""
@@ -253,8 +328,8 @@ def load_latest(root: Path, load_memory: Any = None) -> tuple[Path, Any, dict[st
         try:
             verify_manifest(folder)
             agent_state, trainer_state = read_checkpoint(folder)
-            if load_memory is not None:
-                load_memory(folder / "replay")
+            if memory is not None:
+                load_memory(memory, folder / "replay", ChunkStore(root / CHUNKS))
         except BadInput as exc:
             problems.append(str(exc))
             log.warning("checkpoint %s is damaged: %s", folder.name, exc)

@@ -348,7 +348,7 @@ class Trainer:
 
     def _restore(self) -> None:
         assert self.run_dir is not None
-        found = ckpt.load_latest(self.run_dir / "checkpoints", self.memory.load)
+        found = ckpt.load_latest(self.run_dir / "checkpoints", self.memory)
         journal_from = 0
         if found is not None:
             folder, agent_state, state = found

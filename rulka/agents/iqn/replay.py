@@ -40,7 +40,7 @@ from rulka.config.sections import EnvironmentConfig, MemoryConfig, TrainingConfi
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
 from rulka.memory.episodes import EpisodeStitcher, Stretch
-from rulka.memory.files import read_replay, write_replay
+from rulka.memory.files import ChunkStore, read_replay, write_replay
 from rulka.memory.frames import FrameStore
 from rulka.memory.nstep import build_n_step
 from rulka.memory.sumtree import SumTree
@@ -493,10 +493,13 @@ class MiniRaceReplayMemory(Memory):
                 for k in range(len(slots))]
 
     # ------------------------------------------------------------------ persistence
-    def save(self, directory: Path) -> None:
-        """Write frames, transitions and counters to ``directory`` (npz + json, no pickle).
-        Tails of unfinished episodes (at most ``n_steps`` steps each) are not saved."""
-        arrays: dict[str, np.ndarray] = self.frames.arrays("frames_")
+    def save(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        """Write frames, transitions and counters to ``directory`` (json + arrays, no pickle):
+        the arrays as chunks in ``chunks`` when given (frames not stored since the previous
+        save there are not rewritten), else in one npz. Tails of unfinished episodes (at most
+        ``n_steps`` steps each) are not saved."""
+        stored = self.frames.put_chunks(chunks, "frames_") if chunks is not None else {}
+        arrays: dict[str, np.ndarray] = {} if chunks is not None else self.frames.arrays("frames_")
         for name, ring in (("train", self.train), ("test", self.test)):
             for k, v in ring.arrays.items():
                 arrays[f"{name}_{k}"] = v
@@ -510,11 +513,11 @@ class MiniRaceReplayMemory(Memory):
                 "batches_sampled": self.batches_sampled, "prio_updated": self._prio_updated,
                 "max_priority": self.max_priority, "train_transitions_added": self.train_transitions_added,
                 "counters": self.counters}
-        write_replay(directory, arrays, meta)
+        write_replay(directory, arrays, meta, chunks, stored)
 
-    def load(self, directory: Path) -> None:
-        """Read back what ``save`` wrote (nothing is unpickled)."""
-        meta, data = read_replay(directory)
+    def load(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        """Read back what ``save`` wrote, in either layout (nothing is unpickled)."""
+        meta, data = read_replay(directory, chunks)
         self.frames.restore(meta, data, "frames_")
         self.obs_key = str(meta["obs_key"])
         for name, ring in (("train", self.train), ("test", self.test)):
