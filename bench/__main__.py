@@ -280,6 +280,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"])]
     lines += extended_runs(BENCH_DIR / "extended_runs.json")
+    lines += recipe_studies(BENCH_DIR / "recipe_studies.json")
     lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
     return "\n".join(lines)
 
@@ -287,16 +288,31 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
 def extended_runs(path: Path) -> list[str]:
     """The outcomes of the ``extended`` learning runs, from ``bench/extended_runs.json`` (a list of
     rows with test, outcome, minutes, date, machine, command, note; add a row after a run)."""
+    return _json_table(path, ("test", "outcome", "minutes", "date", "machine", "command", "note"),
+                       "Extended learning runs",
+                       "Outcomes of the tests marked `extended` (too long for CI), recorded by hand in "
+                       "`bench/extended_runs.json`.")
+
+
+def recipe_studies(path: Path) -> list[str]:
+    """Seed studies of learning recipes, from ``bench/recipe_studies.json`` (rows appended by
+    ``python bench/recipe.py ... --record``)."""
+    return _json_table(path, ("config", "overrides", "target", "reached", "reached_at_frames", "frames",
+                              "minutes", "date", "machine", "command", "note"),
+                       "Recipe studies (seeds)",
+                       "One recipe, several seeds, the trainer's schedule without the network "
+                       "(`bench/recipe.py`, deterministic per seed): in how many seeds the greedy policy "
+                       "reached the target within the frame budget. Rows in `bench/recipe_studies.json`.")
+
+
+def _json_table(path: Path, keys: tuple[str, ...], title: str, intro: str) -> list[str]:
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     if not isinstance(rows, list) or not rows:
         return []
-    keys = ("test", "outcome", "minutes", "date", "machine", "command", "note")
-    lines = ["", "## Extended learning runs", "",
-             "Outcomes of the tests marked `extended` (too long for CI), recorded by hand in "
-             "`bench/extended_runs.json`.", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines = ["", f"## {title}", "", intro, "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for row in rows:
         if isinstance(row, dict):
             lines.append("| " + " | ".join(str(row.get(k, "")).replace("|", "/") for k in keys) + " |")

@@ -97,7 +97,7 @@ class _SpillCheck:
                 raise
 
 
-class _EpisodeBuffer:
+class EpisodeBuffer:
     """Collects one segment's worth of steps; the last observation carries over to the next."""
 
     def __init__(self) -> None:
@@ -594,7 +594,7 @@ class Worker:
             return self.env.action_space.sample(), {}
         return self.actor.act_with_info(obs, test=test)
 
-    def _produce(self, buf: _EpisodeBuffer, episode_id: int, index: int, done: bool,
+    def _produce(self, buf: EpisodeBuffer, episode_id: int, index: int, done: bool,
                  info: dict[str, Any], stop_event: threading.Event, test: bool = False) -> bool:
         seq = self.counters.take_seq()
         seg = Segment(
@@ -695,7 +695,7 @@ class Worker:
             obs, reset_info = self.env.reset(seed=start_id)
         if self.actor is not None:
             self.actor.reset()
-        buf = _EpisodeBuffer()
+        buf = EpisodeBuffer()
         buf.start(obs_to_arrays(obs, reset_info), 0)
         index = 0
         ret = 0.0

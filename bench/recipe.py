@@ -1,0 +1,230 @@
+"""Benchmark: is a learning recipe reliable across seeds? One config, several seeds, one process each.
+
+A distributed run is not repeatable (thread timing, two workers' interleaving), so one good or bad
+run says little about a config. This bench runs the same recipe as the trainer does, without the
+network and without threads, so that a seed gives the same run every time:
+
+- a worker's episode loop (``rulka.worker.worker.EpisodeBuffer``, segments of
+  ``worker.segment_max_steps``) with the actor the agent publishes, refreshed every
+  ``trainer.publish_every_updates`` updates (the policy lag of a run on one machine);
+- the trainer's rate limiter (``SampleToInsertRatio`` over the memory's samples per insert,
+  starting at the memory's start size: no burst at the start);
+- the agent's and the env's frame-driven schedules fed with the frames played.
+
+Every ``--eval-every`` frames the current policy is evaluated greedily: a Gymnasium env by its
+mean return over ``--eval-episodes`` episodes, the simulator by one race from the start (finished,
+race time, metres). The JSON names, per seed, the best evaluation, the frames at which the target
+was first reached (``--target``: a return, or ``finish`` for the simulator) and the history; the
+summary says in how many seeds the target was reached.
+
+    python bench/recipe.py --config configs/cartpole_iqn.yaml --seeds 0 1 2 3 --frames 200000
+    python bench/recipe.py --config configs/sim_iqn.yaml --seeds 0 1 2 --frames 200000 --target finish \\
+        --set exploration.epsilon_schedule='[[0,1.0],[20000,0.1]]'
+
+Seeds run ``--parallel`` at a time (default: one per core), each in its own process with one
+torch thread. IQN-family (replay) agents only: the on-policy learners have their own benches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int) -> dict[str, Any]:
+    """Greedy outcome of ``actor``: the simulator's race from the start, or a gym env's mean return."""
+    import numpy as np
+
+    from rulka.plugins import make_env
+
+    env = make_env(cfg)
+    if cfg.environment.backend == "sim":
+        obs, info = env.reset(seed=0)
+        actor.reset()
+        ret = 0.0
+        while True:
+            obs, r, terminated, truncated, info = env.step(actor.act(obs, test=True))
+            ret += float(r)
+            if terminated or truncated:
+                break
+        finished = bool(info.get("finished"))
+        return {"return": round(ret, 2), "finished": finished,
+                "race_time_s": round(info["race_time_ms"] / 1000, 2) if finished else None,
+                "progress_m": round(float(info.get("progress_m", 0.0)), 1), "cutoff": info.get("cutoff", "")}
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        actor.reset()
+        done, total = False, 0.0
+        while not done:
+            obs, r, terminated, truncated, _ = env.step(actor.act(obs, test=True))
+            total += float(r)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return {"return": round(float(np.mean(returns)), 2)}
+
+
+def _reached(result: dict[str, Any], target: str) -> bool:
+    if target == "finish":
+        return bool(result.get("finished"))
+    return result["return"] >= float(target)
+
+
+def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_every: int,
+             eval_episodes: int, target: str) -> dict[str, Any]:
+    """One seed of the recipe (see the module docstring); returns its outcome and history."""
+    import torch
+
+    from rulka.agents.iqn.settings import make_agent, make_memory
+    from rulka.config import load_config
+    from rulka.plugins import make_env, obs_to_arrays
+    from rulka.segment import Segment
+    from rulka.trainer.ratelimit import SampleToInsertRatio
+    from rulka.worker.worker import EpisodeBuffer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    cfg = load_config(config, [*overrides, f"training.seed={seed}"], env_file=None)
+    if cfg.training.algorithm not in ("iqn",):
+        raise SystemExit(f"bench/recipe.py: training.algorithm {cfg.training.algorithm!r}: replay (iqn) agents only")
+    agent = make_agent(cfg, device="cpu", seed=seed)
+    memory = make_memory(cfg, seed=seed)
+    batch = int(cfg.training.batch_size)
+    limiter = SampleToInsertRatio(float(memory.samples_per_insert), max(int(memory.start_learning_size or 0), batch),
+                                  cfg.trainer.rate_limit.error_buffer, batch_size=batch)
+    publish_every = int(cfg.trainer.publish_every_updates or 100)
+    seg_steps = int(cfg.worker.segment_max_steps)
+    env = make_env(cfg)
+    set_env_frames = getattr(getattr(env, "unwrapped", env), "set_frames_played", None)
+    actor = agent.get_actor()
+    played = updates = episode = 0
+    next_eval = eval_every
+    history: list[dict[str, Any]] = []
+    returns: list[float] = []
+    best: dict[str, Any] | None = None
+    first_reached: int | None = None
+    t0 = time.monotonic()
+
+    def insert(buf: EpisodeBuffer, index: int, done: bool) -> None:
+        nonlocal updates, actor
+        seg = Segment(run_id="recipe", worker_id="w0", episode_id=episode, seq=0, index_in_episode=index,
+                      first_step=buf.first_step, policy_version=updates // publish_every,
+                      arrays=buf.arrays(), episode_done=done)
+        held_out = memory.held_out_transitions
+        added = memory.append(seg)  # the trainer's count: trainable transitions, not the test store's
+        limiter.record_insert(max(0, added - (memory.held_out_transitions - held_out)))
+        while limiter.can_sample(batch, len(memory)):
+            agent.train(memory.sample(batch))
+            limiter.record_sample(batch)
+            updates += 1
+            if updates % publish_every == 0:
+                actor = agent.get_actor()
+
+    while played < frames:
+        if callable(set_env_frames):
+            set_env_frames(played)
+        obs, info = env.reset(seed=seed * 1_000_003 + episode)
+        actor.reset()
+        buf = EpisodeBuffer()
+        buf.start(obs_to_arrays(obs, info), 0)
+        index, step, ret = 0, 0, 0.0
+        while True:
+            action, extras = actor.act_with_info(obs)
+            obs, reward, terminated, truncated, info = env.step(action)
+            step += 1
+            ret += float(reward)
+            done = bool(terminated or truncated)
+            buf.add(action, extras, float(reward), bool(terminated), bool(truncated), obs_to_arrays(obs, info))
+            if done or len(buf) >= seg_steps:
+                insert(buf, index, done)
+                index += 1
+                if done:
+                    break
+                buf.start(buf.obs[-1], step)
+        played += step
+        episode += 1
+        returns = (returns + [ret])[-20:]
+        if played >= next_eval or played >= frames:
+            next_eval += eval_every
+            result = _evaluate(cfg, agent.get_actor(), eval_episodes, seed=100_000)
+            row = {"frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
+                   "exploring_return": round(sum(returns) / len(returns), 2), **result}
+            history.append(row)
+            print(json.dumps({"seed": seed, **row}), file=sys.stderr, flush=True)
+            if best is None or (result.get("finished"), result["return"]) > (best.get("finished"), best["return"]):
+                best = row
+            if first_reached is None and _reached(result, target):
+                first_reached = played
+    return {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
+            "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
+            "best": best, "last": history[-1] if history else None, "history": history}
+
+
+def record(out: dict[str, Any], note: str, command: str) -> None:
+    """Append the study's summary row to ``bench/recipe_studies.json``."""
+    path = REPO / "bench" / "recipe_studies.json"
+    rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    per_seed = ", ".join(
+        f"seed {r['seed']}: " + (f"at {r['reached_at_frames']}" if r["reached_at_frames"] is not None else "no")
+        + f" (best {r['best']['return'] if r['best'] else '-'}"
+        + (f", {r['best']['race_time_s']} s" if r["best"] and r["best"].get("race_time_s") else "") + ")"
+        for r in out["runs"])
+    rows.append({"config": Path(out["config"]).name, "overrides": " ".join(out["overrides"]) or "-",
+                 "target": out["target"], "reached": f"{out['summary']['reached']}/{out['summary']['seeds']}",
+                 "reached_at_frames": per_seed, "frames": out["frames"], "minutes": out["summary"]["minutes"],
+                 "date": out["date"], "machine": f"{out['machine']['cpus']} cpus, {out['machine']['platform']}",
+                 "command": command, "note": note})
+    path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default=str(REPO / "configs" / "cartpole_iqn.yaml"))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--frames", type=int, default=200_000)
+    p.add_argument("--eval-every", type=int, default=10_000, help="frames between greedy evaluations")
+    p.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation (gym envs)")
+    p.add_argument("--target", default="475", help="a mean greedy return, or 'finish' (simulator)")
+    p.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--record", metavar="NOTE", help="append a summary row to bench/recipe_studies.json "
+                   "(BENCHMARKS.md after `python -m bench --rewrite`), with this note")
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+    jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target) for s in args.seeds]
+    with ProcessPoolExecutor(max_workers=max(1, min(args.parallel, len(jobs)))) as pool:
+        runs = list(pool.map(run_seed, *zip(*jobs, strict=True)))
+    reached = [r for r in runs if r["reached_at_frames"] is not None]
+    out = {
+        "bench": "recipe", "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "config": args.config, "overrides": args.set, "frames": args.frames, "target": args.target,
+        "summary": {"seeds": len(runs), "reached": len(reached),
+                    "reached_at_frames": sorted(r["reached_at_frames"] for r in reached),
+                    "minutes": round((time.monotonic() - t0) / 60, 1)},
+        "runs": runs,
+    }
+    text = json.dumps(out, indent=1)
+    if args.record is not None:
+        record(out, args.record, " ".join(["python bench/recipe.py", *(argv if argv is not None else sys.argv[1:])]))
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
