@@ -34,6 +34,8 @@ SCRIPTS: dict[str, str] = {
     "learner": "IQN training batches/s and samples/s at batch 512",
     "trainer_loop": "trainer role with N unpaced workers: updates/s over IQNAgent.train alone, samples per insert",
     "ingest": "transitions/s one trainer ingests at 160x120 + 184 floats, 1, 2 and all decode threads",
+    "checkpoint": "trainer checkpoint of a 50k-transition 160x120 replay: seconds and MB written, first and "
+                  "second (5% new), incremental chunks vs the whole replay.npz rewrite",
     "e2e": "time for the default `rulka run` to first finish the track",
     "peer_tmrl": "TMRL 0.7.1 side by side: relay path on the same payloads, bytes on the wire per transition",
     "sac_pendulum": "SAC on Pendulum-v1: `rulka run` vs TMRL 0.7.1's pipeline, wall-clock and env steps to -200",

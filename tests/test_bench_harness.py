@@ -91,8 +91,8 @@ def test_the_real_suite_lists_every_script() -> None:
                             text=True, timeout=60)
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
-        "transport", "sim", "pipeline", "learner", "trainer_loop", "ingest", "e2e", "peer_tmrl", "sac_pendulum",
-        "tm2020_fake", "tmnf_fake", "policy_cartpole", "soak"]
+        "transport", "sim", "pipeline", "learner", "trainer_loop", "ingest", "checkpoint", "e2e", "peer_tmrl",
+        "sac_pendulum", "tm2020_fake", "tmnf_fake", "policy_cartpole", "soak"]
 
 
 def test_parse_json_and_flatten() -> None:
