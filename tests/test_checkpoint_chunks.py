@@ -300,3 +300,33 @@ def test_trainer_checkpoints_and_resumes_through_the_chunks(tmp_path, caplog):
     # no checkpoint saves)
     assert at_first["counts"][0] < t3.memory.count <= at_second["counts"][0]
     t3.close()
+
+
+def test_trajectory_memory_checkpoints_write_only_new_rollouts(tmp_path):
+    """The DPO pair buffer (a FIFO of whole episodes that outlive checkpoints): each rollout is
+    a chunk, so the next checkpoint writes the new episode only; a resume gives the same buffer."""
+    from test_policy_learners import seg
+
+    from rulka.agents.policy.memory import PairMemory
+
+    def rollouts(mem):
+        return [(meta, {k: v.tolist() for k, v in arrays.items()}) for meta, arrays in
+                (r.to_arrays() for r in mem.buffer)]
+
+    mem = PairMemory(pair_buffer_max=8)
+    for ep in range(5):
+        mem.append(seg(episode=ep, reward=float(ep), t=6))
+    write(tmp_path, 1, mem)
+    mem.append(seg(episode=5, reward=9.0, t=6))
+    second = write(tmp_path, 2, mem)
+    assert json.loads((second / "manifest.json").read_text())["replay_written"]["chunks_written"] == 1
+    assert len(list((tmp_path / "chunks").iterdir())) == 6
+
+    again = PairMemory(pair_buffer_max=8)
+    assert ckpt.load_latest(tmp_path, again)[0] == second
+    assert rollouts(again) == rollouts(mem) and again.frames_played == mem.frames_played
+    newest = json.loads((second / "manifest.json").read_text())["chunks"]
+    only_second = set(newest) - set(json.loads((tmp_path / "ckpt-000001" / "manifest.json").read_text())["chunks"])
+    (tmp_path / "chunks" / f"{only_second.pop()}.bin").write_bytes(b"\1" * max(newest.values()))
+    fallback = PairMemory(pair_buffer_max=8)
+    assert ckpt.load_latest(tmp_path, fallback)[0].name == "ckpt-000001" and len(fallback.buffer) == 5

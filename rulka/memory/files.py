@@ -94,6 +94,14 @@ class ChunkStore:
             os.replace(tmp, self.path(digest))
         self._pending.clear()
 
+    def folder_from(self, directory: Path) -> str:
+        """This store's folder as a file in ``directory`` names it: relative (checkpoint folders
+        can move together), absolute where there is no relative path (another Windows drive)."""
+        try:
+            return Path(os.path.relpath(self.folder, directory)).as_posix()
+        except ValueError:
+            return str(self.folder.resolve())
+
     def _use(self, digest: str, size: int) -> None:
         self.used[digest] = size
 
@@ -155,13 +163,23 @@ class ChunkStore:
         flat = out.reshape(-1).view(np.uint8)
         offset = 0
         for digest, size in zip(digests, sizes):
-            part = flat[offset:offset + size]
-            with open(self.path(digest), "rb") as f:
-                got = f.readinto(memoryview(part))
-            if got != size or hashlib.sha256(memoryview(part)).hexdigest() != digest:
-                raise BadInput("replay", f"chunk {self.path(digest)} of {name!r} is damaged (checksum mismatch)")
+            self._read_into(digest, flat[offset:offset + size], name)
             offset += size
         return out
+
+    def read_bytes(self, digest: str, size: int, what: str) -> bytes:
+        """The ``size`` bytes of chunk ``digest``, checked against it (``BadInput`` otherwise)."""
+        if not isinstance(size, int) or not self.has(digest, size):
+            raise BadInput("replay", f"chunk {self.path(digest)} of {what} is missing or not {size} bytes")
+        out = np.empty(size, np.uint8)
+        self._read_into(digest, out, what)
+        return out.tobytes()
+
+    def _read_into(self, digest: str, part: np.ndarray, what: str) -> None:
+        with open(self.path(digest), "rb") as f:
+            got = f.readinto(memoryview(part))
+        if got != part.nbytes or hashlib.sha256(memoryview(part)).hexdigest() != digest:
+            raise BadInput("replay", f"chunk {self.path(digest)} of {what!r} is damaged (checksum mismatch)")
 
     def prune(self, keep: set[str]) -> int:
         """Delete chunk files (and leftover temporary files) whose digest is not in ``keep``;
@@ -192,11 +210,7 @@ def write_replay(directory: Path, arrays: Mapping[str, np.ndarray], meta: dict[s
         entries = dict(stored or {})
         entries.update({k: chunks.put_array(v) for k, v in arrays.items() if k not in entries})
         chunks.commit()
-        try:
-            folder = Path(os.path.relpath(chunks.folder, directory)).as_posix()
-        except ValueError:  # Windows: another drive has no relative path
-            folder = str(chunks.folder.resolve())
-        meta["chunks"] = {"folder": folder, "arrays": entries}
+        meta["chunks"] = {"folder": chunks.folder_from(directory), "arrays": entries}
         (directory / "replay.npz").unlink(missing_ok=True)
     else:
         tmp = directory / "replay.npz.tmp"

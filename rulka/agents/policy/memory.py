@@ -29,6 +29,7 @@ from rulka.agents.policy.rollout import MIN_ROLLOUT_STEPS, Rollout, build_rollou
 from rulka.config.schedules import linear_schedule
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
+from rulka.memory.files import ChunkStore
 from rulka.segment import Segment, decode_arrays, encode_arrays, pack, unpack
 
 MEMORY_FILE = "policy_memory.msgpack"
@@ -168,31 +169,47 @@ class _PolicyMemory(Memory):
     def _restore(self, stored: dict[str, list[Rollout]]) -> None:
         pass
 
-    def save(self, directory: Path) -> None:
-        """Buffered rollouts and counters as msgpack with raw arrays (no pickle). Segments of
+    def save(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        """Buffered rollouts and counters as msgpack with raw arrays (no pickle): with ``chunks``,
+        each rollout is a chunk of its own there (one already saved by an earlier checkpoint is
+        not written again) and the file names them; without, all in the file. Segments of
         unfinished episodes are not saved: the trainer's journal replays what came after."""
         directory.mkdir(parents=True, exist_ok=True)
-        stored = {name: [dict(zip(("meta", "arrays"), r.to_arrays())) for r in rollouts]
+        stored = {name: [{"meta": meta, "arrays": encode_arrays(arrays)}
+                         for meta, arrays in (r.to_arrays() for r in rollouts)]
                   for name, rollouts in self._stored().items()}
-        for items in stored.values():
-            for item in items:
-                item["arrays"] = encode_arrays(item["arrays"])
-        state = {"frames_played": self.frames_played, "takes": self.takes, "policy_version": self.policy_version,
-                 "counters": self.counters, "stored": stored}
+        state: dict[str, Any] = {"frames_played": self.frames_played, "takes": self.takes,
+                                 "policy_version": self.policy_version, "counters": self.counters}
+        if chunks is None:
+            state["stored"] = stored
+        else:
+            blobs = {name: [pack(item) for item in items] for name, items in stored.items()}
+            state["stored_chunks"] = {name: [[chunks.put(np.frombuffer(b, np.uint8)), len(b)] for b in items]
+                                      for name, items in blobs.items()}
+            chunks.commit()
+            state["chunk_folder"] = chunks.folder_from(directory)
         (directory / MEMORY_FILE).write_bytes(pack(state))
 
-    def load(self, directory: Path) -> None:
+    def load(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        """Read back what ``save`` wrote, either layout (``chunks``: the store it was given;
+        default: the folder the file names); every chunk is checked against its SHA-256."""
         path = directory / MEMORY_FILE
         if not path.exists():
             return
         state = unpack(path.read_bytes())
         try:
+            if "stored_chunks" in state:
+                store = chunks if chunks is not None else ChunkStore(directory / str(state["chunk_folder"]))
+                items = {str(name): [unpack(store.read_bytes(str(digest), size, f"{name} rollout"))
+                                     for digest, size in refs] for name, refs in state["stored_chunks"].items()}
+            else:
+                items = state["stored"]
             self.frames_played = int(state["frames_played"])
             self.takes = int(state["takes"])
             self.policy_version = int(state["policy_version"])
             self.counters.update({str(k): int(v) for k, v in state["counters"].items()})
             stored = {str(name): [Rollout.from_arrays(dict(item["meta"]), decode_arrays(item["arrays"]))
-                                  for item in items] for name, items in state["stored"].items()}
+                                  for item in rollouts] for name, rollouts in items.items()}
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise BadInput("policy memory", f"malformed {path.name}: {exc}") from None
         self._restore(stored)
@@ -399,12 +416,12 @@ class PairMemory(_PolicyMemory):
         self.buffer.clear()
         self.buffer.extend(stored.get("buffer", []))
 
-    def save(self, directory: Path) -> None:
-        super().save(directory)
+    def save(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        super().save(directory, chunks)
         (directory / "offline_index.json").write_text(json.dumps({"offline_index": self.offline_index}))
 
-    def load(self, directory: Path) -> None:
-        super().load(directory)
+    def load(self, directory: Path, chunks: ChunkStore | None = None) -> None:
+        super().load(directory, chunks)
         path = directory / "offline_index.json"
         if path.exists():
             self.offline_index = int(json.loads(path.read_text()).get("offline_index", 0))
