@@ -9,6 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rulka.errors import BadInput
 from rulka.net.wire import (
+    MAX_BATCH,
     BadFrame,
     MessageCounter,
     Reassembler,
@@ -17,6 +18,7 @@ from rulka.net.wire import (
     deserialize,
     hello_nonce,
     join_token,
+    make_batch_envelopes,
     make_envelopes,
     parse_challenge_token,
     parse_join_token,
@@ -202,6 +204,105 @@ def test_wrong_field_type_is_malformed():
     e["n"] = True  # bool is not a counter
     with pytest.raises(BadInput):
         check_envelope(e, max_message_bytes=100)
+
+
+# -- several messages under one signature -------------------------------------------------------
+class CountingKey:
+    """ALICE's public key, counting verifications."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def verify(self, sig, data):
+        self.calls += 1
+        ALICE.public_key().verify(sig, data)
+
+
+def batch(payloads, first_n=1, key=ALICE, chunk=4):
+    """Wire round trip of a signed batch: one list of envelopes per message."""
+    streams = make_batch_envelopes([("segment", first_n + i, p, "") for i, p in enumerate(payloads)], "alice",
+                                   signing_key=key, chunk_bytes=chunk)
+    return [[deserialize(serialize(e)) for e in s] for s in streams]
+
+
+def test_a_batch_verifies_once_and_each_message_alone():
+    pub = CountingKey()
+    r = Reassembler(lambda name: pub if name == "alice" else None)
+    msgs = batch([b"one", b"second message", b""])
+    assert all(len(e["B"]) == 3 for m in msgs for e in m)
+    # the relay may drop any of them: the others still prove their sender
+    out = [r.feed(e) for e in msgs[0] + msgs[2]]
+    assert [m.payload for m in out if m is not None] == [b"one", b""]
+    assert pub.calls == 1
+    assert Reassembler(keys).feed(msgs[1][-1]) is None  # a fresh receiver verifies it without the others
+    one = make_batch_envelopes([("segment", 9, b"solo", "")], "alice", signing_key=ALICE)[0]
+    assert "B" not in next(one)  # a single message keeps the single-message form
+
+
+def test_a_changed_header_in_a_batch_is_rejected_even_after_the_batch_verified():
+    pub = CountingKey()
+    r = Reassembler(lambda name: pub if name == "alice" else None)
+    first, second = batch([b"abcd", b"efgh"])
+    assert r.feed(first[0]).payload == b"abcd"
+    forged = dict(second[0], L=3, d=b"xyz", h=hashlib.sha256(b"xyz").digest())  # same B and signature
+    with pytest.raises(BadInput) as exc:
+        r.feed(forged)
+    assert exc.value.reason == "bad_signature"
+    # a digest list rewritten to include the forged header fails the signature itself
+    with pytest.raises(BadInput) as exc:
+        r.feed(dict(forged, B=[first[0]["B"][0], hashlib.sha256(serialize(
+            [forged[k] for k in ("v", "k", "s", "n", "to", "c", "L", "h")])).digest()]))
+    assert exc.value.reason == "bad_signature"
+    assert r.feed(second[0]).payload == b"efgh" and pub.calls == 2
+
+
+def test_a_batch_signed_by_another_key_or_replayed_is_rejected():
+    r = Reassembler(keys)
+    [[evil]] = batch([b"x"], first_n=5, key=MALLORY)  # one message: the single form
+    mallory_batch = batch([b"x", b"y"], first_n=5, key=MALLORY)
+    for env in (evil, mallory_batch[0][0]):
+        with pytest.raises(BadInput) as exc:
+            r.feed(env)
+        assert exc.value.reason == "bad_signature"
+    good = batch([b"p", b"q"], first_n=20)
+    assert r.feed(good[1][0]).payload == b"q"
+    with pytest.raises(BadInput) as exc:  # the cache must not let an older counter in
+        r.feed(good[0][0])
+    assert exc.value.reason == "replayed"
+
+
+def test_a_reloaded_sender_key_is_verified_again():
+    current = {"key": CountingKey()}
+    r = Reassembler(lambda name: current["key"] if name == "alice" else None)
+    first, second = batch([b"a", b"b"])
+    r.feed(first[0])
+    current["key"] = None  # revoked between two messages of a batch
+    with pytest.raises(BadInput) as exc:
+        r.feed(second[0])
+    assert exc.value.reason == "unknown_sender"
+    current["key"] = CountingKey()  # enrolled again: a new key object, verified afresh
+    r.feed(second[0])
+    assert current["key"].calls == 1
+
+
+@pytest.mark.parametrize("digests", [[b"x" * 32], [b"x" * 32] * (MAX_BATCH + 1), [b"x" * 32, b"short"],
+                                     [b"x" * 32, "text"], b"x" * 64])
+def test_malformed_batch_digest_lists_are_refused(digests):
+    e = batch([b"a", b"b"])[0][0]
+    e["B"] = digests
+    with pytest.raises(BadInput) as exc:
+        check_envelope(e, max_message_bytes=100)
+    assert exc.value.reason == "malformed"
+    e.pop("B")
+    e["extra"] = 1
+    with pytest.raises(BadInput):
+        check_envelope(e, max_message_bytes=100)
+
+
+def test_batch_size_is_bounded():
+    for n in (0, MAX_BATCH + 1):
+        with pytest.raises(ValueError):
+            make_batch_envelopes([("segment", i + 1, b"x", "") for i in range(n)], "alice", signing_key=ALICE)
 
 
 def test_message_counter_increases_across_instances():

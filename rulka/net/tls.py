@@ -8,7 +8,8 @@ reconnects by itself with exponential backoff from ``network.reconnect_backoff_s
 threads:
 
 - a sender: ``send``/``broadcast``/``send_to`` only queue (bounded by ``network.outbox_messages``;
-  a full outbox raises ``OutboxFull`` at once, nothing queued). The sender signs each message,
+  a full outbox raises ``OutboxFull`` at once, nothing queued). The sender signs each message
+  (the messages queued together under one signature, up to ``MAX_BATCH`` / ``BATCH_BYTES``),
   cuts it into chunks and hands them to tlspyo, waiting while the server is unreachable.
 - a receiver: checks every chunk (shape, sender key, signature, counter, digest) and hands
   complete messages to ``receive``. Anything that fails is dropped and counted in
@@ -39,16 +40,18 @@ from rulka.net.link import TRAINER_ONLY_KINDS, LinkClosed, Message, OutboxFull, 
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import check_kind
 from rulka.net.wire import (
+    MAX_BATCH,
     MessageCounter,
     Reassembler,
     deserialize,
-    make_envelopes,
+    make_batch_envelopes,
     serialize,
 )
 
 log = logging.getLogger("rulka.net")
 
 TRAINER_CREDIT = 64  # chunks the server may push to the trainer before it asks for more
+BATCH_BYTES = 4 * 1024 * 1024  # queued messages signed together up to this many payload bytes
 _STOP = object()
 
 
@@ -234,16 +237,38 @@ class _TlsLink:
             item = self._outbox.get()
             if item is _STOP:
                 return
-            kind, payload, channel, count, target = item
-            # hold the message while the server is away: tlspyo would buffer it without bound
+            # what else is queued already goes out under the same signature (rulka.net.wire)
+            batch, size, stop = [item], len(item[1]), False
+            while len(batch) < MAX_BATCH and size < BATCH_BYTES:
+                try:
+                    more = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    stop = True
+                    break
+                batch.append(more)
+                size += len(more[1])
+            # hold the messages while the server is away: tlspyo would buffer them without bound
             while not self.connected() and not self._closed.is_set():
                 time.sleep(0.05)
             if self._closed.is_set():
                 return
+            self._send_batch(batch)
+            if stop:
+                return
+
+    def _send_batch(self, batch: list[tuple[str, bytes, str, int, str]]) -> None:
+        try:
+            messages = [(kind, self._counter.next(), payload, target) for kind, payload, _, _, target in batch]
+            streams = make_batch_envelopes(messages, self.identity, signing_key=self.creds.signing_key,  # type: ignore[arg-type]
+                                           chunk_bytes=self.settings.chunk_bytes)
+        except Exception as exc:  # a bug: lose these messages, not the thread
+            log.warning("%s: could not sign %d message(s): %s", self.identity, len(batch), exc)
+            return
+        for (kind, payload, channel, count, _), envelopes in zip(batch, streams, strict=True):
             try:
-                n = self._counter.next()
-                for env in make_envelopes(kind, self.identity, n, payload, signing_key=self.creds.signing_key,  # type: ignore[arg-type]
-                                          target=target, chunk_bytes=self.settings.chunk_bytes):
+                for env in envelopes:
                     self._ep_send(env, {channel: count})
                 self.counters["messages_sent"] += 1
                 self.counters["bytes_sent"] += len(payload)

@@ -16,6 +16,14 @@ Two layers cross the network:
 
    ``sig`` signs ``[v, k, s, n, to, c, L, h]`` with the sender's key, so the first chunk already
    proves who sent the message (before any buffering), and the hash ties every chunk to it.
+
+   A sender with several messages queued signs them together (``make_batch_envelopes``): each
+   of their envelopes also carries ``"B"``, the list of the batch's header digests
+   (``sha256`` of each message's signed fields), and ``sig`` signs ``["rulka-batch/1", B]``
+   instead. A receiver checks that its envelope's own header digest is in ``B`` and verifies the
+   signature once per batch (``Reassembler`` keeps a bounded cache of verified batches), so one
+   Ed25519 signature and one verification cover up to ``MAX_BATCH`` messages; each envelope
+   still proves its sender alone, whichever of the batch's messages are lost on the way.
    ``n`` is the sender's message counter: strictly increasing per (sender, kind) for the
    lifetime of the keys (``MessageCounter`` derives it from the clock, so it keeps increasing
    across restarts). ``Reassembler`` rejects a message whose ``n`` is not above the last one
@@ -29,7 +37,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +53,9 @@ WIRE_VERSION = 1
 DEFAULT_CHUNK_BYTES = 256 * 1024
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # a single tlspyo frame; chunks keep real frames far below
 _SIGNED_FIELDS = ("v", "k", "s", "n", "to", "c", "L", "h")
+MAX_BATCH = 32  # messages one signature may cover
+_BATCH_DOMAIN = "rulka-batch/1"
+VERIFIED_BATCHES = 64  # batch signatures a Reassembler remembers as verified
 
 
 # -- layer 1: the tlspyo serializer pair ---------------------------------------------------------
@@ -95,18 +107,54 @@ def _signed_bytes(header: dict[str, Any]) -> bytes:
     return serialize([header[k] for k in _SIGNED_FIELDS])
 
 
+def header_digest(header: dict[str, Any]) -> bytes:
+    """sha256 of an envelope's signed fields: what a batch signature lists for its message."""
+    return hashlib.sha256(_signed_bytes(header)).digest()
+
+
+def _batch_signed_bytes(digests: Sequence[bytes]) -> bytes:
+    return serialize([_BATCH_DOMAIN, list(digests)])
+
+
 def make_envelopes(kind: str, sender: str, counter: int, payload: bytes, *,
                    signing_key: Ed25519PrivateKey, target: str = "",
                    chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[dict[str, Any]]:
     """Cut ``payload`` into envelopes signed by ``signing_key``, at most ``chunk_bytes`` data each."""
+    [envelopes] = make_batch_envelopes([(kind, counter, payload, target)], sender, signing_key=signing_key,
+                                       chunk_bytes=chunk_bytes)
+    return envelopes
+
+
+def make_batch_envelopes(messages: Sequence[tuple[str, int, bytes, str]], sender: str, *,
+                         signing_key: Ed25519PrivateKey,
+                         chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[Iterator[dict[str, Any]]]:
+    """Envelopes of several messages ``(kind, counter, payload, target)`` under one signature.
+
+    Returns one iterator of envelopes per message, in order (chunks are cut as they are read).
+    One message gets the single-message form (no ``"B"``); 2 to ``MAX_BATCH`` share one batch
+    signature (see the module docstring)."""
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
+    if not 1 <= len(messages) <= MAX_BATCH:
+        raise ValueError(f"a batch holds 1 to {MAX_BATCH} messages, not {len(messages)}")
+    headers: list[dict[str, Any]] = []
+    for kind, counter, payload, target in messages:
+        headers.append({"v": WIRE_VERSION, "k": kind, "s": sender, "n": counter, "to": target,
+                        "c": max(1, -(-len(payload) // chunk_bytes)), "L": len(payload),
+                        "h": hashlib.sha256(payload).digest()})
+    if len(headers) == 1:
+        headers[0]["sig"] = signing_key.sign(_signed_bytes(headers[0]))
+    else:
+        digests = [header_digest(h) for h in headers]
+        sig = signing_key.sign(_batch_signed_bytes(digests))
+        for h in headers:
+            h["sig"], h["B"] = sig, digests
+    return [_chunks(h, payload, chunk_bytes) for h, (_, _, payload, _) in zip(headers, messages, strict=True)]
+
+
+def _chunks(header: dict[str, Any], payload: bytes, chunk_bytes: int) -> Iterator[dict[str, Any]]:
     view = memoryview(payload)
-    count = max(1, -(-len(payload) // chunk_bytes))
-    header: dict[str, Any] = {"v": WIRE_VERSION, "k": kind, "s": sender, "n": counter, "to": target,
-                              "c": count, "L": len(payload), "h": hashlib.sha256(payload).digest()}
-    header["sig"] = signing_key.sign(_signed_bytes(header))
-    for i in range(count):
+    for i in range(header["c"]):
         env = dict(header)
         env["i"] = i
         env["d"] = bytes(view[i * chunk_bytes:(i + 1) * chunk_bytes])
@@ -117,18 +165,24 @@ _ENV_TYPES: dict[str, type | tuple[type, ...]] = {
     "v": int, "k": str, "s": str, "n": int, "to": str, "c": int, "L": int, "h": bytes,
     "sig": bytes, "i": int, "d": bytes,
 }
+_ENV_KEYS = frozenset(_ENV_TYPES)
+_ENV_KEYS_BATCH = _ENV_KEYS | {"B"}  # "B": a batch signature's digest list (optional)
 
 
 def check_envelope(env: Any, *, max_message_bytes: int) -> dict[str, Any]:
     """Check an envelope's shape and bounds (not its signature); raise BadInput."""
     if isinstance(env, BadFrame):
         raise BadInput("malformed", env.reason)
-    if not isinstance(env, dict) or set(env) != set(_ENV_TYPES):
+    if not isinstance(env, dict) or not _ENV_KEYS <= env.keys() <= _ENV_KEYS_BATCH:
         raise BadInput("malformed", "not an envelope")
     for key, typ in _ENV_TYPES.items():
         value = env[key]
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
             raise BadInput("malformed", f"field {key!r} has type {type(value).__name__}")
+    batch = env.get("B")
+    if batch is not None and not (isinstance(batch, list) and 2 <= len(batch) <= MAX_BATCH
+                                  and all(isinstance(d, bytes) and len(d) == 32 for d in batch)):
+        raise BadInput("malformed", "bad batch digest list")
     if env["v"] != WIRE_VERSION:
         raise BadInput("version", f"wire version {env['v']} (this build speaks {WIRE_VERSION})")
     if not 0 <= env["L"] <= max_message_bytes:
@@ -141,9 +195,15 @@ def check_envelope(env: Any, *, max_message_bytes: int) -> dict[str, Any]:
 
 
 def verify_header(env: dict[str, Any], key: Ed25519PublicKey) -> bool:
-    """True if ``env``'s signature verifies against ``key``."""
+    """True if ``env``'s signature verifies against ``key`` (either form, no cache)."""
+    batch = env.get("B")
     try:
-        key.verify(env["sig"], _signed_bytes(env))
+        if batch is None:
+            key.verify(env["sig"], _signed_bytes(env))
+        elif header_digest(env) not in batch:
+            return False
+        else:
+            key.verify(env["sig"], _batch_signed_bytes(batch))
         return True
     except InvalidSignature:
         return False
@@ -188,6 +248,8 @@ class Reassembler:
         self.partial_timeout_s = partial_timeout_s
         self._partials: dict[tuple[str, str, int], _Partial] = {}
         self._last_counter: dict[tuple[str, str], int] = {}
+        # (sender, sha256 of a batch's signed bytes) -> the key it verified against
+        self._verified: OrderedDict[tuple[str, bytes], Ed25519PublicKey] = OrderedDict()
         self.counters: dict[str, int] = {}
 
     def _bad(self, reason: str, detail: str = "") -> BadInput:
@@ -203,6 +265,27 @@ class Reassembler:
         if stale:
             self.counters["timeout"] = self.counters.get("timeout", 0) + len(stale)
         return len(stale)
+
+    def _verify(self, env: dict[str, Any], pub: Ed25519PublicKey) -> bool:
+        """``verify_header``, with one Ed25519 verification per batch signature (cached)."""
+        batch = env.get("B")
+        if batch is None:
+            return verify_header(env, pub)
+        if header_digest(env) not in batch:
+            return False
+        signed = _batch_signed_bytes(batch)
+        key = (env["s"], hashlib.sha256(signed).digest())
+        if self._verified.get(key) is pub:  # the same key (a reloaded or revoked one is not)
+            self._verified.move_to_end(key)
+            return True
+        try:
+            pub.verify(env["sig"], signed)
+        except InvalidSignature:
+            return False
+        self._verified[key] = pub
+        while len(self._verified) > VERIFIED_BATCHES:
+            self._verified.popitem(last=False)
+        return True
 
     def pending_bytes(self) -> int:
         return sum(p.size for p in self._partials.values())
@@ -225,7 +308,7 @@ class Reassembler:
             pub = self._sender_key(sender)
             if pub is None:
                 raise self._bad("unknown_sender", f"{sender!r} is not enrolled (or revoked)")
-            if not verify_header(env, pub):
+            if not self._verify(env, pub):
                 raise self._bad("bad_signature", f"{kind} from {sender!r}")
             self.expire(now)
             while len(self._partials) >= self.max_partials:
