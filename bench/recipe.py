@@ -187,7 +187,7 @@ def record(out: dict[str, Any], note: str, command: str) -> None:
                  "reached_at_frames": per_seed, "frames": out["frames"], "minutes": out["summary"]["minutes"],
                  "date": out["date"], "machine": f"{out['machine']['cpus']} cpus, {out['machine']['platform']}",
                  "command": command, "note": note})
-    path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
