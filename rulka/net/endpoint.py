@@ -43,6 +43,7 @@ log = logging.getLogger("rulka.net")
 START_TIMEOUT_S = 30.0  # the child connects its local link within a second when healthy
 WATCHDOG_S = 0.25
 HEALTHY_S = 10.0  # a server connection that lived this long resets the reconnect backoff
+MAX_LOCAL_FRAME_BYTES = 1 << 30  # a frame from the child beyond this means a garbled stream
 _PR_SET_PDEATHSIG = 1
 
 
@@ -64,9 +65,106 @@ def _set_parent_death_signal() -> None:
         log.debug("prctl(PR_SET_PDEATHSIG) unavailable: %s", exc)
 
 
+_UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+_BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def frame_prefix(frame: memoryview) -> tuple[int, str, int, int] | None:
+    """Read a tlspyo frame ``[stamp, cmd, obj]`` (msgpack) without copying its object.
+
+    Returns ``(stamp, cmd, offset, length)``: ``obj`` is bytes at ``frame[offset:offset+length]``,
+    or nil when ``length`` is -1. None for any other shape (the caller deserializes the frame
+    the slow way, or drops it): an unsigned stamp, a str command of up to 31 bytes, and a bin
+    or nil object ending exactly at the end of the frame."""
+    n = len(frame)
+    if n < 4 or frame[0] != 0x93:
+        return None
+    tag, pos = frame[1], 2
+    if tag <= 0x7F:
+        stamp = tag
+    elif tag in _UINT_SIZES:
+        pos += _UINT_SIZES[tag]
+        stamp = int.from_bytes(frame[2:pos], "big")
+    else:
+        return None
+    if pos >= n or not 0xA0 <= frame[pos] <= 0xBF:
+        return None
+    end = pos + 1 + (frame[pos] & 0x1F)
+    try:
+        cmd = str(frame[pos + 1:end], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if end >= n:
+        return None
+    tag = frame[end]
+    if tag == 0xC0:
+        return (stamp, cmd, end + 1, -1) if end + 1 == n else None
+    size = _BIN_SIZES.get(tag)
+    if size is None:
+        return None
+    offset = end + 1 + size
+    length = int.from_bytes(frame[end + 1:offset], "big")
+    return (stamp, cmd, offset, length) if offset + length == n else None
+
+
 class _Protocol(ClientProtocol):
     """Keeps the TLS layer's reason for a lost connection (the factory sees a less precise one),
-    and answers the relay's HELLO with the identity token for this connection's nonce."""
+    and answers the relay's HELLO with the identity token for this connection's nonce.
+
+    Frames from the relay are read into one growing buffer (tlspyo concatenates ``bytes``: a
+    256 KB chunk arriving in 16 KB TLS records was copied over and over) and an ``OBJ`` frame is
+    handed to the parent as it came, from its msgpack prefix alone (tlspyo deserialized each one
+    to read its command; the parent checks everything anyway). rulka's relay keeps nothing for
+    resending, so ``OBJ`` frames are not acknowledged; every other frame still is."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rbuf = bytearray()
+
+    def dataReceived(self, data: bytes) -> None:
+        buf = self._rbuf
+        buf += data
+        head, pos = self._header_size, 0
+        try:
+            with memoryview(buf) as view:
+                while len(buf) - pos >= head:
+                    end = pos + head + int(bytes(view[pos:pos + head]))
+                    if len(buf) < end:
+                        break
+                    with view[pos + head:end] as frame:
+                        prefix = frame_prefix(frame)
+                        if prefix is not None and prefix[1] == "OBJ" and prefix[3] >= 0:
+                            if self._client.endpoint is not None:
+                                self._client.endpoint.transport.write(bytes(view[pos:end]))
+                        else:
+                            self._other_frame(bytes(frame), bytes(view[pos:end]))
+                    pos = end
+        except ValueError as exc:  # a length header that is not a number: the stream is lost
+            log.warning("bad frame from the relay (%s); closing the connection", exc)
+            self.transport.abortConnection()
+            buf.clear()
+            return
+        del buf[:pos]
+
+    def _other_frame(self, body: bytes, raw: bytes) -> None:
+        """tlspyo's handling of a frame that is not a plain ``OBJ`` (HELLO, ACK, replies)."""
+        frame = self._client.deserializer(body)
+        if not isinstance(frame, (list, tuple)) or len(frame) != 3:
+            log.warning("malformed frame from the relay dropped")
+            return
+        stamp, cmd, obj = frame
+        if cmd == "ACK":
+            self._client.pending_acks.pop(stamp, None)
+            return
+        self.send_ack(stamp)
+        if cmd == "HELLO":
+            self.send_obj(cmd="HELLO", obj=self._groups)
+            self._state = "ALIVE"
+            store, self._client.store = self._client.store, []
+            for cmd_, dest, obj_ in store:  # what the parent sent while the relay was away
+                self.send_obj(cmd=cmd_, dest=dest, obj=obj_)
+        elif cmd == "OBJ" and self._client.endpoint is not None:
+            self._client.endpoint.transport.write(raw)
 
     def connectionLost(self, reason: Any) -> None:
         self._client.lost_reason = (reason.getErrorMessage(), self._state)
@@ -263,29 +361,69 @@ class GuardedEndpoint(Endpoint):
         self._p.join(5.0)
 
     def _manage_received_objects(self) -> None:
-        """Read frames from the child until it closes the link (tlspyo's loop spins on EOF)."""
-        buf = bytearray()
+        """Read frames from the child until it closes the link (tlspyo's loop spins on EOF).
+
+        Whole frames are read into one preallocated buffer (grown only for a frame larger than
+        it) and each object is deserialized straight from it: tlspyo concatenated ``bytes``
+        (quadratic in the frame size) and copied every frame twice before deserializing it."""
         conn = self._local_com_conn
         head = self._header_size
+        buf = bytearray(max(self._max_buf_len, 1 << 16))
+        view = memoryview(buf)
+        start = end = 0
         while True:
             with self._Endpoint__socket_closed_lock:
                 if self._Endpoint__socket_closed_flag:
                     return
+            if end == len(buf):  # full: move the partial frame to the front
+                tail = bytes(view[start:end])
+                buf[:len(tail)] = tail
+                start, end = 0, len(tail)
             try:
-                data = conn.recv(self._max_buf_len)
+                got = conn.recv_into(view[end:])
             except OSError:
                 return
-            if not data:
+            if not got:
                 return  # the child exited
-            buf += data
-            while len(buf) >= head:
-                end = head + int(bytes(buf[:head]))
-                if len(buf) < end:
+            end += got
+            while end - start >= head:
+                try:
+                    length = int(bytes(view[start:start + head]))
+                except ValueError:
+                    log.error("garbled frame from the network process; the link stops receiving")
+                    return
+                if length < 0 or length > MAX_LOCAL_FRAME_BYTES:
+                    log.error("frame of %d bytes from the network process; the link stops receiving", length)
+                    return
+                stop = start + head + length
+                if stop > end:
+                    if head + length > len(buf):  # a frame larger than the buffer: grow it
+                        view.release()
+                        bigger = bytearray(head + length)
+                        bigger[:end - start] = buf[start:end]
+                        buf, view = bigger, memoryview(bigger)
+                        start, end = 0, end - start
                     break
-                _stamp, cmd, obj = self._deserialize(bytes(buf[head:end]))
-                del buf[:end]
-                if cmd == "OBJ":
-                    self._Endpoint__obj_buffer.put(obj if self._deserialize_locally else self._deserialize(obj))
+                with view[start + head:stop] as frame:
+                    self._deliver(frame)
+                start = stop
+            if start == end:
+                start = end = 0
+
+    def _deliver(self, frame: memoryview) -> None:
+        prefix = frame_prefix(frame)
+        if prefix is None:  # not the usual [stamp, "OBJ", bytes]: the slow way
+            whole = self._deserialize(bytes(frame))
+            if not isinstance(whole, (list, tuple)) or len(whole) != 3 or not isinstance(whole[2], bytes):
+                return
+            cmd, obj = whole[1], memoryview(whole[2])
+        else:
+            _stamp, cmd, offset, length = prefix
+            if length < 0:
+                return
+            obj = frame[offset:offset + length]
+        if cmd == "OBJ":
+            self._Endpoint__obj_buffer.put(bytes(obj) if self._deserialize_locally else self._deserialize(obj))
 
     def child_alive(self) -> bool:
         """Whether the network process still runs."""
