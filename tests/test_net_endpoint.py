@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from rulka.net.endpoint import GuardedEndpoint, _Protocol, frame_prefix
+from rulka.net.endpoint import GuardedEndpoint, _LocalProtocol, _Protocol, frame_prefix
 from rulka.net.wire import deserialize, serialize
 
 HEAD = 10
@@ -108,6 +108,7 @@ class FakeClient:
     def __init__(self):
         self.endpoint = type("E", (), {"transport": Sink()})()
         self.serializer, self.deserializer = serialize, deserialize
+        self.header_size = HEAD
         self.ack_stamp, self.pending_acks, self.store = 0, {}, [("OBJ", {"trainer": 1}, b"stored")]
 
     def identity_token(self):
@@ -139,3 +140,49 @@ def test_child_closes_on_a_garbled_length():
     proto.transport = Sink()
     proto.dataReceived(b"garbage!!!" + b"x" * 40)
     assert proto.transport.aborted and client.endpoint.transport.data == []
+
+
+class FakeServerSide:
+    """What the child's local protocol hands frames to: the relay connection."""
+
+    def __init__(self, alive=True):
+        self.frames: list[bytes] = []
+        self.alive = alive
+
+    def get_state(self):
+        return "ALIVE" if self.alive else "HANDSHAKE"
+
+
+def test_child_passes_parent_frames_on_stamped_and_stores_them_while_the_relay_is_away():
+    client = FakeClient()
+    client.store = []
+    client.closed = []
+    client.close = client.closed.append
+    relay_side = _Protocol(client=client, password="pw", groups=("workers",), header_size=HEAD)
+    relay_side.transport = Sink()
+    relay_side.transport.writeSequence = lambda seq: relay_side.transport.data.append(b"".join(seq))
+    relay_side.get_state = lambda: state["relay"]
+    state = {"relay": "HANDSHAKE"}
+    client.to_server = relay_side
+    local = _LocalProtocol(client)
+    local.transport = Sink()
+    local.transport.loseConnection = lambda: None
+    local.connectionMade()
+
+    def parent_frame(cmd, dest, obj):  # what tlspyo's Endpoint._send_local writes
+        return framed(serialize((cmd, dest, serialize(obj))))
+
+    env = {"d": b"p" * 200_000}
+    local.dataReceived(parent_frame("OBJ", {"trainer": 1}, env))  # the relay is not connected yet
+    assert client.store == [("OBJ", {"trainer": 1}, serialize(env))] and relay_side.transport.data == []
+    state["relay"] = "ALIVE"
+    stream = parent_frame("TEST", None, None) + parent_frame("OBJ", {"trainer": 1}, env) + parent_frame(
+        "NTF", {"trainer": 5}, None)
+    for i in range(0, len(stream), 65_536):  # the local socket's read size
+        local.dataReceived(stream[i:i + 65_536])
+    sent = [deserialize(f[HEAD + 2:]) for f in relay_side.transport.data]
+    assert [f[:3] for f in sent] == [[1, "OBJ", {"trainer": 1}], [2, "NTF", {"trainer": 5}]]
+    assert deserialize(sent[0][3]) == env and set(client.pending_acks) == {1, 2}
+    assert all(f[HEAD:HEAD + 2] == b"pw" for f in relay_side.transport.data)
+    local.dataReceived(parent_frame("STOP", None, None))
+    assert client.closed == [1] and not local._rbuf

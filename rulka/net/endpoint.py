@@ -31,9 +31,10 @@ from multiprocessing import Process
 from pathlib import Path
 from typing import Any
 
+import msgpack
 from tlspyo import Endpoint
 from tlspyo.client import Client, ClientProtocol, TLSClientFactory
-from tlspyo.local_protocol_for_client import LocalProtocolForClientFactory
+from tlspyo.local_protocol_for_client import LocalProtocolForClient, LocalProtocolForClientFactory
 from twisted.internet.protocol import ReconnectingClientFactory
 
 from rulka.errors import UserError
@@ -166,6 +167,16 @@ class _Protocol(ClientProtocol):
         elif cmd == "OBJ" and self._client.endpoint is not None:
             self._client.endpoint.transport.write(raw)
 
+    def send_tail(self, tail: bytes) -> None:
+        """Send ``[stamp, cmd, dest, obj]`` to the relay, where ``tail`` is the msgpack of
+        ``cmd, dest, obj`` exactly as the parent wrote them (nothing decoded or re-encoded)."""
+        client = self._client
+        client.ack_stamp += 1
+        head = b"\x94" + msgpack.packb(client.ack_stamp)
+        self.transport.writeSequence([f"{len(head) + len(tail):<{self._header_size}}{self._password}".encode() + head,
+                                      tail])
+        client.pending_acks[client.ack_stamp] = (time.monotonic(), b"")  # tlspyo never resends
+
     def connectionLost(self, reason: Any) -> None:
         self._client.lost_reason = (reason.getErrorMessage(), self._state)
         super().connectionLost(reason)
@@ -175,6 +186,60 @@ class _Protocol(ClientProtocol):
             token = self._client.identity_token()
             obj = [*obj, token] if token else list(obj)
         super().send_obj(cmd=cmd, dest=dest, obj=obj)
+
+
+class _LocalProtocol(LocalProtocolForClient):
+    """The child's side of the local link to the parent: frames ``[cmd, dest, obj]`` read into one
+    growing buffer (tlspyo concatenates ``bytes``), and an ``OBJ``/``NTF`` frame passed on to the
+    relay as ``[stamp, cmd, dest, obj]`` by prefixing its bytes with the stamp: tlspyo decoded
+    and re-encoded each one. Anything else, or a relay not connected, goes tlspyo's way."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self._rbuf = bytearray()
+
+    def dataReceived(self, data: bytes) -> None:
+        buf = self._rbuf
+        buf += data
+        head, pos = self._header_size, 0
+        try:
+            with memoryview(buf) as view:
+                while len(buf) - pos >= head and self._state == "ALIVE":
+                    end = pos + head + int(bytes(view[pos:pos + head]))
+                    if len(buf) < end:
+                        break
+                    start, pos = pos + head, end
+                    server = self._client.to_server
+                    if (end - start > 5 and bytes(view[start:start + 5]) in (b"\x93\xa3OBJ", b"\x93\xa3NTF")
+                            and server is not None and server.get_state() == "ALIVE"):
+                        server.send_tail(bytes(view[start + 1:end]))
+                    else:
+                        self._slow(bytes(view[start:end]))
+        except ValueError as exc:  # a length header that is not a number: the parent is broken
+            log.warning("local link: bad frame (%s); closing", exc)
+            self._state = "KILLED"
+            self.transport.abortConnection()
+            buf.clear()
+            return
+        del buf[:pos]
+
+    def _slow(self, body: bytes) -> None:
+        frame = self._client.deserializer(body)
+        if not isinstance(frame, (list, tuple)) or len(frame) != 3:
+            raise ValueError("not a [cmd, dest, obj] frame")
+        cmd, dest, obj = frame
+        if cmd == "STOP":
+            self.transport.loseConnection()
+            self._client.close(1)
+        elif cmd in ("OBJ", "NTF"):  # the relay is away: tlspyo stores it and sends it on HELLO
+            self._client.store.append((cmd, dest, obj))
+        elif cmd != "TEST":
+            raise ValueError(f"unknown command {str(cmd)[:20]!r}")
+
+
+class _LocalFactory(LocalProtocolForClientFactory):
+    def buildProtocol(self, addr: Any) -> _LocalProtocol:
+        return _LocalProtocol(self.client)
 
 
 class _Factory(TLSClientFactory):
@@ -273,7 +338,7 @@ class GuardedClient(Client):
                 reactor.stop()
 
         task.LoopingCall(watch).start(WATCHDOG_S, now=False)
-        reactor.connectTCP("127.0.0.1", self._local_com_port, LocalProtocolForClientFactory(self))
+        reactor.connectTCP("127.0.0.1", self._local_com_port, _LocalFactory(self))
         factory = _Factory(client=self)
         if self._security == "TCP":
             reactor.connectTCP(self._ip_server, self._port_server, factory)

@@ -311,17 +311,23 @@ class _TlsLink:
                 except queue.Empty:
                     break
             chunks = 0
+            ready: list[Message] = []
             for o in batch:
                 try:
-                    chunks += self._handle(o)
+                    chunks += self._handle(o, ready)
                 except Exception as exc:  # a bug must cost one message, never the receiver thread
                     chunks += 1
                     self._count_bad("internal_error", f"{type(exc).__name__}: {exc}")
+            if ready:  # one wake-up for the whole batch
+                with self._inbox_cond:
+                    self._inbox.extend(ready)
+                    self._inbox_cond.notify_all()
             if chunks:
                 self._on_delivered(chunks)
 
-    def _handle(self, obj: Any) -> int:
-        """Process one received object; return 1 if it was an envelope (consumed credit)."""
+    def _handle(self, obj: Any, ready: list[Message] | None = None) -> int:
+        """Process one received object; return 1 if it was an envelope (consumed credit). A
+        complete message goes to ``ready`` when given (the caller delivers it), else to the inbox."""
         if isinstance(obj, dict) and "pong" in obj and len(obj) == 1:
             new_conn = obj["pong"] != self._conn_id or not self.connected()
             self._conn_id = obj["pong"]
@@ -349,6 +355,9 @@ class _TlsLink:
             return 1
         self.counters["messages_received"] += 1
         self.counters["bytes_received"] += len(msg.payload)
+        if ready is not None:
+            ready.append(msg)
+            return 1
         with self._inbox_cond:
             self._inbox.append(msg)
             self._inbox_cond.notify_all()
