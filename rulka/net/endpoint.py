@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing import Process
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,27 @@ def frame_prefix(frame: memoryview) -> tuple[int, str, int, int] | None:
     return (stamp, cmd, offset, length) if offset + length == n else None
 
 
+def split_frames(buf: bytearray, head: int, handle: Callable[[memoryview, int, int], None],
+                 go: Callable[[], bool] = lambda: True) -> None:
+    """Hand each whole ``<length header><body>`` frame at the front of ``buf`` to
+    ``handle(view, start, end)`` (the body is ``view[start:end]``, valid during the call only)
+    while ``go()``, then drop those frames from ``buf``. A length header that is not a number, or
+    a ValueError from ``handle``, clears ``buf`` and raises ValueError."""
+    pos = 0
+    try:
+        with memoryview(buf) as view:
+            while len(buf) - pos >= head and go():
+                end = pos + head + int(bytes(view[pos:pos + head]))
+                if len(buf) < end:
+                    break
+                handle(view, pos + head, end)
+                pos = end
+    except ValueError:
+        buf.clear()
+        raise
+    del buf[:pos]
+
+
 class _Protocol(ClientProtocol):
     """Keeps the TLS layer's reason for a lost connection (the factory sees a less precise one),
     and answers the relay's HELLO with the identity token for this connection's nonce.
@@ -123,29 +145,21 @@ class _Protocol(ClientProtocol):
         self._rbuf = bytearray()
 
     def dataReceived(self, data: bytes) -> None:
-        buf = self._rbuf
-        buf += data
-        head, pos = self._header_size, 0
+        self._rbuf += data
         try:
-            with memoryview(buf) as view:
-                while len(buf) - pos >= head:
-                    end = pos + head + int(bytes(view[pos:pos + head]))
-                    if len(buf) < end:
-                        break
-                    with view[pos + head:end] as frame:
-                        prefix = frame_prefix(frame)
-                        if prefix is not None and prefix[1] == "OBJ" and prefix[3] >= 0:
-                            if self._client.endpoint is not None:
-                                self._client.endpoint.transport.write(bytes(view[pos:end]))
-                        else:
-                            self._other_frame(bytes(frame), bytes(view[pos:end]))
-                    pos = end
+            split_frames(self._rbuf, self._header_size, self._frame)
         except ValueError as exc:  # a length header that is not a number: the stream is lost
             log.warning("bad frame from the relay (%s); closing the connection", exc)
             self.transport.abortConnection()
-            buf.clear()
-            return
-        del buf[:pos]
+
+    def _frame(self, view: memoryview, start: int, end: int) -> None:
+        with view[start:end] as frame:
+            prefix = frame_prefix(frame)
+            if prefix is not None and prefix[1] == "OBJ" and prefix[3] >= 0:
+                if self._client.endpoint is not None:
+                    self._client.endpoint.transport.write(bytes(view[start - self._header_size:end]))
+            else:
+                self._other_frame(bytes(frame), bytes(view[start - self._header_size:end]))
 
     def _other_frame(self, body: bytes, raw: bytes) -> None:
         """tlspyo's handling of a frame that is not a plain ``OBJ`` (HELLO, ACK, replies)."""
@@ -199,29 +213,21 @@ class _LocalProtocol(LocalProtocolForClient):
         self._rbuf = bytearray()
 
     def dataReceived(self, data: bytes) -> None:
-        buf = self._rbuf
-        buf += data
-        head, pos = self._header_size, 0
+        self._rbuf += data
         try:
-            with memoryview(buf) as view:
-                while len(buf) - pos >= head and self._state == "ALIVE":
-                    end = pos + head + int(bytes(view[pos:pos + head]))
-                    if len(buf) < end:
-                        break
-                    start, pos = pos + head, end
-                    server = self._client.to_server
-                    if (end - start > 5 and bytes(view[start:start + 5]) in (b"\x93\xa3OBJ", b"\x93\xa3NTF")
-                            and server is not None and server.get_state() == "ALIVE"):
-                        server.send_tail(bytes(view[start + 1:end]))
-                    else:
-                        self._slow(bytes(view[start:end]))
-        except ValueError as exc:  # a length header that is not a number: the parent is broken
+            split_frames(self._rbuf, self._header_size, self._frame, lambda: self._state == "ALIVE")
+        except ValueError as exc:  # a bad length header or command: the parent is broken
             log.warning("local link: bad frame (%s); closing", exc)
             self._state = "KILLED"
             self.transport.abortConnection()
-            buf.clear()
-            return
-        del buf[:pos]
+
+    def _frame(self, view: memoryview, start: int, end: int) -> None:
+        server = self._client.to_server
+        if (end - start > 5 and bytes(view[start:start + 5]) in (b"\x93\xa3OBJ", b"\x93\xa3NTF")
+                and server is not None and server.get_state() == "ALIVE"):
+            server.send_tail(bytes(view[start + 1:end]))
+        else:
+            self._slow(bytes(view[start:end]))
 
     def _slow(self, body: bytes) -> None:
         frame = self._client.deserializer(body)
