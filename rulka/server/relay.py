@@ -1,6 +1,8 @@
 """The relay: tlspyo's server side, rewritten for rulka's needs (Twisted, in the server process).
 
-Clients are unmodified tlspyo ``Endpoint``s; this module speaks their frame protocol
+Clients are tlspyo ``Endpoint``s (rulka's ``GuardedEndpoint``, whose network process reads
+frames faster and does not acknowledge the ``OBJ`` frames it receives: this relay keeps nothing
+for resending, so it never needed those acks); this module speaks their frame protocol
 (``<10-byte length><password><msgpack (stamp, cmd, dest, obj)>``, answered with
 ``<10-byte length><msgpack (stamp, cmd, obj)>``) but replaces tlspyo's ``Relay`` because that
 one cannot be made safe or fast enough from outside: it buffers any length a header announces,
