@@ -84,8 +84,9 @@ def _reached(result: dict[str, Any], target: str) -> bool:
 
 
 def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_every: int,
-             eval_episodes: int, target: str) -> dict[str, Any]:
-    """One seed of the recipe (see the module docstring); returns its outcome and history."""
+             eval_episodes: int, target: str, stop_at_target: bool = False) -> dict[str, Any]:
+    """One seed of the recipe (see the module docstring); returns its outcome and history.
+    ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests)."""
     import torch
 
     from rulka.agents.iqn.settings import make_agent, make_memory
@@ -168,6 +169,8 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
                 best = row
             if first_reached is None and _reached(result, target):
                 first_reached = played
+                if stop_at_target:
+                    break
     return {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
             "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
             "best": best, "last": history[-1] if history else None, "history": history}

@@ -51,6 +51,8 @@ def _machine() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=20.0, help="length of the run (default 20, the README's)")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="stop at this many env frames instead (--minutes stays the cap)")
     parser.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "readme_pictures")
     parser.add_argument("--reuse", action="store_true", help="draw from the run folder as it is")
     parser.add_argument("--episodes", type=int, default=3, help="greedy episodes for the eval (default 3)")
@@ -61,8 +63,8 @@ def main() -> int:
     if not args.reuse:
         if run_dir.exists():
             sys.exit(f"{run_dir} exists: remove it, or pass --reuse to draw from it")
-        subprocess.run(_rulka("run", CONFIG, "--workers", "2", "--minutes", str(args.minutes),
-                              "--run-dir", str(run_dir)), cwd=ROOT, check=True)
+        budget = ["--minutes", str(args.minutes)] + (["--frames", str(args.frames)] if args.frames else [])
+        subprocess.run(_rulka("run", CONFIG, "--workers", "2", *budget, "--run-dir", str(run_dir)), cwd=ROOT, check=True)
     work = run_dir / "readme"
     shutil.rmtree(work, ignore_errors=True)
     plots = subprocess.run(_rulka("plot", str(run_dir), "--out", str(work / "plots")), cwd=ROOT, check=True,
@@ -84,9 +86,9 @@ def main() -> int:
                f"(reference {overall.get('reference_time_ms', 0) / 1000:.2f} s)")
     else:
         did = f"did not finish in {overall['episodes']} greedy tries (return {overall['return_mean']:.1f})"
-    run_text = ("an existing run folder" if args.reuse else
-                f"`rulka run {CONFIG} --workers 2 --minutes {args.minutes:g}`")
-    caption = (f"Made by `python docs/make_pictures.py{'' if args.minutes == 20 else f' --minutes {args.minutes:g}'}` "
+    flags = ("" if args.minutes == 20 else f" --minutes {args.minutes:g}") + (f" --frames {args.frames}" if args.frames else "")
+    run_text = ("an existing run folder" if args.reuse else f"`rulka run {CONFIG} --workers 2{flags or ' --minutes 20'}`")
+    caption = (f"Made by `python docs/make_pictures.py{flags}` "
                f"on {started:%Y-%m-%d} ({machine}): {run_text}, "
                f"{int(samples or 0):,} frames received. The greedy policy {did}. Left: the first greedy "
                f"episode's line, coloured by speed. Right: return and race time per episode of the "
