@@ -39,12 +39,14 @@ BUNDLED = ("default", "hairpins", "slalom", "dirt_mix", "turbo_straight")
 def drive(env: Any, act: Any, max_seconds: float) -> dict[str, Any]:
     """One episode from ``env.reset(seed=0)`` with ``act(obs) -> action``; its outcome."""
     obs, info = env.reset(seed=0)
+    total = 0.0
     while env.car.race_time_ms < max_seconds * 1000:
-        obs, _, terminated, truncated, info = env.step(act(obs))
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        total += float(reward)
         if terminated or truncated:
             break
     finished = bool(info.get("finished"))
-    return {"finished": finished,
+    return {"return": round(total, 2), "finished": finished,
             "race_time_s": round(info["race_time_ms"] / 1000, 2) if finished else None,
             "progress_m": round(float(info.get("progress_m", 0.0)), 1),
             "cutoff": info.get("cutoff") or ("" if finished else "time limit")}

@@ -51,18 +51,10 @@ def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int) -> dict[str, Any]:
 
     env = make_env(cfg)
     if cfg.environment.backend == "sim":
-        obs, info = env.reset(seed=0)
+        from learning import drive  # bench/learning.py: one greedy race from the start
+
         actor.reset()
-        ret = 0.0
-        while True:
-            obs, r, terminated, truncated, info = env.step(actor.act(obs, test=True))
-            ret += float(r)
-            if terminated or truncated:
-                break
-        finished = bool(info.get("finished"))
-        return {"return": round(ret, 2), "finished": finished,
-                "race_time_s": round(info["race_time_ms"] / 1000, 2) if finished else None,
-                "progress_m": round(float(info.get("progress_m", 0.0)), 1), "cutoff": info.get("cutoff", "")}
+        return drive(env, lambda obs: actor.act(obs, test=True), max_seconds=120.0)
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
