@@ -85,7 +85,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     from rulka.config import load_config
     from rulka.plugins import make_env, obs_to_arrays
     from rulka.segment import Segment
-    from rulka.trainer.ratelimit import SampleToInsertRatio
+    from rulka.trainer.ratelimit import limiter_for
     from rulka.worker.worker import EpisodeBuffer
 
     torch.set_num_threads(1)
@@ -96,8 +96,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     agent = make_agent(cfg, device="cpu", seed=seed)
     memory = make_memory(cfg, seed=seed)
     batch = int(cfg.training.batch_size)
-    limiter = SampleToInsertRatio(float(memory.samples_per_insert), max(int(memory.start_learning_size or 0), batch),
-                                  cfg.trainer.rate_limit.error_buffer, batch_size=batch)
+    limiter = limiter_for(cfg.trainer.rate_limit, memory, batch)  # the trainer's own
     publish_every = int(cfg.trainer.publish_every_updates or 100)
     seg_steps = int(cfg.worker.segment_max_steps)
     env = make_env(cfg)

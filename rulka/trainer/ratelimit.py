@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -98,3 +99,20 @@ class SampleToInsertRatio:
 def window_rate(samples: int, inserts: int) -> float:
     """Samples per insert over a window (``nan`` with no insert in it)."""
     return samples / inserts if inserts else math.nan
+
+
+def limiter_for(rate: Any, memory: Any, batch_size: int,
+                max_updates_per_env_step: float | None = None) -> SampleToInsertRatio | None:
+    """The trainer's rate limiter for ``memory`` (None: no ratio to hold). ``rate`` is the config's
+    ``trainer.rate_limit``. Samples per insert: ``rate.samples_per_insert``, else the memory's own
+    (``samples_per_insert``), else ``max_updates_per_env_step × batch_size``; sampling starts once
+    the memory holds ``max(start_learning_size, batch_size)`` transitions."""
+    spi = rate.samples_per_insert
+    if spi is None:
+        spi = memory.samples_per_insert
+    if spi is None and max_updates_per_env_step:
+        spi = max_updates_per_env_step * batch_size
+    if spi is None:
+        return None
+    min_size = max(int(memory.start_learning_size or 0), batch_size)
+    return SampleToInsertRatio(float(spi), min_size, rate.error_buffer, batch_size=batch_size)

@@ -54,7 +54,7 @@ from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.dedupe import Dedupe
 from rulka.trainer.journal import JournalWriter, journal_path, read_journal
-from rulka.trainer.ratelimit import SampleToInsertRatio, window_rate
+from rulka.trainer.ratelimit import SampleToInsertRatio, limiter_for, window_rate
 from rulka.trainer.verify import first_difference
 
 log = logging.getLogger(__name__)
@@ -204,16 +204,7 @@ class Trainer:
         """The rate limiter from ``trainer.rate_limit`` and the memory (None: no ratio to hold).
         samples per insert: ``rate_limit.samples_per_insert``, else the memory's own
         (``samples_per_insert``), else ``max_updates_per_env_step × batch_size``."""
-        rate = self.cfg.trainer.rate_limit
-        spi = rate.samples_per_insert
-        if spi is None:
-            spi = self.memory.samples_per_insert
-        if spi is None and self.max_updates_per_env_step:
-            spi = self.max_updates_per_env_step * self.batch_size
-        if spi is None:
-            return None
-        min_size = max(self._start_size(), self.batch_size)
-        return SampleToInsertRatio(float(spi), min_size, rate.error_buffer, batch_size=self.batch_size)
+        return limiter_for(self.cfg.trainer.rate_limit, self.memory, self.batch_size, self.max_updates_per_env_step)
 
     def _start_size(self) -> int:
         return int(self.memory.start_learning_size or 0)
