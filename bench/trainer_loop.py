@@ -14,6 +14,10 @@ against the target. Also reported: the share of the window the learner spent ins
 (workers too slow on this machine) rather than trainer overhead.
 
     python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
+        [--worker-priorities below_normal,normal]
+
+Workers run as ``rulka run`` starts them: below normal priority (nice 10), so that on a machine
+where all roles share the cores the learner is scheduled first; ``normal`` measures equal sharing.
 """
 
 from __future__ import annotations
@@ -56,13 +60,13 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def measure_role(config: str, overrides: list[str], workers: int, seconds: float, run_dir: Path,
-                 start_timeout_s: float = 240.0) -> dict[str, Any]:
+                 start_timeout_s: float = 240.0, worker_priority: str = "below_normal") -> dict[str, Any]:
     """Launch the run, time ``seconds`` of training after the first update, stop it."""
     from rulka.cli.run import launch
 
     log = open(run_dir.parent / f"{run_dir.name}.log", "w")  # noqa: SIM115 - closed below
     run = launch(REPO_ROOT / config, workers=workers, run_dir=run_dir, overrides=[*COMMON, *overrides],
-                 trainer_output=log)
+                 trainer_output=log, worker_priority=worker_priority)
     try:
         t_start = time.monotonic()
         first = None
@@ -129,6 +133,9 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     parser.add_argument("--seconds", type=float, default=20.0, help="timed window of each run")
     parser.add_argument("--alone-seconds", type=float, default=10.0)
+    parser.add_argument("--worker-priorities", default="below_normal",
+                        help="comma-separated worker priorities to measure (rulka run's default: below_normal; "
+                             "below_normal,normal compares them in one run)")
     parser.add_argument("--alone", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one run folder
     args = parser.parse_args()
     if args.alone is not None:
@@ -141,10 +148,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rulka-trainer-loop-") as tmp:
         for name in configs:
             config, overrides = CONFIGS[name]
-            for n in counts:
-                run_dir = Path(tmp) / f"{name}-{n}"
-                role = measure_role(config, overrides, n, seconds, run_dir)
-                row: dict[str, Any] = {"config": name, "workers": n, "trainer": role}
+            for n, priority in ((n, p) for n in counts for p in args.worker_priorities.split(",")):
+                run_dir = Path(tmp) / f"{name}-{n}-{priority}"
+                role = measure_role(config, overrides, n, seconds, run_dir, worker_priority=priority)
+                row: dict[str, Any] = {"config": name, "workers": n, "worker_priority": priority, "trainer": role}
                 if "error" not in role:
                     out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir),
                                           "--alone-seconds", str(args.alone_seconds)],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -47,6 +48,11 @@ def test_status_sees_two_workers_and_trainer_then_exits_nonzero_when_they_stop(t
             assert report is not None and proc.returncode == 0, (proc.stderr, report)
             assert sorted(w["name"] for w in report["workers"]) == ["worker0", "worker1"]
             assert report["trainer"] is not None
+            if hasattr(os, "getpriority"):
+                # rulka run starts its workers below normal (nice 10) so that the trainer comes first
+                own = os.getpriority(os.PRIO_PROCESS, 0)
+                assert [os.getpriority(os.PRIO_PROCESS, w.pid) for w in run.workers.values()] == [max(own, 10)] * 2
+                assert os.getpriority(os.PRIO_PROCESS, run.trainer.pid) == own
 
             table = _status(run.port, run.keys, "--stale-s", "15")
             assert table.returncode == 0

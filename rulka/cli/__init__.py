@@ -105,6 +105,37 @@ def follow_launcher(grace_s: float = 60.0) -> None:
     threading.Thread(target=watch, name="rulka-launcher-watch", daemon=True).start()
 
 
+PRIORITIES = ("normal", "below_normal", "idle")
+"""Process priorities a role can ask for (``rulka-worker --priority``)."""
+_NICE = {"normal": 0, "below_normal": 10, "idle": 19}
+# Windows priority classes (winbase.h)
+_WINDOWS_CLASS = {"normal": 0x00000020, "below_normal": 0x00004000, "idle": 0x00000040}
+
+
+def set_process_priority(level: str) -> None:
+    """Lower this process's CPU priority: ``below_normal`` (nice 10 / BELOW_NORMAL_PRIORITY_CLASS)
+    or ``idle`` (nice 19 / IDLE_PRIORITY_CLASS); ``normal`` leaves it as it is. Call it first
+    thing: on Linux a nice value belongs to a thread, and only threads and processes started
+    afterwards (torch's, the network process) inherit it. Raises UserError if the OS refuses."""
+    if level not in PRIORITIES:
+        raise UserError(f"priority must be one of {', '.join(PRIORITIES)}, not {level!r}")
+    if level == "normal":
+        return
+    if sys.platform == "win32":
+        import ctypes
+
+        kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+        if not kernel32.SetPriorityClass(kernel32.GetCurrentProcess(), _WINDOWS_CLASS[level]):
+            raise UserError(f"could not set the {level} priority class (Windows error {ctypes.GetLastError()})")
+        return
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, 0)
+        if current < _NICE[level]:
+            os.setpriority(os.PRIO_PROCESS, 0, _NICE[level])
+    except OSError as exc:
+        raise UserError(f"could not lower the process priority to {level}: {exc}") from exc
+
+
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

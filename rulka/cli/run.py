@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rulka.cli import stop_on_ctrl_c
+from rulka.cli import PRIORITIES, stop_on_ctrl_c
 from rulka.errors import UserError
 
 
@@ -186,8 +186,13 @@ def role_thread_overrides(cfg: Any, workers: int, cores: int | None = None) -> l
 
 def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None = None,
            keys: str | Path | None = None, overrides: Sequence[str] = (), resume: bool = False,
-           trainer_output: Any = None, worker_args: Sequence[str] = ()) -> LocalRun:
+           trainer_output: Any = None, worker_args: Sequence[str] = (),
+           worker_priority: str = "below_normal") -> LocalRun:
     """Start server, trainer and ``workers`` workers on loopback; returns at once.
+
+    ``worker_priority``: the workers' CPU priority (``rulka-worker --priority``). Below normal by
+    default: the roles share this machine's cores, and an unpaced simulator or gym env would
+    otherwise take as much CPU as the learner (the OS shares time equally), leaving it half a core.
 
     ``trainer_output``: a file for the trainer's stdout/stderr (None: this terminal). Should the
     start be interrupted (Ctrl-C), the roles started so far are killed before the exception
@@ -235,7 +240,8 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
             log_files.append(f)
             procs[name] = subprocess.Popen(
                 _python_cmd("rulka.worker.cli") + ["--server", address, "--keys", str(keys / "bundles" / name),
-                                                   "--state-dir", str(run_dir / "workers" / name), *worker_args],
+                                                   "--state-dir", str(run_dir / "workers" / name),
+                                                   "--priority", worker_priority, *worker_args],
                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                 **_followed({"PYTHONUNBUFFERED": "1"}))
             started.append(procs[name])
@@ -271,6 +277,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     parser.add_argument("--keys", default=None, metavar="DIR",
                         help="keys folder with bundles worker0..N-1 (default: throwaway keys in the run folder)")
+    parser.add_argument("--worker-priority", choices=PRIORITIES, default="below_normal",
+                        help="CPU priority of the worker processes (default below_normal: the trainer, on the "
+                             "same cores, comes first; normal: share the CPU equally)")
     parser.add_argument("--stop-timeout", type=float, default=60.0, metavar="S",
                         help="after Ctrl-C/SIGTERM or --minutes, the roles get this many seconds to stop cleanly "
                              "(the trainer writes its checkpoint), then whatever still runs is killed (default 60)")
@@ -320,7 +329,7 @@ def _main(args: argparse.Namespace) -> int:
     stop_on_ctrl_c()  # and Ctrl-C, also when a shell started this in the background with SIGINT ignored
     try:
         run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
-                     resume=args.resume is not None)
+                     resume=args.resume is not None, worker_priority=args.worker_priority)
     except KeyboardInterrupt:
         print("\nrulka run: interrupted while starting; the roles started so far were stopped", file=sys.stderr)
         return 130

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from rulka.cli import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
+from rulka.cli import PRIORITIES, follow_launcher, run_main, set_process_priority, setup_logging, stop_on_ctrl_c
 from rulka.errors import UserError
 
 log = logging.getLogger("rulka.worker")
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="act randomly until the first weights arrive (needs a local config)")
     parser.add_argument("--max-steps-per-s", type=float, default=None, metavar="RATE",
                         help="cap env steps per second (for fast gym envs on a small trainer)")
+    parser.add_argument("--priority", choices=PRIORITIES, default="normal",
+                        help="CPU priority of this worker (default normal; `rulka run` starts its workers "
+                             "below_normal so that the trainer on the same cores comes first)")
     parser.add_argument("--produced-log", default=None, metavar="FILE",
                         help="append the sequence number of every segment produced to FILE (audits)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -54,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    code = run_main(lambda: set_process_priority(args.priority))  # before any thread starts
+    if code:
+        return code
     stop_on_ctrl_c()
     follow_launcher()
     return run_main(lambda: _run(args))
