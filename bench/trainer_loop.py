@@ -14,7 +14,7 @@ against the target. Also reported: the share of the window the learner spent ins
 (workers too slow on this machine) rather than trainer overhead.
 
     python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
-        [--worker-priorities below_normal,normal]
+        [--worker-priorities below_normal,normal]   (default: both, the second as the baseline)
 
 Workers run as ``rulka run`` starts them: below normal priority (nice 10), so that on a machine
 where all roles share the cores the learner is scheduled first; ``normal`` measures equal sharing.
@@ -133,9 +133,9 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     parser.add_argument("--seconds", type=float, default=20.0, help="timed window of each run")
     parser.add_argument("--alone-seconds", type=float, default=10.0)
-    parser.add_argument("--worker-priorities", default="below_normal",
-                        help="comma-separated worker priorities to measure (rulka run's default: below_normal; "
-                             "below_normal,normal compares them in one run)")
+    parser.add_argument("--worker-priorities", default="below_normal,normal",
+                        help="comma-separated worker priorities to measure, each as its own run (rulka run's default "
+                             "is below_normal; normal: the OS shares the cores equally)")
     parser.add_argument("--alone", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one run folder
     args = parser.parse_args()
     if args.alone is not None:
