@@ -258,3 +258,37 @@ def test_unreachable_server_is_named_and_retries_back_off(keys):
         assert "server unreachable: connection refused" in link.problem
     finally:
         link.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="stops the relay with SIGSTOP")
+def test_heartbeats_do_not_pile_up_while_the_relay_is_silent_or_away(keys, tmp_path):
+    """A link beats every ``heartbeat_s``. While the relay is silent (stopped: the connection
+    stays open) or away (killed, then back on its port), those beats must not pile up and reach
+    the relay at once when it answers again: it rate-limits pings and would count an honest
+    worker's burst as bad input (on the old code, 6 s at 10 beats a second: 20 and more)."""
+    from rulka.net.status import query_status
+
+    srv = Server({}, keys, bind_host="127.0.0.1", port=0).start()
+    port = srv.port
+    cfg = {"host": "localhost", "port": port, "heartbeat_s": 0.1}
+    link = connect_worker(cfg, keys / "bundles" / "w1")
+    try:
+        assert link.wait_connected(30)
+        os.kill(srv.pid, signal.SIGSTOP)  # silent: TCP still takes the beats into the relay's socket
+        time.sleep(6)
+        assert not link.connected()
+        os.kill(srv.pid, signal.SIGCONT)
+        assert link.wait_connected(15)
+        assert query_status(cfg, keys, timeout=15)["server"]["clients"]["w1"]["bad"] == {}
+
+        os.kill(srv.pid, signal.SIGKILL)  # away: the link keeps what it sends for the next connection
+        srv.stop()
+        time.sleep(6)
+        srv = Server({}, keys, bind_host="127.0.0.1", port=port).start()
+        assert link.wait_connected(30)
+        time.sleep(1)
+        assert query_status(cfg, keys, timeout=15)["server"]["clients"]["w1"]["bad"] == {}
+    finally:
+        link.close()
+        srv.stop()

@@ -8,14 +8,20 @@ local TCP link. Stock tlspyo has three failure modes that real runs hit:
 - a child that dies while starting (a garbage certificate, say) leaves the parent blocked for
   ever in ``accept()``;
 - the child is not a daemon, so ``multiprocessing`` joins it at interpreter exit: any error after
-  the link started turned into a process that never exits.
+  the link started turned into a process that never exits;
+- every heartbeat the parent sends while the relay does not answer piles up (in a connection
+  that went silent, or in the store kept for the next connection) and reaches the relay at once
+  when the path is back: after a 50 s outage, more pings than the relay's rate limit allows,
+  counted there as bad input from an honest client.
 
-``GuardedEndpoint`` fixes all three: the child stops its reactor as soon as the local link to the
+``GuardedEndpoint`` fixes all four: the child stops its reactor as soon as the local link to the
 parent drops or the parent PID changes (a watchdog that works on Windows too, since the OS closes
 the parent's sockets when it dies), and on Linux it also asks for ``SIGKILL`` on the parent's
 death (``PR_SET_PDEATHSIG``, only when the main thread starts it: the signal fires when the
 *thread* that forked exits). The parent waits for the child's link at most ``START_TIMEOUT_S``
-and gives up at once when the child exits; the child is a daemon process.
+and gives up at once when the child exits; the child is a daemon process. The child keeps one
+heartbeat (``ping``) in flight per connection: it forwards the parent's next ping only once the
+relay answered (``pong``) or after ``PING_RETRY_S``, and keeps one for the next connection.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ WATCHDOG_S = 0.25
 HEALTHY_S = 10.0  # a server connection that lived this long resets the reconnect backoff
 MAX_LOCAL_FRAME_BYTES = 1 << 30  # a frame from the child beyond this means a garbled stream
 _PR_SET_PDEATHSIG = 1
+# a ping as the parent writes it (msgpack ``["OBJ", {"ping": -1}, ...]``), and the object of the
+# relay's answer (msgpack ``{"pong": conn_id}``)
+PING_FRAME = b"\x93\xa3OBJ\x81\xa4ping"
+PONG_OBJ = b"\x81\xa4pong"
+PING_RETRY_S = 30.0  # a ping unanswered this long (a relay that lost it) is followed by another
 
 
 class EndpointStartError(UserError):
@@ -156,6 +167,8 @@ class _Protocol(ClientProtocol):
         with view[start:end] as frame:
             prefix = frame_prefix(frame)
             if prefix is not None and prefix[1] == "OBJ" and prefix[3] >= 0:
+                if bytes(frame[prefix[2]:prefix[2] + len(PONG_OBJ)]) == PONG_OBJ:
+                    self._client.ping_sent_at = None  # answered: the next ping may go
                 if self._client.endpoint is not None:
                     self._client.endpoint.transport.write(bytes(view[start - self._header_size:end]))
             else:
@@ -176,6 +189,8 @@ class _Protocol(ClientProtocol):
             self.send_obj(cmd="HELLO", obj=self._groups)
             self._state = "ALIVE"
             store, self._client.store = self._client.store, []
+            # a new connection: nothing of it is in flight but the ping kept in the store
+            self._client.ping_sent_at = time.monotonic() if any(_is_ping(d) for _, d, _ in store) else None
             for cmd_, dest, obj_ in store:  # what the parent sent while the relay was away
                 self.send_obj(cmd=cmd_, dest=dest, obj=obj_)
         elif cmd == "OBJ" and self._client.endpoint is not None:
@@ -223,9 +238,16 @@ class _LocalProtocol(LocalProtocolForClient):
 
     def _frame(self, view: memoryview, start: int, end: int) -> None:
         server = self._client.to_server
-        if (end - start > 5 and bytes(view[start:start + 5]) in (b"\x93\xa3OBJ", b"\x93\xa3NTF")
-                and server is not None and server.get_state() == "ALIVE"):
-            server.send_tail(bytes(view[start + 1:end]))
+        alive = server is not None and server.get_state() == "ALIVE"
+        if alive and bytes(view[start:start + len(PING_FRAME)]) == PING_FRAME:
+            # one heartbeat in flight: while the relay is silent the next would only pile up
+            sent_at = self._client.ping_sent_at
+            now = time.monotonic()
+            if sent_at is not None and now - sent_at < PING_RETRY_S:
+                return
+            self._client.ping_sent_at = now
+        if alive and end - start > 5 and bytes(view[start:start + 5]) in (b"\x93\xa3OBJ", b"\x93\xa3NTF"):
+            server.send_tail(bytes(view[start + 1:end]))  # type: ignore[union-attr]
         else:
             self._slow(bytes(view[start:end]))
 
@@ -238,6 +260,8 @@ class _LocalProtocol(LocalProtocolForClient):
             self.transport.loseConnection()
             self._client.close(1)
         elif cmd in ("OBJ", "NTF"):  # the relay is away: tlspyo stores it and sends it on HELLO
+            if _is_ping(dest) and any(_is_ping(d) for _, d, _ in self._client.store):
+                return  # one heartbeat is enough for the next connection
             self._client.store.append((cmd, dest, obj))
         elif cmd != "TEST":
             raise ValueError(f"unknown command {str(cmd)[:20]!r}")
@@ -283,6 +307,10 @@ class _Factory(TLSClientFactory):
         self._lost(connector, reason, True)
 
 
+def _is_ping(dest: Any) -> bool:
+    return isinstance(dest, dict) and "ping" in dest
+
+
 class GuardedClient(Client):
     """tlspyo's child-side client plus a watchdog on the parent (runs in the child process)."""
 
@@ -291,6 +319,7 @@ class GuardedClient(Client):
     auth_identity: str = ""  # who this client proves to be in its HELLO (rulka.net.wire)
     auth_key: bytes = b""  # that identity's raw Ed25519 private key
     server_hello: Any = None  # the object of the relay's latest HELLO frame (its nonce)
+    ping_sent_at: float | None = None  # when the ping in flight on this connection went out
 
     def identity_token(self) -> str:
         """The HELLO entry for the current connection: signed over the relay's nonce, or the

@@ -281,8 +281,9 @@ class _TlsLink:
             self._endpoint.send_object(obj, dest)
 
     def _beat_loop(self) -> None:
-        # beat fast until the first answer so connected() turns True quickly; while the server is
-        # away, tlspyo stores the pings and flushes them on reconnect, so keep them sparse then
+        # beat fast until the first answer so connected() turns True quickly; the network process
+        # keeps one ping in flight (rulka.net.endpoint), so beats sent while the relay is silent
+        # or away do not pile up
         started = time.monotonic()
         while not self._closed.wait(0.1 if time.monotonic() - started < 10 and not self._last_pong
                                     else self.settings.heartbeat_s):
