@@ -246,6 +246,30 @@ def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
+    """One row per trainer_loop run: the ratio to the bare learner and the samples per insert."""
+    res = results.get("trainer_loop", {})
+    rows = res.get("figures", {}).get("results") if res.get("status") == "ok" else None
+    if not isinstance(rows, list) or not rows:
+        return []
+    lines = ["", "## Trainer loop at a glance", "",
+             f"From `trainer_loop` ({res.get('date', '')}): updates/s of the whole trainer role with N unpaced "
+             "workers over `agent.train` alone (target >= 0.9), samples per insert over its target (target "
+             "within +-10%), and the share of time the learner spent training.", "",
+             "| config | workers | worker priority | ratio | samples per insert / target | learner busy "
+             "| trainer updates/s | alone updates/s |", "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        lines.append(" | ".join(["", str(row.get("config", "")), format_number(row.get("workers")),
+                                 str(row.get("worker_priority", "normal")), format_number(row.get("ratio")),
+                                 format_number(row.get("spi_vs_target")),
+                                 format_number(_dig(row, "trainer.learner_busy")),
+                                 format_number(_dig(row, "trainer.updates_per_s")),
+                                 format_number(_dig(row, "alone.updates_per_s")), ""]).strip())
+    return lines
+
+
 def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str, command: str) -> str:
     """BENCHMARKS.md: machine, a summary row per script, then each script's figures."""
     lines = [
@@ -273,6 +297,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
             f"| {res.get('date', '')} | `{res.get('command', '')}` |"
         )
     lines += peer_comparison(results)
+    lines += trainer_loop_table(results)
     for name in ordered:
         res = results[name]
         lines += ["", f"## {name}", "", f"Command: `{res.get('command', '')}` ({res.get('date', '')})", ""]

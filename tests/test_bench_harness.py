@@ -138,3 +138,22 @@ def test_rewrite_rerenders_without_running_anything(tmp_path: Path) -> None:
     assert main(["--rewrite", "--bench-dir", str(folder), "--out", str(out)]) == 0
     text = out.read_text()
     assert "| actions_per_s | 99 |" in text and "Last written by `python -m bench --rewrite`" in text
+
+
+TRAINER_LOOP = """
+import json
+rows = [{"config": "cartpole", "workers": 2, "worker_priority": "below_normal", "ratio": 0.794,
+         "spi_vs_target": 0.956, "trainer": {"updates_per_s": 124.2, "learner_busy": 0.928},
+         "alone": {"updates_per_s": 156.5}},
+        {"config": "sim_image", "workers": 4, "trainer": {"error": "no update within 240 s"}}]
+print(json.dumps({"bench": "trainer_loop", "results": rows}))
+"""
+
+
+def test_trainer_loop_runs_get_one_row_each(tmp_path: Path) -> None:
+    folder = _bench_dir(tmp_path, trainer_loop=TRAINER_LOOP)
+    out = tmp_path / "BENCHMARKS.md"
+    assert main(["--bench-dir", str(folder), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| cartpole | 2 | below_normal | 0.794 | 0.956 | 0.928 | 124.2 | 156.5 |" in text
+    assert "| sim_image | 4 | normal | - | - | - | - | - |" in text  # a failed run still shows
