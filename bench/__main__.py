@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -126,21 +127,24 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         pass
 
 
-def run_script(name: str, bench_dir: Path, quick: bool, timeout_s: float) -> dict[str, Any]:
-    """Run ``bench_dir/<name>.py``; returns a result dict with ``status`` ok|missing|failed|timeout|bad output."""
+def run_script(name: str, bench_dir: Path, quick: bool, timeout_s: float,
+               extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Run ``bench_dir/<name>.py`` (with ``extra`` arguments); returns a result dict with ``status``
+    ok|missing|failed|timeout|bad output."""
     script = bench_dir / f"{name}.py"
     shown = f"python bench/{name}.py" if bench_dir == BENCH_DIR else f"python {script}"
     result: dict[str, Any] = {"name": name, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
     if not script.is_file():
         return {**result, "status": "missing", "command": shown, "detail": f"{script.name} does not exist yet"}
     args = ["--quick"] if quick else []
+    extra = list(extra)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     started = time.monotonic()
     for attempt in (args, []) if args else (args,):
-        result["command"] = " ".join([shown, *attempt])
+        result["command"] = " ".join([shown, *attempt, *extra])
         # own process group: a script's helpers (servers, workers) go with it on a timeout
-        proc = subprocess.Popen([sys.executable, str(script), *attempt], cwd=REPO_ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, str(script), *attempt, *extra], cwd=REPO_ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
@@ -373,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="run only this script (repeatable or comma-separated); others keep their last results")
     parser.add_argument("--quick", action="store_true", help="pass --quick to every script (smaller, faster runs)")
+    parser.add_argument("--script-args", default="", metavar="ARGS",
+                        help="arguments for the one script named by --only, e.g. --only soak "
+                             "--script-args '--workers 16 --minutes 10' (recorded in its command)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="per-script time limit in seconds (default 900, 300 with --quick)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", metavar="FILE",
@@ -409,11 +416,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown script {', '.join(unknown)}; choose from {', '.join(known)}")
     selected = only or known
+    extra = shlex.split(args.script_args)
+    if extra and len(only) != 1:
+        parser.error("--script-args needs exactly one --only script")
     timeout_s = args.timeout if args.timeout is not None else (300.0 if args.quick else 900.0)
     results = previous_results(args.out) if only else {}
     for name in selected:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
-        res = run_script(name, bench_dir, args.quick, timeout_s)
+        res = run_script(name, bench_dir, args.quick, timeout_s, extra)
         results[name] = res
         print(f"bench: {name} {res['status']} ({res.get('seconds', 0)} s)"
               + (f": {res['detail']}" if res.get("detail") else ""), file=sys.stderr, flush=True)

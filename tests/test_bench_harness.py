@@ -157,3 +157,18 @@ def test_trainer_loop_runs_get_one_row_each(tmp_path: Path) -> None:
     text = out.read_text()
     assert "| cartpole | 2 | below_normal | 0.794 | 0.956 | 0.928 | 124.2 | 156.5 |" in text
     assert "| sim_image | 4 | normal | - | - | - | - | - |" in text  # a failed run still shows
+
+
+ECHO_ARGS = "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n"
+
+
+def test_script_args_reach_the_one_script_and_its_recorded_command(tmp_path: Path) -> None:
+    folder = _bench_dir(tmp_path, echo=ECHO_ARGS, good=GOOD)
+    out = tmp_path / "BENCHMARKS.md"
+    assert main(["--bench-dir", str(folder), "--out", str(out), "--only", "echo",
+                 "--script-args", "--workers 16 --minutes 10"]) == 0
+    text = out.read_text()
+    assert "| argv | --workers, 16, --minutes, 10 |" in text
+    assert f"`python {folder / 'echo.py'} --workers 16 --minutes 10`" in text
+    with pytest.raises(SystemExit):
+        main(["--bench-dir", str(folder), "--out", str(out), "--script-args", "--workers 2"])
