@@ -66,8 +66,9 @@ def namespaces_unavailable() -> str | None:
     by creating a namespace with a veth pair and a bridge, then deleting it."""
     if not sys.platform.startswith("linux"):
         return f"network namespaces are Linux only (this is {sys.platform})"
-    if shutil.which("ip") is None:
-        return "iproute2's `ip` command is not installed"
+    missing = [tool for tool in ("ip", "bridge") if shutil.which(tool) is None]
+    if missing:
+        return f"iproute2's {' and '.join(missing)} command is not installed"
     name = f"{PREFIX}-{os.getpid()}-probe"
     try:
         for args in (("netns", "add", name), ("-n", name, "link", "add", "probe0", "type", "veth", "peer", "name",
@@ -204,6 +205,8 @@ class Lab:
 
     def qdisc_missing(self, kind: str) -> str | None:
         """Why ``tc`` cannot add a ``kind`` qdisc here (None when it can): tried on the bridge."""
+        if shutil.which("tc") is None:
+            return "iproute2's tc command is not installed"
         args = {"netem": ["delay", "10ms"], "tbf": ["rate", "1mbit", "burst", "16kb", "latency", "100ms"]}[kind]
         out = subprocess.run(["tc", "-n", self.hub, "qdisc", "add", "dev", "br0", "root", kind, *args],
                              capture_output=True, text=True, timeout=30)
@@ -324,12 +327,6 @@ def test_the_trainer_cut_off_finds_every_segment_kept_by_the_workers(lab: Lab) -
     assert set(lab.alive()) == set(lab.procs)
 
 
-# a worker held back by another's link gets (next to) nothing through; on a shared 2-core machine
-# a worker's own rate varies by up to half between two 15-second windows
-NOT_HELD_BACK = 0.3
-SLOW_KBIT = 32  # below what a worker sends here (about 80 kbit/s): its segments queue on its link
-
-
 def test_a_worker_behind_a_silent_partition_comes_back_without_a_flood(lab: Lab) -> None:
     """A router between a worker and the server fails for 50 s: neither host sees its carrier
     go, the TCP connection stays open and only silence tells. When the path is back the worker
@@ -350,6 +347,12 @@ def test_a_worker_behind_a_silent_partition_comes_back_without_a_flood(lab: Lab)
     print(f"w0 partitioned for {PARTITION_S:.0f} s: its new segments flow again {took:.1f} s after the path is back")
     lab.check_exactly_once(90)
     assert lab.bad_inputs("w0") == bad, "the relay counted bad input from w0 after the partition"
+
+
+# a worker held back by another's link gets (next to) nothing through; on a shared 2-core machine
+# a worker's own rate varies by up to half between two 15-second windows
+NOT_HELD_BACK = 0.3
+SLOW_KBIT = 32  # below what a worker sends here (about 80 kbit/s): its segments queue on its link
 
 
 def _share_while(lab: Lab, role: str, qdisc: list[str], seconds: float) -> tuple[dict[str, int], dict[str, int], int]:
