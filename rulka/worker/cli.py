@@ -10,7 +10,14 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from rulka.cli import PRIORITIES, follow_launcher, run_main, set_process_priority, setup_logging, stop_on_ctrl_c
+from rulka.cli import (
+    PRIORITIES,
+    follow_launcher,
+    run_main,
+    set_process_priority,
+    setup_logging,
+    stop_on_ctrl_c,
+)
 from rulka.errors import UserError
 
 log = logging.getLogger("rulka.worker")
