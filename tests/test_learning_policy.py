@@ -77,8 +77,8 @@ def _sim_run_finishes(tmp_path: Path, config: str, minutes: int) -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(15 * 60 + 900)
 def test_sim_ppo_finishes_the_default_track(tmp_path):
-    # 15 minutes: the sampling workers first finished at 3.5 min and the greedy policy finished
-    # (24.2 s) at 15 min in the run of 2026-11-24 (BENCHMARKS.md, extended runs)
+    # 15 minutes: with unpaced workers the sampling workers first finished at 0.84 min and the
+    # greedy policy finished (22.74 s) at 15 min in the run of 2026-11-24 (BENCHMARKS.md, extended runs)
     _sim_run_finishes(tmp_path, "sim_ppo.yaml", 15)
 
 
@@ -86,4 +86,5 @@ def test_sim_ppo_finishes_the_default_track(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(30 * 60 + 900)
 def test_sim_grpo_finishes_the_default_track(tmp_path):
+    # first exploring finish at 4.0 min, greedy 27.93 s after 30 min (2026-11-24, extended runs)
     _sim_run_finishes(tmp_path, "sim_grpo.yaml", 30)
