@@ -109,7 +109,7 @@ PRIORITIES = ("normal", "below_normal", "idle")
 """Process priorities a role can ask for (``rulka-worker --priority``)."""
 _NICE = {"normal": 0, "below_normal": 10, "idle": 19}
 # Windows priority classes (winbase.h)
-_WINDOWS_CLASS = {"normal": 0x00000020, "below_normal": 0x00004000, "idle": 0x00000040}
+_WINDOWS_CLASS = {"below_normal": 0x00004000, "idle": 0x00000040}
 
 
 def set_process_priority(level: str) -> None:
