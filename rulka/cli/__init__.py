@@ -107,7 +107,7 @@ def follow_launcher(grace_s: float = 60.0) -> None:
 
 PRIORITIES = ("normal", "below_normal", "idle")
 """Process priorities a role can ask for (``rulka-worker --priority``)."""
-_NICE = {"normal": 0, "below_normal": 10, "idle": 19}
+_NICE = {"below_normal": 10, "idle": 19}
 # Windows priority classes (winbase.h)
 _WINDOWS_CLASS = {"below_normal": 0x00004000, "idle": 0x00000040}
 
