@@ -260,13 +260,15 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
              f"From `trainer_loop` ({res.get('date', '')}): updates/s of the whole trainer role with N unpaced "
              "workers over `agent.train` alone (target >= 0.9), samples per insert over its target (target "
              "within +-10%), and the share of time the learner spent training.", "",
-             "| config | workers | worker priority | ratio | samples per insert / target | learner busy "
-             "| trainer updates/s | alone updates/s |", "|---|---|---|---|---|---|---|---|"]
+             "| config | workers | worker priority | workers pinned | ratio | samples per insert / target "
+             "| learner busy | trainer updates/s | alone updates/s |", "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if not isinstance(row, dict):
             continue
         lines.append(" | ".join(["", str(row.get("config", "")), format_number(row.get("workers")),
-                                 str(row.get("worker_priority", "normal")), format_number(row.get("ratio")),
+                                 str(row.get("worker_priority", "normal")),
+                                 {True: "yes", False: "no"}.get(row.get("pinned"), "no"),
+                                 format_number(row.get("ratio")),
                                  format_number(row.get("spi_vs_target")),
                                  format_number(_dig(row, "trainer.learner_busy")),
                                  format_number(_dig(row, "trainer.updates_per_s")),

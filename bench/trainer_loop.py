@@ -14,10 +14,11 @@ against the target. Also reported: the share of the window the learner spent ins
 (workers too slow on this machine) rather than trainer overhead.
 
     python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
-        [--worker-priorities below_normal,normal]   (default: both, the second as the baseline)
+        [--worker-priorities below_normal,normal] [--pinning on,off]
 
-Workers run as ``rulka run`` starts them: below normal priority (nice 10), so that on a machine
-where all roles share the cores the learner is scheduled first; ``normal`` measures equal sharing.
+Workers run as ``rulka run`` starts them: below normal priority (nice 10), kept with the relay off
+the trainer's cores (``--pinning on``); ``--pinning off`` (measured in the same run by default, the
+baseline) lets the OS place them, ``--worker-priorities normal`` measures equal sharing.
 """
 
 from __future__ import annotations
@@ -60,13 +61,14 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def measure_role(config: str, overrides: list[str], workers: int, seconds: float, run_dir: Path,
-                 start_timeout_s: float = 240.0, worker_priority: str = "below_normal") -> dict[str, Any]:
+                 start_timeout_s: float = 240.0, worker_priority: str = "below_normal",
+                 pin_cores: bool = True) -> dict[str, Any]:
     """Launch the run, time ``seconds`` of training after the first update, stop it."""
     from rulka.cli.run import launch
 
     log = open(run_dir.parent / f"{run_dir.name}.log", "w")  # noqa: SIM115 - closed below
     run = launch(REPO_ROOT / config, workers=workers, run_dir=run_dir, overrides=[*COMMON, *overrides],
-                 trainer_output=log, worker_priority=worker_priority)
+                 trainer_output=log, worker_priority=worker_priority, pin_cores=pin_cores)
     try:
         t_start = time.monotonic()
         first = None
@@ -133,9 +135,12 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     parser.add_argument("--seconds", type=float, default=20.0, help="timed window of each run")
     parser.add_argument("--alone-seconds", type=float, default=10.0)
-    parser.add_argument("--worker-priorities", default="below_normal,normal",
+    parser.add_argument("--worker-priorities", default="below_normal",
                         help="comma-separated worker priorities to measure, each as its own run (rulka run's default "
                              "is below_normal; normal: the OS shares the cores equally)")
+    parser.add_argument("--pinning", default="on,off",
+                        help="on: workers and relay kept off the trainer's cores (rulka run's default); off: "
+                             "the OS places them (rulka run --no-pin); comma-separated, each its own run")
     parser.add_argument("--alone", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one run folder
     args = parser.parse_args()
     if args.alone is not None:
@@ -148,10 +153,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rulka-trainer-loop-") as tmp:
         for name in configs:
             config, overrides = CONFIGS[name]
-            for n, priority in ((n, p) for n in counts for p in args.worker_priorities.split(",")):
-                run_dir = Path(tmp) / f"{name}-{n}-{priority}"
-                role = measure_role(config, overrides, n, seconds, run_dir, worker_priority=priority)
-                row: dict[str, Any] = {"config": name, "workers": n, "worker_priority": priority, "trainer": role}
+            for n, priority, pin in ((n, p, pin) for n in counts for p in args.worker_priorities.split(",")
+                                     for pin in args.pinning.split(",")):
+                run_dir = Path(tmp) / f"{name}-{n}-{priority}-{pin}"
+                role = measure_role(config, overrides, n, seconds, run_dir, worker_priority=priority,
+                                    pin_cores=pin == "on")
+                row: dict[str, Any] = {"config": name, "workers": n, "worker_priority": priority,
+                                       "pinned": pin == "on", "trainer": role}
                 if "error" not in role:
                     out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir),
                                           "--alone-seconds", str(args.alone_seconds)],

@@ -53,6 +53,13 @@ def test_status_sees_two_workers_and_trainer_then_exits_nonzero_when_they_stop(t
                 own = os.getpriority(os.PRIO_PROCESS, 0)
                 assert [os.getpriority(os.PRIO_PROCESS, w.pid) for w in run.workers.values()] == [max(own, 10)] * 2
                 assert os.getpriority(os.PRIO_PROCESS, run.trainer.pid) == own
+            if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2:
+                # and keeps them and the relay off the trainer's core(s); the trainer is not pinned
+                kept = set(run.worker_cores or ())
+                assert kept and not kept & {min(os.sched_getaffinity(0))}
+                for pid in [run.server.pid, *(w.pid for w in run.workers.values())]:
+                    assert os.sched_getaffinity(pid) == kept
+                assert os.sched_getaffinity(run.trainer.pid) == os.sched_getaffinity(0)
 
             table = _status(run.port, run.keys, "--stale-s", "15")
             assert table.returncode == 0

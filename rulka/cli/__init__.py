@@ -136,6 +136,71 @@ def set_process_priority(level: str) -> None:
         raise UserError(f"could not lower the process priority to {level}: {exc}") from exc
 
 
+def available_cores() -> list[int]:
+    """The CPU cores this process may run on: its affinity where the OS tells (Linux, a container's
+    cpuset), else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def parse_cores(text: str) -> list[int]:
+    """``"1"``, ``"0,2"``, ``"2-5,7"`` -> sorted core numbers; UserError for anything else."""
+    cores: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            lo, hi = int(first), int(last or first)
+            if lo < 0 or hi < lo:
+                raise ValueError
+            cores.update(range(lo, hi + 1))
+    except ValueError:
+        raise UserError(f"cores must be a list like 1 or 0,2 or 2-5,7, not {text!r}") from None
+    return sorted(cores)
+
+
+def format_cores(cores: Sequence[int]) -> str:
+    """The inverse of ``parse_cores``: ``[2, 3, 4, 7]`` -> ``"2-4,7"``."""
+    parts: list[str] = []
+    for core in sorted(set(cores)):
+        if parts and core == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{core}"
+        else:
+            parts.append(str(core))
+    return ",".join(parts)
+
+
+def set_cpu_affinity(cores: Sequence[int]) -> bool:
+    """Keep this process on ``cores``. Call it first thing: on Linux an affinity belongs to a
+    thread, and only threads and processes started afterwards inherit it (on Windows it is the
+    whole process's). Returns False where the OS has no such call (macOS); raises UserError when
+    the OS refuses (a core this process may not use)."""
+    cores = sorted(set(cores))
+    if not cores:
+        raise UserError("no cores given")
+    if sys.platform == "win32":
+        import ctypes
+        from ctypes import wintypes
+
+        if cores[-1] >= 64:
+            raise UserError(f"core {cores[-1]}: on Windows a process can be kept on cores 0-63 only")
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+        kernel32.GetCurrentProcess.restype = wintypes.HANDLE
+        kernel32.SetProcessAffinityMask.argtypes = [wintypes.HANDLE, ctypes.c_size_t]
+        kernel32.SetProcessAffinityMask.restype = wintypes.BOOL
+        if not kernel32.SetProcessAffinityMask(kernel32.GetCurrentProcess(), sum(1 << c for c in cores)):
+            raise UserError(f"could not keep this process on cores {format_cores(cores)} "
+                            f"(Windows error {ctypes.get_last_error()})")  # type: ignore[attr-defined]
+        return True
+    if not hasattr(os, "sched_setaffinity"):
+        return False
+    try:
+        os.sched_setaffinity(0, cores)
+    except OSError as exc:
+        raise UserError(f"could not keep this process on cores {format_cores(cores)}: {exc}") from exc
+    return True
+
+
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rulka.cli import PRIORITIES, stop_on_ctrl_c
+from rulka.cli import PRIORITIES, available_cores, format_cores, stop_on_ctrl_c
 from rulka.errors import UserError
 
 
@@ -43,6 +43,7 @@ class LocalRun:
     trainer: subprocess.Popen
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
     log_files: list[Any] = field(default_factory=list)
+    worker_cores: list[int] | None = None  # where the workers and the relay are kept (None: anywhere)
 
     def alive(self) -> bool:
         return self.trainer.poll() is None
@@ -134,8 +135,10 @@ class ServerProcess:
     """``rulka-server`` on loopback in its own session (so a Ctrl-C in the terminal reaches only
     ``rulka run``, which then stops the roles in order). ``port`` is known once it listens."""
 
-    def __init__(self, keys: Path, log_file: Any, allow_plain_tcp: bool = False, timeout: float = 60.0) -> None:
-        cmd = _python_cmd("rulka.server.cli") + ["--keys", str(keys), "--host", "127.0.0.1", "--port", "0"]
+    def __init__(self, keys: Path, log_file: Any, allow_plain_tcp: bool = False, timeout: float = 60.0,
+                 extra_args: Sequence[str] = ()) -> None:
+        cmd = _python_cmd("rulka.server.cli") + ["--keys", str(keys), "--host", "127.0.0.1", "--port", "0",
+                                                  *extra_args]
         if allow_plain_tcp:
             cmd += ["--set", "network.allow_plain_tcp=true"]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True,
@@ -172,27 +175,47 @@ class ServerProcess:
         _kill_groups([self.process])
 
 
+def trainer_threads(cfg: Any, workers: int, cores: int) -> int:
+    """The trainer's torch threads on a machine of ``cores`` shared with ``workers`` workers (each
+    running ``worker.torch_threads``): the config's ``trainer.torch_threads``, else the cores the
+    workers leave, at least 1."""
+    if cfg.trainer.torch_threads is not None:
+        return int(cfg.trainer.torch_threads)
+    return max(1, cores - workers * cfg.worker.torch_threads)
+
+
 def role_thread_overrides(cfg: Any, workers: int, cores: int | None = None) -> list[str]:
     """``trainer.torch_threads`` for a trainer sharing this machine's ``cores`` with ``workers``
-    workers (each running one torch thread, ``worker.torch_threads``): the cores they leave, at
-    least 1. Empty when the config sets it. Torch's default, one thread per core in every
-    process, made each of the trainer's ops wait for descheduled threads: ten times fewer
-    updates with 2 workers on 2 cores (BENCHMARKS.md, trainer loop)."""
+    workers: ``trainer_threads``. Empty when the config sets it. Torch's default, one thread per
+    core in every process, made each of the trainer's ops wait for descheduled threads: ten times
+    fewer updates with 2 workers on 2 cores (BENCHMARKS.md, trainer loop)."""
     if cfg.trainer.torch_threads is not None:
         return []
-    cores = cores or os.cpu_count() or 1
-    return [f"trainer.torch_threads={max(1, cores - workers * cfg.worker.torch_threads)}"]
+    return [f"trainer.torch_threads={trainer_threads(cfg, workers, cores or len(available_cores()))}"]
+
+
+def worker_cores(cfg: Any, workers: int, cores: Sequence[int] | None = None) -> list[int] | None:
+    """The cores ``rulka run`` keeps its workers and the relay on: all but the first
+    ``trainer_threads`` of this machine's ``cores`` (None: no core left over, nothing is pinned).
+    The trainer itself is not pinned, but nothing else runs on its cores. Without this, on 2
+    cores, Linux's scheduler left the learner thread waiting on its run queue 13% of the time
+    behind worker threads, even at nice 19 and with a core idle (per-thread schedstat), and the
+    trainer made ~15% fewer updates per second than its learner alone (BENCHMARKS.md, trainer loop)."""
+    cores = sorted(cores) if cores is not None else available_cores()
+    rest = cores[trainer_threads(cfg, workers, len(cores)):]
+    return rest or None
 
 
 def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None = None,
            keys: str | Path | None = None, overrides: Sequence[str] = (), resume: bool = False,
            trainer_output: Any = None, worker_args: Sequence[str] = (),
-           worker_priority: str = "below_normal") -> LocalRun:
+           worker_priority: str = "below_normal", pin_cores: bool = True) -> LocalRun:
     """Start server, trainer and ``workers`` workers on loopback; returns at once.
 
     ``worker_priority``: the workers' CPU priority (``rulka-worker --priority``). Below normal by
     default: the roles share this machine's cores, and an unpaced simulator or gym env would
     otherwise take as much CPU as the learner (the OS shares time equally), leaving it half a core.
+    ``pin_cores``: keep the workers and the relay off the trainer's cores (``worker_cores``).
 
     ``trainer_output``: a file for the trainer's stdout/stderr (None: this terminal). Should the
     start be interrupted (Ctrl-C), the roles started so far are killed before the exception
@@ -222,7 +245,9 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
             raise UserError(f"{keys} has no bundle for {name}: run `rulka keys add-worker {name} --dir {keys}`")
     server_log = open(run_dir / "logs" / "server.log", "ab")  # noqa: SIM115 - closed by LocalRun.stop
     log_files = [server_log]
-    server = ServerProcess(keys, server_log, allow_plain_tcp=bool(cfg.network.allow_plain_tcp))
+    pinned = worker_cores(cfg, workers) if pin_cores else None
+    pin_args = ["--cpu-cores", format_cores(pinned)] if pinned else []
+    server = ServerProcess(keys, server_log, allow_plain_tcp=bool(cfg.network.allow_plain_tcp), extra_args=pin_args)
     address = f"127.0.0.1:{server.port}"
     overrides = [*overrides, *role_thread_overrides(cfg, workers)]
     sets = [a for o in overrides for a in ("--set", o)]
@@ -241,7 +266,7 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
             procs[name] = subprocess.Popen(
                 _python_cmd("rulka.worker.cli") + ["--server", address, "--keys", str(keys / "bundles" / name),
                                                    "--state-dir", str(run_dir / "workers" / name),
-                                                   "--priority", worker_priority, *worker_args],
+                                                   "--priority", worker_priority, *pin_args, *worker_args],
                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                 **_followed({"PYTHONUNBUFFERED": "1"}))
             started.append(procs[name])
@@ -251,7 +276,7 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
         for f in log_files:
             f.close()
         raise
-    return LocalRun(run_dir, keys, server.port, server, trainer, procs, log_files)
+    return LocalRun(run_dir, keys, server.port, server, trainer, procs, log_files, worker_cores=pinned)
 
 
 def register(subparsers: Any) -> None:
@@ -280,6 +305,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--worker-priority", choices=PRIORITIES, default="below_normal",
                         help="CPU priority of the worker processes (default below_normal: the trainer, on the "
                              "same cores, comes first; normal: share the CPU equally)")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="let the OS place the workers and the relay on any core (default: kept off the "
+                             "trainer's cores, so the learner thread is never queued behind them)")
     parser.add_argument("--stop-timeout", type=float, default=60.0, metavar="S",
                         help="after Ctrl-C/SIGTERM or --minutes, the roles get this many seconds to stop cleanly "
                              "(the trainer writes its checkpoint), then whatever still runs is killed (default 60)")
@@ -329,7 +357,8 @@ def _main(args: argparse.Namespace) -> int:
     stop_on_ctrl_c()  # and Ctrl-C, also when a shell started this in the background with SIGINT ignored
     try:
         run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
-                     resume=args.resume is not None, worker_priority=args.worker_priority)
+                     resume=args.resume is not None, worker_priority=args.worker_priority,
+                     pin_cores=not args.no_pin)
     except KeyboardInterrupt:
         print("\nrulka run: interrupted while starting; the roles started so far were stopped", file=sys.stderr)
         return 130
@@ -340,7 +369,9 @@ def _main(args: argparse.Namespace) -> int:
     code: int | None = None
     try:
         try:
-            print(f"rulka run: server 127.0.0.1:{run.port}, {args.workers} workers, run folder {run.run_dir}",
+            where = (f" (workers and relay on cores {format_cores(run.worker_cores)}, the rest left to the "
+                     "trainer)" if run.worker_cores else "")
+            print(f"rulka run: server 127.0.0.1:{run.port}, {args.workers} workers{where}, run folder {run.run_dir}",
                   file=sys.stderr)
             while run.alive():
                 if deadline is not None and time.monotonic() >= deadline:

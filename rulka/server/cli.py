@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rulka.cli import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
+from rulka.cli import follow_launcher, parse_cores, run_main, set_cpu_affinity, setup_logging, stop_on_ctrl_c
 
 log = logging.getLogger("rulka.server")
 
@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="port to listen on (default: network.port, 55555; 0 = any free port)")
     parser.add_argument("--keys", default=None, metavar="DIR",
                         help="keys folder (default: network.credentials_dir, ~/.rulka/keys)")
+    parser.add_argument("--cpu-cores", default=None, metavar="LIST",
+                        help="keep the relay on these CPU cores, e.g. 1 or 2-3 (default: any)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     # used by Server.start(): the transport settings as JSON, instead of --config/--set
     parser.add_argument("--settings-json", default=None, help=argparse.SUPPRESS)
@@ -52,9 +54,18 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Path]:
     return settings, keys.expanduser()
 
 
+def _pin(cores: str) -> None:
+    if not set_cpu_affinity(parse_cores(cores)):
+        log.warning("--cpu-cores: this OS cannot keep a process on given cores")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    if args.cpu_cores is not None:  # before any thread starts: they inherit it
+        code = run_main(lambda: _pin(args.cpu_cores))
+        if code:
+            return code
     stop_on_ctrl_c()
     follow_launcher()
 

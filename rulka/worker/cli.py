@@ -13,7 +13,9 @@ from pathlib import Path
 from rulka.cli import (
     PRIORITIES,
     follow_launcher,
+    parse_cores,
     run_main,
+    set_cpu_affinity,
     set_process_priority,
     setup_logging,
     stop_on_ctrl_c,
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--priority", choices=PRIORITIES, default="normal",
                         help="CPU priority of this worker (default normal; `rulka run` starts its workers "
                              "below_normal so that the trainer on the same cores comes first)")
+    parser.add_argument("--cpu-cores", default=None, metavar="LIST",
+                        help="keep this worker on these CPU cores, e.g. 2-5 (default: any; `rulka run` keeps its "
+                             "workers off the trainer's cores)")
     parser.add_argument("--produced-log", default=None, metavar="FILE",
                         help="append the sequence number of every segment produced to FILE (audits)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -64,12 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
-    code = run_main(lambda: set_process_priority(args.priority))  # before any thread starts
+    code = run_main(lambda: _place(args))  # before any thread starts
     if code:
         return code
     stop_on_ctrl_c()
     follow_launcher()
     return run_main(lambda: _run(args))
+
+
+def _place(args: argparse.Namespace) -> None:
+    """The worker's CPU priority and cores, inherited by every thread and process it starts."""
+    set_process_priority(args.priority)
+    if args.cpu_cores is not None and not set_cpu_affinity(parse_cores(args.cpu_cores)):
+        logging.getLogger("rulka.worker").warning("--cpu-cores: this OS cannot keep a process on given cores")
 
 
 def _run(args: argparse.Namespace) -> int:
