@@ -14,6 +14,7 @@ Two ways to use it::
     python bench/learning.py evaluate RUN_DIR [--gen-seeds 1 2 3]
     # train first (a full learning run: 30 minutes on a 2-core box), then evaluate
     python bench/learning.py run --config configs/sim_iqn_cycle.yaml --minutes 30 --workers 2
+    # each also writes its JSON to RUN_DIR/learning.json
 
 Greedy episodes start like the game (no start noise) and end at the finish, at a cut-off
 (``no_progress`` after 2 s without a new zone) or at ``--max-seconds`` of race time.
@@ -145,7 +146,10 @@ def main(argv: list[str] | None = None) -> None:
         for kv in args.set:
             cmd += ["--set", kv]
         subprocess.run(cmd, check=True)
-    print(json.dumps(evaluate(args.run_dir, args.gen_seeds, args.max_seconds), indent=2))
+    text = json.dumps(evaluate(args.run_dir, args.gen_seeds, args.max_seconds), indent=2)
+    if args.run_dir.is_dir():  # kept with the run: an extended test's figures outlive its output
+        (args.run_dir / "learning.json").write_text(text + "\n", encoding="utf-8")
+    print(text)
 
 
 if __name__ == "__main__":

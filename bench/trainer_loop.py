@@ -128,13 +128,30 @@ def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
             "memory_size": len(memory), "batch_size": batch_size}
 
 
+def alone_median(run_dir: Path, seconds: float, rounds: int) -> dict[str, Any]:
+    """``alone`` in ``rounds`` fresh processes, one after the other: the median updates/s (one
+    10 s figure varied by ~10% between runs of the same config, 2026-11-24) and every round's."""
+    figures: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir), "--alone-seconds", str(seconds)],
+                             capture_output=True, text=True, timeout=600)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            return {"error": out.stderr[-300:]}
+        figures.append(json.loads(lines[-1]))
+    rates = sorted(f["updates_per_s"] for f in figures)
+    return {**figures[0], "updates_per_s": rates[len(rates) // 2],
+            "updates_per_s_rounds": [f["updates_per_s"] for f in figures]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="cartpole, 2 workers, 30 s")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     parser.add_argument("--seconds", type=float, default=20.0, help="timed window of each run")
-    parser.add_argument("--alone-seconds", type=float, default=10.0)
+    parser.add_argument("--alone-seconds", type=float, default=6.0, help="each round of the bare learner")
+    parser.add_argument("--alone-rounds", type=int, default=3, help="rounds of the bare learner (median)")
     parser.add_argument("--worker-priorities", default="below_normal",
                         help="comma-separated worker priorities to measure, each as its own run (rulka run's default "
                              "is below_normal; normal: the OS shares the cores equally)")
@@ -161,11 +178,7 @@ def main() -> int:
                 row: dict[str, Any] = {"config": name, "workers": n, "worker_priority": priority,
                                        "pinned": pin == "on", "trainer": role}
                 if "error" not in role:
-                    out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir),
-                                          "--alone-seconds", str(args.alone_seconds)],
-                                         capture_output=True, text=True, timeout=600)
-                    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-                    row["alone"] = json.loads(lines[-1]) if lines else {"error": out.stderr[-300:]}
+                    row["alone"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds)
                     a = row["alone"].get("updates_per_s")
                     r = role.pop("_inserts"), role.pop("_updates")
                     if a and role["updates_per_s"] is not None:

@@ -369,8 +369,10 @@ def _main(args: argparse.Namespace) -> int:
     code: int | None = None
     try:
         try:
-            where = (f" (workers and relay on cores {format_cores(run.worker_cores)}, the rest left to the "
-                     "trainer)" if run.worker_cores else "")
+            where = ""
+            if run.worker_cores:
+                kept = format_cores(run.worker_cores)
+                where = f" (workers and relay on core{'s' if len(run.worker_cores) > 1 else ''} {kept}, the trainer's left free)"
             print(f"rulka run: server 127.0.0.1:{run.port}, {args.workers} workers{where}, run folder {run.run_dir}",
                   file=sys.stderr)
             while run.alive():
