@@ -46,13 +46,22 @@ def test_tm2020_fake_runs_end_to_end(tmp_path):
 
 @pytest.mark.extended
 @pytest.mark.integration
+@pytest.mark.timeout(45 * 60)
 def test_tm2020_fake_learns_to_finish_the_default_track(tmp_path):
-    """`rulka run configs/tm2020_fake.yaml --workers 2` (real time, 20 Hz per worker) until the
-    exploring workers finish the default track; outcome recorded in BENCHMARKS.md."""
+    """`rulka run configs/tm2020_fake.yaml --workers 2` until the exploring workers finish the
+    default track, then the greedy policy drives it through the same fake game. The fake game
+    runs 4x faster than the real one (each worker's rtgym loop at 80 Hz, the agent sees 50 ms of
+    game time per step as at 20 Hz): the recipe needs ~170k samples, ~75 minutes of a real-time
+    run, which does not fit a test session. Outcome recorded in BENCHMARKS.md."""
     run_dir = tmp_path / "run"
-    cmd = [*RULKA, "run", str(ROOT / "configs" / "tm2020_fake.yaml"), "--workers", "2", "--minutes", "90",
-           "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=100 * 60, cwd=tmp_path)
+    cmd = [*RULKA, "run", str(ROOT / "configs" / "tm2020_fake.yaml"), "--workers", "2", "--minutes", "30",
+           "--run-dir", str(run_dir), "--set", "environment.tm2020.fake_time_scale=4",
+           "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=40 * 60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     finish = [m["charts/finish_rate"] for m in _metrics(run_dir) if "charts/finish_rate" in m]
     assert finish and max(finish[-20:]) >= 0.5
+    ev = subprocess.run([*RULKA, "eval", str(run_dir), "--episodes", "2", "--json"], capture_output=True, text=True,
+                        timeout=300, cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert json.loads(ev.stdout)["overall"]["finished"] >= 1, ev.stdout
