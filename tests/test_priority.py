@@ -101,3 +101,12 @@ def test_a_core_the_process_may_not_use_is_a_one_line_error():
     out = subprocess.run([sys.executable, "-c", AFFINITY_PROBE, "4095"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "could not keep this process on cores 4095" in out.stderr
+
+
+@pytest.mark.parametrize("module", ["rulka.worker.cli", "rulka.server.cli"])
+def test_a_role_given_a_bad_core_list_stops_with_one_line(tmp_path, module):
+    args = ["--server", "127.0.0.1:1"] if module == "rulka.worker.cli" else ["--port", "0"]
+    out = subprocess.run([sys.executable, "-m", module, *args, "--keys", str(tmp_path), "--cpu-cores", "two"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == "error: cores must be a list like 1 or 0,2 or 2-5,7, not 'two'"

@@ -201,6 +201,13 @@ def set_cpu_affinity(cores: Sequence[int]) -> bool:
     return True
 
 
+def keep_on_cores(text: str | None) -> None:
+    """A role's ``--cpu-cores LIST`` (None: any core): ``set_cpu_affinity``, with a warning where
+    the OS cannot pin."""
+    if text is not None and not set_cpu_affinity(parse_cores(text)):
+        logging.getLogger("rulka").warning("--cpu-cores %s: this OS cannot keep a process on given cores", text)
+
+
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

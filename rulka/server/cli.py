@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rulka.cli import follow_launcher, parse_cores, run_main, set_cpu_affinity, setup_logging, stop_on_ctrl_c
+from rulka.cli import follow_launcher, keep_on_cores, run_main, setup_logging, stop_on_ctrl_c
 
 log = logging.getLogger("rulka.server")
 
@@ -54,18 +54,12 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Path]:
     return settings, keys.expanduser()
 
 
-def _pin(cores: str) -> None:
-    if not set_cpu_affinity(parse_cores(cores)):
-        log.warning("--cpu-cores: this OS cannot keep a process on given cores")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
-    if args.cpu_cores is not None:  # before any thread starts: they inherit it
-        code = run_main(lambda: _pin(args.cpu_cores))
-        if code:
-            return code
+    code = run_main(lambda: keep_on_cores(args.cpu_cores))  # before any thread starts: they inherit it
+    if code:
+        return code
     stop_on_ctrl_c()
     follow_launcher()
 

@@ -13,9 +13,8 @@ from pathlib import Path
 from rulka.cli import (
     PRIORITIES,
     follow_launcher,
-    parse_cores,
+    keep_on_cores,
     run_main,
-    set_cpu_affinity,
     set_process_priority,
     setup_logging,
     stop_on_ctrl_c,
@@ -80,8 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _place(args: argparse.Namespace) -> None:
     """The worker's CPU priority and cores, inherited by every thread and process it starts."""
     set_process_priority(args.priority)
-    if args.cpu_cores is not None and not set_cpu_affinity(parse_cores(args.cpu_cores)):
-        logging.getLogger("rulka.worker").warning("--cpu-cores: this OS cannot keep a process on given cores")
+    keep_on_cores(args.cpu_cores)
 
 
 def _run(args: argparse.Namespace) -> int:
