@@ -314,6 +314,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
         lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"])]
     lines += extended_runs(BENCH_DIR / "extended_runs.json")
     lines += recipe_studies(BENCH_DIR / "recipe_studies.json")
+    lines += track_results(BENCH_DIR / "track_results.json")
     lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
     return "\n".join(lines)
 
@@ -336,6 +337,19 @@ def recipe_studies(path: Path) -> list[str]:
                        "One recipe, several seeds, the trainer's schedule without the network "
                        "(`bench/recipe.py`, deterministic per seed): in how many seeds the greedy policy "
                        "reached the target within the frame budget. Rows in `bench/recipe_studies.json`.")
+
+
+def track_results(path: Path) -> list[str]:
+    """Learning runs track by track, from ``bench/track_results.json`` (rows appended by
+    ``python bench/learning.py record``)."""
+    return _json_table(path, ("run", "track", "trained_on", "first_finish_min", "first_finish_frames", "greedy",
+                              "scripted_s", "beats_scripted", "date", "command"),
+                       "Learning runs track by track",
+                       "One trained policy per run, driven greedily on each bundled track and on generated "
+                       "`gen:<seed>` tracks (`bench/learning.py`): the exploring workers' first finish on the "
+                       "track (minutes, frames; blank: never trained there or never finished), the greedy race "
+                       "time against the scripted driver's. IQN's greedy action samples quantile fractions: "
+                       "repeated evaluations differ by a few tenths of a second.")
 
 
 def _json_table(path: Path, keys: tuple[str, ...], title: str, intro: str) -> list[str]:

@@ -14,7 +14,8 @@ Two ways to use it::
     python bench/learning.py evaluate RUN_DIR [--gen-seeds 1 2 3]
     # train first (a full learning run: 30 minutes on a 2-core box), then evaluate
     python bench/learning.py run --config configs/sim_iqn_cycle.yaml --minutes 30 --workers 2
-    # each also writes its JSON to RUN_DIR/learning.json
+    # each also writes its JSON to RUN_DIR/learning.json; the per-track table of BENCHMARKS.md:
+    python bench/learning.py record RUN_DIR/learning.json --label NAME --command "..."
 
 Greedy episodes start like the game (no start noise) and end at the finish, at a cut-off
 (``no_progress`` after 2 s without a new zone) or at ``--max-seconds`` of race time.
@@ -124,11 +125,38 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float) -> dict[st
     }
 
 
+TRACK_RESULTS = Path(__file__).resolve().parent / "track_results.json"
+
+
+def record(result: dict[str, Any], label: str, command: str, path: Path = TRACK_RESULTS) -> list[dict[str, Any]]:
+    """Append one row per track of an ``evaluate`` result to ``path`` (BENCHMARKS.md's per-track
+    table, written by ``python -m bench``); returns the rows added."""
+    rows = []
+    for r in result["tracks"]:
+        first, greedy = r.get("first_finish") or {}, r["greedy"]
+        rows.append({"run": label, "track": r["track"], "trained_on": "yes" if r["trained_on"] else "no",
+                     "first_finish_min": first.get("minutes", ""), "first_finish_frames": first.get("frames", ""),
+                     "greedy": (f"{greedy['race_time_s']:.2f} s" if greedy["finished"]
+                                else f"not finished ({greedy['cutoff'] or 'time'} at {greedy['progress_m']} m)"),
+                     "scripted_s": r["scripted_s"], "beats_scripted": "yes" if r["beats_scripted"] else "no",
+                     "date": str(result["date"])[:16].replace("T", " ") + " UTC", "command": command})
+    try:
+        existing = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        existing = []
+    path.write_text(json.dumps([*existing, *rows], indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     ev = sub.add_parser("evaluate", help="evaluate an existing run folder")
     ev.add_argument("run_dir", type=Path)
+    rc = sub.add_parser("record", help="add a saved result (RUN_DIR/learning.json) to bench/track_results.json")
+    rc.add_argument("result", type=Path)
+    rc.add_argument("--label", required=True, help="the run's name in the table")
+    rc.add_argument("--command", required=True, help="the command that trained and evaluated it")
     rn = sub.add_parser("run", help="train with `rulka run`, then evaluate")
     rn.add_argument("--config", type=Path, default=Path("configs/sim_iqn_cycle.yaml"))
     rn.add_argument("--minutes", type=float, default=30.0)
@@ -139,6 +167,10 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--gen-seeds", type=int, nargs="*", default=[1, 2, 3, 4, 5])
         p.add_argument("--max-seconds", type=float, default=120.0)
     args = parser.parse_args(argv)
+    if args.cmd == "record":
+        print(json.dumps(record(json.loads(args.result.read_text(encoding="utf-8")), args.label, args.command),
+                         indent=2))
+        return
     if args.cmd == "run":
         cmd = [sys.executable, "-m", "rulka.cli", "run", str(args.config), "--workers", str(args.workers),
                "--minutes", str(args.minutes), "--run-dir", str(args.run_dir),

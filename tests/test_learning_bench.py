@@ -68,3 +68,22 @@ def test_image_policy_finishes_the_default_track(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)["tracks"]
     default = next(r for r in rows if r["track"] == "default")
     assert default["greedy"]["finished"], default
+
+
+def test_record_adds_one_row_per_track_to_the_benchmarks_table(tmp_path):
+    result = {"date": "2026-11-24T06:50:00+00:00", "tracks": [
+        {"track": "slalom", "trained_on": True, "first_finish": {"frames": 103307, "minutes": 2.0},
+         "greedy": {"finished": True, "race_time_s": 14.45, "progress_m": 345.5, "cutoff": ""},
+         "scripted_s": 16.38, "beats_scripted": True},
+        {"track": "gen:2", "trained_on": False, "first_finish": None,
+         "greedy": {"finished": False, "race_time_s": None, "progress_m": 202.7, "cutoff": "no_progress"},
+         "scripted_s": 22.19, "beats_scripted": False}]}
+    path = tmp_path / "track_results.json"
+    path.write_text('[{"run": "earlier"}]')
+    learning.record(result, "cycle 30 min", "python bench/learning.py run", path)
+    rows = json.loads(path.read_text())
+    assert [r["run"] for r in rows] == ["earlier", "cycle 30 min", "cycle 30 min"]
+    assert rows[1]["greedy"] == "14.45 s" and rows[1]["beats_scripted"] == "yes"
+    assert rows[1]["first_finish_min"] == 2.0 and rows[1]["date"] == "2026-11-24 06:50 UTC"
+    assert rows[2]["greedy"] == "not finished (no_progress at 202.7 m)" and rows[2]["trained_on"] == "no"
+    assert rows[2]["first_finish_frames"] == ""
