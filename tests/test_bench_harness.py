@@ -142,7 +142,7 @@ def test_rewrite_rerenders_without_running_anything(tmp_path: Path) -> None:
 
 TRAINER_LOOP = """
 import json
-rows = [{"config": "cartpole", "workers": 2, "worker_priority": "below_normal", "ratio": 0.794,
+rows = [{"config": "cartpole", "workers": 2, "worker_priority": "below_normal", "pinned": True, "ratio": 0.794,
          "spi_vs_target": 0.956, "trainer": {"updates_per_s": 124.2, "learner_busy": 0.928},
          "alone": {"updates_per_s": 156.5}},
         {"config": "sim_image", "workers": 4, "trainer": {"error": "no update within 240 s"}}]
@@ -155,8 +155,9 @@ def test_trainer_loop_runs_get_one_row_each(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     assert main(["--bench-dir", str(folder), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| cartpole | 2 | below_normal | 0.794 | 0.956 | 0.928 | 124.2 | 156.5 |" in text
-    assert "| sim_image | 4 | normal | - | - | - | - | - |" in text  # a failed run still shows
+    assert "| cartpole | 2 | below_normal | yes | 0.794 | 0.956 | 0.928 | 124.2 | 156.5 |" in text
+    # a failed run still shows; rows recorded before pinning existed read as not pinned
+    assert "| sim_image | 4 | normal | no | - | - | - | - | - |" in text
 
 
 ECHO_ARGS = "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n"
