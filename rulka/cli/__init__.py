@@ -161,13 +161,13 @@ def parse_cores(text: str) -> list[int]:
 
 def format_cores(cores: Sequence[int]) -> str:
     """The inverse of ``parse_cores``: ``[2, 3, 4, 7]`` -> ``"2-4,7"``."""
-    parts: list[str] = []
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive cores
     for core in sorted(set(cores)):
-        if parts and core == int(parts[-1].rpartition("-")[2]) + 1:
-            parts[-1] = f"{parts[-1].partition('-')[0]}-{core}"
+        if runs and core == runs[-1][1] + 1:
+            runs[-1][1] = core
         else:
-            parts.append(str(core))
-    return ",".join(parts)
+            runs.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def set_cpu_affinity(cores: Sequence[int]) -> bool:

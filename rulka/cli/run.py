@@ -245,11 +245,12 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
             raise UserError(f"{keys} has no bundle for {name}: run `rulka keys add-worker {name} --dir {keys}`")
     server_log = open(run_dir / "logs" / "server.log", "ab")  # noqa: SIM115 - closed by LocalRun.stop
     log_files = [server_log]
-    pinned = worker_cores(cfg, workers) if pin_cores else None
+    cores = available_cores()
+    pinned = worker_cores(cfg, workers, cores) if pin_cores else None
     pin_args = ["--cpu-cores", format_cores(pinned)] if pinned else []
     server = ServerProcess(keys, server_log, allow_plain_tcp=bool(cfg.network.allow_plain_tcp), extra_args=pin_args)
     address = f"127.0.0.1:{server.port}"
-    overrides = [*overrides, *role_thread_overrides(cfg, workers)]
+    overrides = [*overrides, *role_thread_overrides(cfg, workers, len(cores))]
     sets = [a for o in overrides for a in ("--set", o)]
     started: list[subprocess.Popen] = []
     try:
