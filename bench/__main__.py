@@ -259,9 +259,11 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
     lines = ["", "## Trainer loop at a glance", "",
              f"From `trainer_loop` ({res.get('date', '')}): updates/s of the whole trainer role with N unpaced "
              "workers over `agent.train` alone (target >= 0.9), samples per insert over its target (target "
-             "within +-10%), and the share of time the learner spent training.", "",
-             "| config | workers | worker priority | workers pinned | ratio | samples per insert / target "
-             "| learner busy | trainer updates/s | alone updates/s |", "|---|---|---|---|---|---|---|---|---|"]
+             "within +-10%), the share of time the learner spent training and the share it waited for data "
+             "(starved: the workers were slower than the learner), and the ratio over the time it had data.", "",
+             "| config | workers | worker priority | workers pinned | ratio | ratio when fed | samples per insert / target "
+             "| learner busy | learner starved | trainer updates/s | alone updates/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if not isinstance(row, dict):
             continue
@@ -269,8 +271,10 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
                                  str(row.get("worker_priority", "normal")),
                                  {True: "yes", False: "no"}.get(row.get("pinned"), "no"),
                                  format_number(row.get("ratio")),
+                                 format_number(row.get("ratio_when_fed")),
                                  format_number(row.get("spi_vs_target")),
                                  format_number(_dig(row, "trainer.learner_busy")),
+                                 format_number(_dig(row, "trainer.learner_starved")),
                                  format_number(_dig(row, "trainer.updates_per_s")),
                                  format_number(_dig(row, "alone.updates_per_s")), ""]).strip())
     return lines

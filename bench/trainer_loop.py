@@ -10,8 +10,10 @@ resolved config, load that checkpoint (weights and replay) and time ``agent.trai
 alone: the learner's ceiling on this machine at this moment. ``ratio`` = trainer / alone (target
 >= 0.9); ``spi`` = samples per insert over the window (updates x batch / transitions stored),
 against the target. Also reported: the share of the window the learner spent inside
-``agent.train`` (``perf/learner_busy``), i.e. how much of the gap is the learner waiting for data
-(workers too slow on this machine) rather than trainer overhead.
+``agent.train`` (``perf/learner_busy``) and the share it waited with nothing to train
+(``perf/learner_starved``: no data yet, or the ratio reached; the workers were too slow on this
+machine), and ``ratio_when_fed`` = ratio / (1 - starved): the learner's speed when it had data,
+over its speed alone; what the trainer's own overhead costs it.
 
     python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
         [--worker-priorities below_normal,normal] [--pinning on,off]
@@ -90,11 +92,14 @@ def measure_role(config: str, overrides: list[str], workers: int, seconds: float
     updates = m1["charts/batches_trained"] - m0["charts/batches_trained"]
     inserts = m1["charts/samples_received"] - m0["charts/samples_received"]
     window = [r["metrics"] for r in _records(run_dir) if first["wall_time"] < r["wall_time"] <= last["wall_time"]]
-    busy = [w["perf/learner_busy"] for w in window if isinstance(w.get("perf/learner_busy"), int | float)]
+    def mean_of(key: str) -> float | None:
+        xs = [w[key] for w in window if isinstance(w.get(key), int | float)]
+        return round(sum(xs) / len(xs), 3) if xs else None
+
     return {"seconds": round(dt_s, 1), "updates": int(updates), "transitions": int(inserts),
             "updates_per_s": round(updates / dt_s, 2) if dt_s > 0 else None,
             "spi_target": m1.get("perf/samples_per_insert_target"),
-            "learner_busy": round(sum(busy) / len(busy), 3) if busy else None,
+            "learner_busy": mean_of("perf/learner_busy"), "learner_starved": mean_of("perf/learner_starved"),
             "limiter_dropped": m1.get("perf/limiter_dropped"),
             "_inserts": inserts, "_updates": updates}
 
@@ -183,6 +188,9 @@ def main() -> int:
                     r = role.pop("_inserts"), role.pop("_updates")
                     if a and role["updates_per_s"] is not None:
                         row["ratio"] = round(role["updates_per_s"] / a, 3)
+                        starved = role.get("learner_starved")
+                        if starved is not None and starved < 1:
+                            row["ratio_when_fed"] = round(row["ratio"] / (1 - starved), 3)
                     batch = int(row["alone"].get("batch_size", 64))
                     if r[0] and role.get("spi_target"):
                         row["spi"] = round(r[1] * batch / r[0], 2)

@@ -143,7 +143,8 @@ def test_rewrite_rerenders_without_running_anything(tmp_path: Path) -> None:
 TRAINER_LOOP = """
 import json
 rows = [{"config": "cartpole", "workers": 2, "worker_priority": "below_normal", "pinned": True, "ratio": 0.794,
-         "spi_vs_target": 0.956, "trainer": {"updates_per_s": 124.2, "learner_busy": 0.928},
+         "ratio_when_fed": 0.902, "spi_vs_target": 0.956,
+         "trainer": {"updates_per_s": 124.2, "learner_busy": 0.928, "learner_starved": 0.12},
          "alone": {"updates_per_s": 156.5}},
         {"config": "sim_image", "workers": 4, "trainer": {"error": "no update within 240 s"}}]
 print(json.dumps({"bench": "trainer_loop", "results": rows}))
@@ -155,9 +156,9 @@ def test_trainer_loop_runs_get_one_row_each(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     assert main(["--bench-dir", str(folder), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| cartpole | 2 | below_normal | yes | 0.794 | 0.956 | 0.928 | 124.2 | 156.5 |" in text
+    assert "| cartpole | 2 | below_normal | yes | 0.794 | 0.902 | 0.956 | 0.928 | 0.12 | 124.2 | 156.5 |" in text
     # a failed run still shows; rows recorded before pinning existed read as not pinned
-    assert "| sim_image | 4 | normal | no | - | - | - | - | - |" in text
+    assert "| sim_image | 4 | normal | no | - | - | - | - | - | - | - |" in text
 
 
 ECHO_ARGS = "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n"

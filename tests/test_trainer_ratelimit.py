@@ -202,3 +202,31 @@ def test_worker_pauses_at_the_credit_limit_and_resumes_with_more():
         stop.set()
         th.join(5)
         worker.close()
+
+
+class SlowAgent(CountingAgent):
+    def train(self, batch):
+        time.sleep(0.005)
+        return super().train(batch)
+
+
+def test_learner_starved_is_the_share_of_time_waiting_with_nothing_to_train(tmp_path):
+    from rulka.telemetry import MetricsLogger
+    from rulka.telemetry.logger import read_metrics
+
+    def window(agent, segments, folder):
+        logger = MetricsLogger(folder, run_name="t", tensorboard=False)
+        t = Trainer({"trainer": {"rate_limit": {"samples_per_insert": 64}}}, LocalHub().trainer_link(),
+                    agent=agent, memory=ListMemory(), signing_key=KEY, metrics=logger)
+        t.ingest([seg_msg("w", i) for i in range(segments)])
+        t.run(max_seconds=0.5)
+        t.close()
+        logger.close()
+        return list(read_metrics(folder))[-1]["metrics"]
+
+    # no data: the loop only waits for segments
+    idle = window(SlowAgent(), 0, tmp_path / "idle")
+    assert idle["perf/learner_starved"] > 0.8 and idle["perf/learner_busy"] == 0
+    # enough data for ~300 updates of 5 ms: the learner trains the whole window
+    fed = window(SlowAgent(), 5, tmp_path / "fed")
+    assert fed["perf/learner_starved"] < 0.2 and fed["perf/learner_busy"] > 0.6

@@ -180,6 +180,7 @@ class Trainer:
         self._next_seq: dict[str, int] = {}  # worker -> 1 + highest seq received
         self._credit_sent: dict[str, tuple[int, float]] = {}  # worker -> (limit, when)
         self._train_s = 0.0  # time inside agent.train since the last metrics record
+        self._starved_s = 0.0  # time waiting for segments with nothing to train, since then
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if resume:
@@ -744,7 +745,10 @@ class Trainer:
                 "perf/limiter_dropped": self.counters["limiter_dropped"],
             })
         metrics["perf/learner_busy"] = self._train_s / dt
-        self._train_s = 0.0
+        # the learner had nothing to train (no data, or ahead of the ratio): the workers are the
+        # bottleneck then, not the trainer
+        metrics["perf/learner_starved"] = self._starved_s / dt
+        self._train_s = self._starved_s = 0.0
         self._window = {"bytes": 0, "samples": 0, "inserts": 0, "updates": 0, "t": now}
         self._lags = []
         self._last_log = now
@@ -789,10 +793,14 @@ class Trainer:
                     break
                 if max_samples is not None and self.samples >= max_samples:
                     break
+                fed = self.can_train()
+                t_wait = time.perf_counter()
                 try:
-                    messages = self.link.receive(timeout=0.0 if self.can_train() else 0.05)
+                    messages = self.link.receive(timeout=0.0 if fed else 0.05)
                 except LinkClosed:
                     break
+                if not fed:
+                    self._starved_s += time.perf_counter() - t_wait
                 self.ingest(messages)
                 self.drain_deferred()
                 self.grant_credit()
