@@ -70,6 +70,50 @@ def test_image_policy_finishes_the_default_track(tmp_path, capsys):
     assert default["greedy"]["finished"], default
 
 
+class _ScriptedRaces:
+    """An env whose n-th race ends as ``outcomes[n]``: a race time (finished) or metres (cut off)."""
+
+    def __init__(self, outcomes):
+        self.outcomes, self.n = list(outcomes), -1
+        self.car = type("Car", (), {"race_time_ms": 0})()
+
+    def reset(self, seed=None):
+        self.n += 1
+        self.car.race_time_ms = 0
+        return 0, {}
+
+    def step(self, action):
+        out = self.outcomes[self.n]
+        finished = isinstance(out, float)
+        self.car.race_time_ms = out * 1000 if finished else 60_000
+        info = {"finished": finished, "race_time_ms": self.car.race_time_ms,
+                "progress_m": 400.0 if finished else float(out[:-1]), "cutoff": "" if finished else "no_progress"}
+        return 0, 1.0, True, False, info
+
+
+class _Actor:
+    resets = 0
+
+    def reset(self):
+        self.resets += 1
+
+    def act(self, obs, test=False):
+        return 0
+
+
+def test_greedy_races_are_judged_by_the_median_race():
+    actor = _Actor()
+    out = learning.greedy_races(_ScriptedRaces([30.0, 20.0, "150m", 25.0, 40.0]), actor, 5, 120.0)
+    assert actor.resets == 5
+    assert out["finished"] and out["race_time_s"] == 30.0  # 20, 25, 30, 40, unfinished
+    assert out["best_s"] == 20.0 and out["finishes"] == 4
+    assert out["times_s"] == [30.0, 20.0, None, 25.0, 40.0]
+    # most races cut off: the median race is the one that drove furthest of the unfinished
+    out = learning.greedy_races(_ScriptedRaces(["100m", 22.0, "200m"]), _Actor(), 3, 120.0)
+    assert not out["finished"] and out["progress_m"] == 200.0 and out["best_s"] == 22.0
+    assert learning._greedy_text(out) == "not finished (no_progress at 200.0 m) (median of 3; best 22.00 s, 1/3 finished)"
+
+
 def test_record_adds_one_row_per_track_to_the_benchmarks_table(tmp_path):
     result = {"date": "2026-11-24T06:50:00+00:00", "tracks": [
         {"track": "slalom", "trained_on": True, "first_finish": {"frames": 103307, "minutes": 2.0},
