@@ -352,8 +352,10 @@ def track_results(path: Path) -> list[str]:
                        "One trained policy per run, driven greedily on each bundled track and on generated "
                        "`gen:<seed>` tracks (`bench/learning.py`): the exploring workers' first finish on the "
                        "track (minutes, frames; blank: never trained there or never finished), the greedy race "
-                       "time against the scripted driver's. IQN's greedy action samples quantile fractions: "
-                       "repeated evaluations differ by a few tenths of a second.")
+                       "time against the scripted driver's. Until 2026-11-24 IQN's greedy action averaged sampled "
+                       "quantile fractions and repeated races of one policy differed by up to 10 s: rows "
+                       "marked 'median of 5' raced each track 5 times (unfinished races rank last). Since "
+                       "then it averages fixed midpoints and one greedy race is reproducible.")
 
 
 def _json_table(path: Path, keys: tuple[str, ...], title: str, intro: str) -> list[str]:

@@ -18,11 +18,12 @@ Two ways to use it::
     python bench/learning.py record RUN_DIR/learning.json --label NAME --command "..."
 
 Greedy episodes start like the game (no start noise) and end at the finish, at a cut-off
-(``no_progress`` after 2 s without a new zone) or at ``--max-seconds`` of race time. An IQN
-policy's greedy action is the argmax of Q averaged over randomly drawn quantiles, so two races
-of the same policy differ (measured: 25.1 to 34.9 s on one track): each track is driven
-``--races`` times (default 5, torch seeded for repeatability) and judged by the median race time
-(an unfinished race counts as slower than any finish); the best time is reported beside it.
+(``no_progress`` after 2 s without a new zone) or at ``--max-seconds`` of race time. The
+simulator and every rulka actor's ``act(obs, test=True)`` are deterministic (IQN averages Q over
+fixed quantile midpoints when testing), so one race per track is the policy's time. With
+``--races N`` each track is driven N times and judged by the median race (an unfinished race
+counts as slower than any finish), the best time beside it: for a policy that samples its greedy
+action (IQN did until 2026-11-24, and two races of one policy then differed by up to 10 s).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def greedy_races(env: Any, actor: Any, races: int, max_seconds: float) -> dict[s
             "times_s": [o["race_time_s"] if o["finished"] else None for o in outcomes]}
 
 
-def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int = 5) -> dict[str, Any]:
+def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int = 1) -> dict[str, Any]:
     """Greedy policy of ``run_dir`` on the bundled tracks and ``gen:<seed>``, vs the scripted driver."""
     import torch
 
@@ -113,7 +114,7 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
     from rulka.envs.sim.policy import load_policy
 
     torch.set_num_threads(1)
-    torch.manual_seed(0)  # the quantiles the greedy actions average over: the same races each time
+    torch.manual_seed(0)  # a policy that samples its greedy actions drives the same races each time
     actor, spec = load_policy(run_dir)
     cfg = config_from_dict(json.loads(spec["run_config_json"]))
     if cfg.environment.backend != "sim":
@@ -196,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     for p in (ev, rn):
         p.add_argument("--gen-seeds", type=int, nargs="*", default=[1, 2, 3, 4, 5])
         p.add_argument("--max-seconds", type=float, default=120.0)
-        p.add_argument("--races", type=int, default=5, help="greedy races per track (the median decides)")
+        p.add_argument("--races", type=int, default=1,
+                       help="greedy races per track, the median decides (for policies that sample)")
     args = parser.parse_args(argv)
     if args.cmd == "record":
         print(json.dumps(record(json.loads(args.result.read_text(encoding="utf-8")), args.label, args.command),

@@ -73,7 +73,7 @@ def test_actor_greedy_when_testing_and_random_with_epsilon_one():
     agent = IQNAgent(SPEC, IQNHyper(iqn_n=2, iqn_k=4, epsilon_schedule=[[0, 1.0]], mini_race_actions=None), seed=0)
     actor = agent.get_actor()
     obs = np.array([0.1, -0.2, 0.3], np.float32)
-    for _ in range(20):  # taus are redrawn per call, so compare with that call's Q
+    for _ in range(20):  # greedy: the argmax of the Q it reports
         a, info = actor.act_with_info(obs, test=True)
         assert info["greedy"] and a == int(np.argmax(info["q_values"]))
     picks = [actor.act_with_info(obs) for _ in range(400)]
@@ -81,6 +81,22 @@ def test_actor_greedy_when_testing_and_random_with_epsilon_one():
     assert counts.min() > 60  # epsilon = 1: uniform over the 4 actions
     assert all(info["greedy"] == (a == int(np.argmax(info["q_values"]))) for a, info in picks)
     assert picks[0][1]["q_values"].shape == (4,)
+
+
+def test_greedy_q_averages_the_fixed_stratum_midpoints_and_exploring_q_samples():
+    actor = IQNAgent(SPEC, IQNHyper(iqn_n=2, iqn_k=4, mini_race_actions=None), seed=0).get_actor()
+    obs = np.array([0.4, -1.0, 2.0], np.float32)
+    torch.manual_seed(1)
+    q1 = actor.q_values(obs, test=True)
+    torch.manual_seed(2)
+    assert np.array_equal(q1, actor.q_values(obs, test=True))  # a greedy race can be driven again
+    with torch.no_grad():  # k = 4: the midpoints of [0, 1/4), ..., [3/4, 1)
+        by_hand = actor.net(None, torch.from_numpy(obs[None]), torch.tensor([0.125, 0.375, 0.625, 0.875]))
+    assert np.allclose(q1, by_hand.mean(dim=0).numpy(), atol=1e-6)
+    torch.manual_seed(1)
+    e1 = actor.q_values(obs)
+    torch.manual_seed(2)
+    assert not np.allclose(e1, actor.q_values(obs))  # exploring: fractions drawn per call
 
 
 def test_actor_weights_round_trip_with_exploration_rates():

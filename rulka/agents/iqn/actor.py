@@ -30,6 +30,10 @@ class IQNActor(ActorModule):
     N(0, 1)``; otherwise the greedy action. ``act_with_info`` records ``q_values`` and ``greedy``
     (whether the chosen action is the argmax of Q). With ``mini_race_actions`` set, the float
     slot 0 (mini-race time) is set to 0: acting always looks a full mini-race ahead.
+
+    Exploring, Q is averaged over ``iqn_k`` sampled quantile fractions (as in training); with
+    ``test=True`` over the ``iqn_k`` stratum midpoints ``(j + 0.5) / iqn_k``, so the greedy policy
+    is a deterministic function of the observation and a race can be driven again.
     """
 
     def __init__(self, network: dict[str, Any], iqn_k: int = 32, epsilon: float = 0.0,
@@ -41,14 +45,15 @@ class IQNActor(ActorModule):
         self.device = torch.device(device)
         self.net = IQNNetwork(self.spec).to(self.device).eval()
         self.iqn_k = int(iqn_k)
+        self._midpoints = (torch.arange(self.iqn_k, dtype=torch.float32, device=self.device) + 0.5) / self.iqn_k
         self.epsilon = float(epsilon)
         self.epsilon_boltzmann = float(epsilon_boltzmann)
         self.tau_epsilon_boltzmann = float(tau_epsilon_boltzmann)
         self.mini_race_actions = mini_race_actions
         self.rng = np.random.default_rng(seed)
 
-    def q_values(self, obs: Any) -> np.ndarray:
-        """Mean Q per action for one observation."""
+    def q_values(self, obs: Any, test: bool = False) -> np.ndarray:
+        """Mean Q per action for one observation (over the fixed midpoint fractions if ``test``)."""
         img, flt = split_obs(obs)
         if self.mini_race_actions:
             flt = flt.copy()
@@ -56,10 +61,11 @@ class IQNActor(ActorModule):
         with torch.no_grad():
             img_t = None if img is None or not self.spec.uses_image else torch.from_numpy(img[None]).to(self.device)
             flt_t = torch.from_numpy(flt[None]).to(self.device)
-            return mean_q(self.net, img_t, flt_t, self.iqn_k)[0].cpu().numpy().astype(np.float32)
+            taus = self._midpoints if test else None
+            return mean_q(self.net, img_t, flt_t, self.iqn_k, taus)[0].cpu().numpy().astype(np.float32)
 
     def act_with_info(self, obs: Any, test: bool = False) -> tuple[int, dict[str, Any]]:
-        q = self.q_values(obs)
+        q = self.q_values(obs, test)
         greedy_action = int(np.argmax(q))
         action = greedy_action
         if not test:
