@@ -10,8 +10,9 @@ reports, as one JSON object:
 
 Two ways to use it::
 
-    # evaluate an existing run folder (the policy in <run>/weights, the metrics beside it)
-    python bench/learning.py evaluate RUN_DIR [--gen-seeds 1 2 3]
+    # evaluate an existing run folder (the map cycle's best policy in <run>/best, else the latest
+    # weights in <run>/weights; --policy final: the latest weights), the metrics beside it
+    python bench/learning.py evaluate RUN_DIR [--gen-seeds 1 2 3] [--policy best|final]
     # train first (a full learning run: 30 minutes on a 2-core box), then evaluate
     python bench/learning.py run --config configs/sim_iqn_cycle.yaml --minutes 30 --workers 2
     # each also writes its JSON to RUN_DIR/learning.json; the per-track table of BENCHMARKS.md:
@@ -104,8 +105,24 @@ def greedy_races(env: Any, actor: Any, races: int, max_seconds: float) -> dict[s
             "times_s": [o["race_time_s"] if o["finished"] else None for o in outcomes]}
 
 
-def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int = 1) -> dict[str, Any]:
-    """Greedy policy of ``run_dir`` on the bundled tracks and ``gen:<seed>``, vs the scripted driver."""
+def policy_folder(run_dir: Path, policy: str) -> tuple[Path, dict[str, Any] | None]:
+    """Where the policy to evaluate is, and the run's ``best/best.json`` when it is the best one.
+    ``policy``: ``best`` (the map cycle's best policy, ``<run>/best``, when the run wrote one; else
+    the latest weights) or ``final`` (``<run>/weights``, the weights at the end of the run)."""
+    best = run_dir / "best"
+    if policy == "best" and (best / "policy.safetensors").is_file():
+        try:
+            info = json.loads((best / "best.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            info = {}
+        return best, info
+    return run_dir, None
+
+
+def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int = 1,
+             policy: str = "best") -> dict[str, Any]:
+    """Greedy policy of ``run_dir`` on the bundled tracks and ``gen:<seed>``, vs the scripted driver
+    (``policy``: see ``policy_folder``)."""
     import torch
 
     from rulka.config import config_from_dict
@@ -115,7 +132,8 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
 
     torch.set_num_threads(1)
     torch.manual_seed(0)  # a policy that samples its greedy actions drives the same races each time
-    actor, spec = load_policy(run_dir)
+    folder, best = policy_folder(run_dir, policy)
+    actor, spec = load_policy(folder)
     cfg = config_from_dict(json.loads(spec["run_config_json"]))
     if cfg.environment.backend != "sim":
         raise SystemExit(f"bench/learning.py: {run_dir} was trained with environment.backend "
@@ -129,14 +147,21 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
         greedy = greedy_races(env, actor, races, max_seconds)
         scripted = scripted_time_s(track)
         beats = bool(greedy["finished"] and scripted is not None and greedy["race_time_s"] < scripted)
-        rows.append({"track": track, "trained_on": track in seen, "first_finish": firsts.get(track),
-                     "greedy": greedy, "scripted_s": scripted, "beats_scripted": beats})
+        row = {"track": track, "trained_on": track in seen, "first_finish": firsts.get(track),
+               "greedy": greedy, "scripted_s": scripted, "beats_scripted": beats}
+        in_run = (best or {}).get("maps", {}).get(track)
+        if isinstance(in_run, dict):  # the race that made it the best, driven by a worker in the run
+            t = in_run.get("race_time_ms")
+            row["in_run_race_time_s"] = round(t / 1000, 2) if in_run.get("finished") and t else None
+        rows.append(row)
     bundled = [r for r in rows if not r["track"].startswith("gen:")]
     unseen = [r for r in rows if not r["trained_on"]]
     return {
         "bench": "learning", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {os.cpu_count()} cpu", "run_dir": str(run_dir),
         "races_per_track": races, "tracks": rows,
+        "policy": "best" if best is not None else "final",
+        "best_policy": {k: best.get(k) for k in ("version", "frames", "updates")} if best is not None else None,
         "summary": {
             "bundled_finished": sum(r["greedy"]["finished"] for r in bundled),
             "bundled_beats_scripted": sum(r["beats_scripted"] for r in bundled),
@@ -199,6 +224,9 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--max-seconds", type=float, default=120.0)
         p.add_argument("--races", type=int, default=1,
                        help="greedy races per track, the median decides (for policies that sample)")
+        p.add_argument("--policy", choices=("best", "final"), default="best",
+                       help="best: the map cycle's best policy (<run>/best) when the run wrote one, and the final "
+                            "weights' summary beside it; final: the weights at the end of the run (<run>/weights)")
     args = parser.parse_args(argv)
     if args.cmd == "record":
         print(json.dumps(record(json.loads(args.result.read_text(encoding="utf-8")), args.label, args.command),
@@ -211,7 +239,12 @@ def main(argv: list[str] | None = None) -> None:
         for kv in args.set:
             cmd += ["--set", kv]
         subprocess.run(cmd, check=True)
-    text = json.dumps(evaluate(args.run_dir, args.gen_seeds, args.max_seconds, args.races), indent=2)
+    result = evaluate(args.run_dir, args.gen_seeds, args.max_seconds, args.races, args.policy)
+    if result["policy"] == "best":  # what the weights at the end would have driven, for comparison
+        final = evaluate(args.run_dir, args.gen_seeds, args.max_seconds, args.races, "final")
+        result["final_policy"] = {"summary": final["summary"],
+                                  "greedy": {r["track"]: r["greedy"]["race_time_s"] for r in final["tracks"]}}
+    text = json.dumps(result, indent=2)
     if args.run_dir.is_dir():  # kept with the run: an extended test's figures outlive its output
         (args.run_dir / "learning.json").write_text(text + "\n", encoding="utf-8")
     print(text)

@@ -111,8 +111,9 @@ def summarise(episodes: Sequence[EpisodeResult]) -> dict[str, Any]:
 
 # -- loading ---------------------------------------------------------------------------------------
 def _run_folder_of(file: Path) -> Path:
-    """The run folder a policy file belongs to: ``<run>/weights/policy.safetensors`` -> ``<run>``."""
-    return file.parent.parent if file.parent.name == "weights" else file.parent
+    """The run folder a policy file belongs to: ``<run>/weights/policy.safetensors`` (the latest
+    weights) or ``<run>/best/policy.safetensors`` (the map cycle's best policy) -> ``<run>``."""
+    return file.parent.parent if file.parent.name in ("weights", "best") else file.parent
 
 
 def env_overrides(env: str | None) -> list[str]:

@@ -52,6 +52,7 @@ from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
 from rulka.segment import Segment, pack
 from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
+from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.dedupe import Dedupe
 from rulka.trainer.journal import JournalWriter, journal_path, read_journal
 from rulka.trainer.ratelimit import SampleToInsertRatio, limiter_for, window_rate
@@ -173,6 +174,11 @@ class Trainer:
         self.episode_stats = EpisodeStats()
         self.eval_stats = EpisodeStats(namespace="eval")  # greedy test episodes, apart
         self._eval_turn = 0
+        # the map cycle's best policy (rulka.trainer.best): evaluation versions and their greedy races
+        greedy_maps = {e.short_name for e in cfg.map_cycle.entries if not e.is_exploration}
+        self.best_policy: BestPolicy | None = None
+        if self.config_given and cfg.map_cycle.keep_best_policy and greedy_maps:
+            self.best_policy = BestPolicy(greedy_maps, self.run_dir / BEST_DIR if self.run_dir is not None else None)
         self.last_race_time_ms: float | None = None  # latest finished race (progress line)
         self._last_train_metrics: dict[str, Any] = {}
         # rate limit: segments held back while the learner is behind, credit granted per worker
@@ -249,7 +255,13 @@ class Trainer:
         spec = self._actor_spec_with_config()
         if self.eval_every_versions and self.version % self.eval_every_versions == 0:
             spec.update(self._eval_request())
-        blob = WeightsBlob(self.run_id, self.version, self.agent.actor_weights(), spec)
+        weights = self.agent.actor_weights()
+        if self.best_policy is not None and self.best_policy.wants_candidate():
+            # workers drive the cycle's greedy entries with this version until the next one
+            self.best_policy.mark(self.version, weights, self._actor_spec_with_config(), self.samples, self.updates)
+            spec["eval_policy"] = True
+            self.counters["eval_policy_versions"] += 1
+        blob = WeightsBlob(self.run_id, self.version, weights, spec)
         self._last_weights = self._encode_weights(blob)
         self.link.broadcast("weights", self._last_weights)
         return self.version
@@ -461,6 +473,7 @@ class Trainer:
             # worker): logged under eval/..., apart from the exploring episodes' charts/...
             if self.eval_stats.add_segment(seg):
                 self.counters["eval_episodes"] += 1
+            self._best_policy_result(seg)
         elif seg.episode_done:
             self.episodes += 1
             ret = seg.info.get("episode_return")
@@ -472,6 +485,17 @@ class Trainer:
                 self.last_race_time_ms = float(race_time)
         if acks is not None:
             acks[sender].append(seg.seq)
+
+    def _best_policy_result(self, seg: Segment) -> None:
+        """A greedy episode of an evaluation version: one map's result for the best policy."""
+        version = seg.info.get("eval_policy_version")
+        if self.best_policy is None or not isinstance(version, int) or isinstance(version, bool):
+            return
+        race_time, progress = seg.info.get("race_time_ms"), seg.info.get("progress_m")
+        finished = seg.info.get("finished") is True and isinstance(race_time, (int, float))
+        if self.best_policy.add_result(version, seg.map_name, finished, race_time if finished else None,
+                                       progress if isinstance(progress, (int, float)) else None):
+            self.counters["best_policy_improved"] += 1
 
     def _flush_logs(self) -> None:
         if self._journal is not None:
@@ -723,6 +747,8 @@ class Trainer:
                             "perf/policy_lag_avg": float(np.mean(self._lags))})
         metrics.update(self.episode_stats.pop_metrics())
         metrics.update(self.eval_stats.pop_metrics())
+        if self.best_policy is not None:
+            metrics.update(self.best_policy.metrics())
         metrics["charts/episodes"] = self.episodes  # the run's total (restored on resume)
         for worker, stats in self.worker_stats.items():
             if now - stats["_t"] < 30 and isinstance(stats.get("samples_per_s"), (int, float)):

@@ -253,6 +253,11 @@ class Worker:
         self._produced_log = Path(produced_log) if produced_log is not None else None
         self._map_cycle: MapCycle | bool | None = None  # built from the config; False: none configured
         self._pending: Any = None  # newest verified weights blob not loaded yet
+        # the trainer's evaluation version (weights with eval_policy, rulka.trainer.best): the
+        # map cycle's greedy entries drive with it, swapped only between episodes
+        self._eval_blob: Any = None  # newest evaluation version not loaded into eval_actor yet
+        self.eval_actor: Any = None
+        self.eval_version: int | None = None
         self.eval_pending = 0  # greedy test episodes the trainer asked for, not run yet
         self._pending_lock = threading.Lock()
         self._weights_event = threading.Event()
@@ -293,6 +298,8 @@ class Worker:
                 self.stats.weights_stale += 1
                 return
             self._pending = blob
+            if (blob.actor_spec or {}).get("eval_policy") is True:
+                self._eval_blob = blob  # kept apart: a newer blob may replace it in _pending
         self._weights_event.set()
 
     def _swap_weights(self) -> bool:
@@ -589,10 +596,29 @@ class Worker:
         if callable(set_frames):
             set_frames(self._frames_played)
 
-    def _act(self, obs: Any, test: bool) -> tuple[Any, dict[str, Any]]:
-        if self.actor is None:
+    def _act(self, obs: Any, test: bool, actor: Any = None) -> tuple[Any, dict[str, Any]]:
+        actor = actor if actor is not None else self.actor
+        if actor is None:
             return self.env.action_space.sample(), {}
-        return self.actor.act_with_info(obs, test=test)
+        return actor.act_with_info(obs, test=test)
+
+    def _take_eval_version(self) -> None:
+        """Load the newest evaluation version into ``eval_actor`` (between episodes only, so one
+        greedy race is one version)."""
+        with self._pending_lock:
+            blob, self._eval_blob = self._eval_blob, None
+        if blob is None or self.actor is None:
+            return
+        spec = dict(blob.actor_spec or {})
+        try:
+            if self.eval_actor is None:
+                self.eval_actor = build_plugin("actor", spec["actor"], spec.get("kwargs"), self.cfg)
+            self.eval_actor.load_weights(blob.tensors)
+        except Exception as exc:  # noqa: BLE001 - the same weights loaded into self.actor; never fatal
+            log.warning("evaluation version v%d not loaded: %s", blob.version, str(exc)[:200])
+            self.eval_actor, self.eval_version = None, None
+            return
+        self.eval_version = int(blob.version)
 
     def _produce(self, buf: EpisodeBuffer, episode_id: int, index: int, done: bool,
                  info: dict[str, Any], stop_event: threading.Event, test: bool = False) -> bool:
@@ -688,13 +714,20 @@ class Worker:
         # fill_buffer false reaches the trainer for its metrics but not its memory
         test = self.test or requested_test or (entry is not None and not entry.is_exploration)
         keep: dict[str, Any] = {} if (entry is None or entry.fill_buffer) and not requested_test else {"fill_buffer": False}
+        # a map-cycle greedy entry drives with the trainer's evaluation version when there is one
+        actor = None
+        if entry is not None and not entry.is_exploration and not requested_test:
+            self._take_eval_version()
+            if self.eval_actor is not None and self.eval_version is not None:
+                actor = self.eval_actor
+                keep["eval_policy_version"] = self.eval_version
         self._tell_env_frames_played()
         if entry is not None:
             obs, reset_info = self.env.reset(seed=start_id, options=MapCycle.reset_options(entry))
         else:
             obs, reset_info = self.env.reset(seed=start_id)
-        if self.actor is not None:
-            self.actor.reset()
+        for a in {id(x): x for x in (self.actor, actor) if x is not None}.values():
+            a.reset()
         buf = EpisodeBuffer()
         buf.start(obs_to_arrays(obs, reset_info), 0)
         index = 0
@@ -710,7 +743,7 @@ class Worker:
                 if now < self._next_step_t:
                     time.sleep(self._next_step_t - now)
                 self._next_step_t = max(now, self._next_step_t) + self.min_step_s
-            action, extras = self._act(obs, test)
+            action, extras = self._act(obs, test, actor)
             obs, reward, terminated, truncated, info = self.env.step(action)
             ret += float(reward)
             step += 1

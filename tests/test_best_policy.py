@@ -1,0 +1,220 @@
+"""The map cycle's best policy (rulka.trainer.best): the trainer marks evaluation versions, the
+workers drive the cycle's greedy entries with the newest one, and the version that drove every
+greedy map best (most finished, then the lowest total race time) is written to <run>/best."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from roles_helpers import CountingAgent, ListMemory
+
+from rulka.agents.simple import SimpleDQNActor
+from rulka.compress import SegmentDecoder, ZstdCompressor
+from rulka.config import config_from_dict
+from rulka.config.sections import MapCycleEntry
+from rulka.envs.map_cycle import MapCycle
+from rulka.envs.sim.policy import read_policy_file
+from rulka.net.link import Message
+from rulka.net.local import LocalHub
+from rulka.net.weights import WeightsBlob, decode_weights, encode_weights
+from rulka.segment import Segment
+from rulka.trainer import best as best_mod
+from rulka.trainer.best import BestPolicy, MapResult, score
+from rulka.trainer.trainer import Trainer
+from rulka.worker.worker import Worker
+
+W = {"w": torch.zeros(2)}
+
+
+def test_score_ranks_finishes_then_total_time_then_metres():
+    done = lambda t: MapResult(True, t, 500.0)  # noqa: E731
+    cut = lambda m: MapResult(False, None, m)  # noqa: E731
+    assert score({"a": done(20_000), "b": done(15_500)}) == (-2, 35_500.0, -0.0)
+    assert score({"a": done(20_000), "b": cut(310.0)}) == (-1, 20_000.0, -310.0)
+    # two finishes beat one, however slow; then the lower total; then more metres
+    assert score({"a": done(90_000), "b": done(90_000)}) < score({"a": done(10_000), "b": cut(499.0)})
+    assert score({"a": done(20_000), "b": done(15_000)}) < score({"a": done(20_000), "b": done(15_001)})
+    assert score({"a": done(20_000), "b": cut(300.0)}) < score({"a": done(20_000), "b": cut(200.0)})
+
+
+def _complete(bp: BestPolicy, version: int, times: dict[str, float | None]) -> bool:
+    out = False
+    for name, t in times.items():
+        out = bp.add_result(version, name, t is not None, t, 400.0 if t is None else 617.0)
+    return out
+
+
+def test_the_fastest_complete_candidate_is_written_and_a_slower_one_is_not(tmp_path):
+    bp = BestPolicy(["hairpins", "default"], tmp_path / "best")
+    bp.mark(5, {"w": torch.tensor([5.0, 5.0])}, {"actor": "x", "kwargs": {}}, frames=1000, updates=10)
+    assert not bp.add_result(5, "default", True, 24_000, 617)
+    assert not bp.add_result(5, "slalom", True, 1.0, 500)  # not a greedy map of this cycle
+    assert not bp.add_result(7, "hairpins", True, 1.0, 500)  # not a candidate
+    assert bp.add_result(5, "hairpins", True, 26_500, 700)
+    best = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert (best["version"], best["frames"], best["updates"], best["maps_finished"]) == (5, 1000, 10, 2)
+    assert best["race_time_total_ms"] == 50_500
+    _, tensors, spec = read_policy_file(tmp_path / "best")
+    assert tensors["w"].tolist() == [5.0, 5.0] and spec["actor"] == "x"
+
+    bp.mark(9, {"w": torch.tensor([9.0, 9.0])}, {"actor": "x"}, frames=2000, updates=20)
+    assert not _complete(bp, 9, {"default": 23_000, "hairpins": 28_000})  # 51.0 s: slower
+    bp.mark(12, {"w": torch.tensor([12.0, 12.0])}, {"actor": "x"}, frames=3000, updates=30)
+    assert _complete(bp, 12, {"default": 23_000, "hairpins": 27_000})  # 50.0 s
+    _, tensors, _ = read_policy_file(tmp_path / "best")
+    assert tensors["w"].tolist() == [12.0, 12.0]
+    m = bp.metrics()
+    assert m["eval/best_policy/version"] == 12 and m["eval/best_policy/race_time_total_ms"] == 50_000
+    assert m["eval/best_policy/candidates_completed"] == 3 and bp.improved == 2
+
+
+def test_the_weights_are_copied_when_marked():
+    bp = BestPolicy(["a"], None)
+    live = torch.tensor([1.0])
+    bp.mark(1, {"w": live}, {"actor": "x"}, 0, 0)
+    live += 41.0  # the agent trains on after publishing
+    assert bp.add_result(1, "a", True, 1000, 10)
+    assert bp._candidates[1].weights["w"].tolist() == [1.0]
+
+
+def test_a_new_candidate_is_marked_once_the_last_is_complete_or_timed_out(monkeypatch):
+    now = [0.0]
+    bp = BestPolicy(["a", "b"], None, clock=lambda: now[0])
+    assert bp.wants_candidate()
+    bp.mark(1, W, {}, 0, 0)
+    bp.add_result(1, "a", True, 1000, 10)
+    assert not bp.wants_candidate()  # still waiting for b
+    bp.add_result(1, "b", True, 1000, 10)
+    assert bp.wants_candidate()
+    bp.mark(2, W, {}, 0, 0)
+    now[0] = best_mod.TIMEOUT_S + 1  # a worker stopped mid-pass
+    assert bp.wants_candidate()
+    for v in range(3, 3 + best_mod.KEEP_CANDIDATES):
+        bp.mark(v, W, {}, 0, 0)
+    assert bp.dropped >= 1 and 2 not in bp._candidates and len(bp._candidates) == best_mod.KEEP_CANDIDATES
+
+
+def test_a_resumed_run_keeps_its_best_and_another_cycle_does_not_compare(tmp_path):
+    folder = tmp_path / "best"
+    bp = BestPolicy(["a", "b"], folder)
+    bp.mark(3, W, {"actor": "x"}, 0, 0)
+    _complete(bp, 3, {"a": 10_000, "b": 12_000})
+    again = BestPolicy(["b", "a"], folder)  # the trainer restarted
+    assert again.best_key == (-2, 22_000.0, -0.0)
+    again.mark(8, W, {"actor": "x"}, 0, 0)
+    assert not _complete(again, 8, {"a": 11_000, "b": 12_000})
+    assert json.loads((folder / "best.json").read_text())["version"] == 3
+    other = BestPolicy(["a", "b", "c"], folder)  # a different cycle: the old score is not kept
+    assert other.best_key is None
+
+
+def test_best_policy_needs_a_greedy_map():
+    with pytest.raises(ValueError):
+        BestPolicy([], None)
+
+
+# -- through the trainer -------------------------------------------------------------------------
+CYCLE = {"map_cycle": {"entries": [
+    {"short_name": "a", "map_path": "a", "repeat": 2}, {"short_name": "a", "map_path": "a", "is_exploration": False},
+    {"short_name": "b", "map_path": "b"}, {"short_name": "b", "map_path": "b", "is_exploration": False}]}}
+
+
+def _eval_episode(seq: int, map_name: str, version: int, race_ms: int | None) -> Message:
+    t = 3
+    info = {"episode_return": 1.0, "finished": race_ms is not None, "progress_m": 300.0,
+            "eval_policy_version": version}
+    if race_ms is not None:
+        info["race_time_ms"] = race_ms
+    seg = Segment(run_id="", worker_id="w1", episode_id=seq, seq=seq, index_in_episode=0, first_step=0,
+                  policy_version=version, episode_done=True, map_name=map_name, evaluation=True, info=info,
+                  arrays={"obs/x": np.zeros((t + 1, 2), np.float32), "action": np.zeros(t, np.int64),
+                          "reward": np.ones(t, np.float32), "terminated": np.zeros(t, bool)})
+    return Message("segment", "w1", ZstdCompressor().compress(seg))
+
+
+def _trainer(tmp_path, cfg: dict) -> tuple[Trainer, list[WeightsBlob]]:
+    published: list[WeightsBlob] = []
+
+    def keep(blob: WeightsBlob) -> bytes:
+        published.append(blob)
+        return b"weights"
+
+    trainer = Trainer(config_from_dict(cfg), LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(),
+                      weights_encoder=keep, run_dir=tmp_path / "run")
+    return trainer, published
+
+
+def test_the_trainer_marks_versions_and_writes_the_best_one(tmp_path):
+    trainer, published = _trainer(tmp_path, CYCLE)
+    trainer.agent.w.data.fill_(7.0)
+    trainer.publish()  # v1: a candidate
+    trainer.agent.w.data.fill_(8.0)
+    trainer.publish()  # v2: v1 is not complete yet
+    assert [b.actor_spec.get("eval_policy") for b in published] == [True, None]
+    trainer.ingest([_eval_episode(0, "a", 1, 20_000), _eval_episode(1, "b", 2, 18_000)])  # b of v2: not a candidate
+    assert not (tmp_path / "run" / "best").exists()
+    trainer.ingest([_eval_episode(2, "b", 1, None)])  # v1 complete: a finished, b cut off at 300 m
+    best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
+    assert best["version"] == 1 and best["maps_finished"] == 1 and best["race_time_total_ms"] == 20_000
+    _, tensors, spec = read_policy_file(tmp_path / "run" / "best")
+    assert tensors["w"].tolist() == [7.0]  # v1's weights, not the agent's current ones
+    assert spec["actor"] == "roles_helpers:ConstActor" and "run_config_json" in spec
+    trainer.publish()  # v3: the next candidate
+    assert published[-1].actor_spec.get("eval_policy") is True
+    assert trainer.counters["eval_policy_versions"] == 2 and trainer.counters["best_policy_improved"] == 1
+    trainer.close()
+
+
+def test_no_candidates_without_greedy_entries_or_when_turned_off(tmp_path):
+    exploring_only = {"map_cycle": {"entries": [{"short_name": "a", "map_path": "a"}]}}
+    off = {**CYCLE, "map_cycle": {**CYCLE["map_cycle"], "keep_best_policy": False}}
+    for i, cfg in enumerate((exploring_only, off, {})):
+        trainer, published = _trainer(tmp_path / str(i), cfg)
+        trainer.publish()
+        assert trainer.best_policy is None and "eval_policy" not in published[0].actor_spec
+        trainer.close()
+
+
+# -- through the worker --------------------------------------------------------------------------
+def _weights(action: int) -> dict[str, torch.Tensor]:
+    """A SimpleDQNActor whose greedy action is always ``action``."""
+    w = SimpleDQNActor(4, 2, 8).get_weights()
+    w = {k: torch.zeros_like(v) for k, v in w.items()}
+    last_bias = [k for k in w if k.endswith("bias")][-1]
+    w[last_bias][action] = 1.0
+    return w
+
+
+def test_the_workers_greedy_entries_drive_the_evaluation_version():
+    """v1 (greedy action 0) is an evaluation version, v2 (action 1) is not: the exploring episode
+    drives v2, the greedy entry v1, tagged with its version."""
+    key = Ed25519PrivateKey.generate()
+    hub = LocalHub()
+    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8,
+                                              "epsilon_start": 0.0, "epsilon_end": 0.0},
+            "run_config_json": json.dumps({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}})}
+    link = hub.trainer_link()
+    worker = Worker(None, hub.worker_link("pc1"), weights_decoder=lambda d: decode_weights(d, key.public_key()))
+    # both reach the worker (a late joiner would get only the newest, v2)
+    link.broadcast("weights", encode_weights(WeightsBlob("run", 1, _weights(0), {**spec, "eval_policy": True}), key))
+    link.broadcast("weights", encode_weights(WeightsBlob("run", 2, _weights(1), spec), key))
+    worker.pump()  # both received before the first episode: the actor starts with v2
+    # a one-map cycle (a config refuses map_cycle for gym envs; CartPole ignores the reset options)
+    worker._map_cycle = MapCycle([MapCycleEntry(short_name="cp", map_path="cp"),
+                                  MapCycleEntry(short_name="cp", map_path="cp", is_exploration=False)])
+    worker.run(max_episodes=2, drain_timeout_s=0)
+    payloads = worker.outbox.due(time.monotonic(), 0.0, 10**6, limit=10**6)
+    segments = [SegmentDecoder(ZstdCompressor()).decompress(p) for _, p in payloads]
+    explore = [s for s in segments if s.episode_id == segments[0].episode_id]
+    greedy = [s for s in segments if s.episode_id != segments[0].episode_id]
+    assert explore and greedy and not any(s.evaluation for s in explore) and all(s.evaluation for s in greedy)
+    assert np.concatenate([s.arrays["action"] for s in explore]).tolist() == [1] * sum(len(s.arrays["action"]) for s in explore)
+    assert not np.concatenate([s.arrays["action"] for s in greedy]).any()  # all action 0: v1
+    assert greedy[-1].info["eval_policy_version"] == 1 and "eval_policy_version" not in explore[-1].info
+    assert worker.stats.weights_version == 2 and worker.eval_version == 1
+    worker.close()
