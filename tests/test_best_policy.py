@@ -31,13 +31,17 @@ from rulka.worker.worker import Worker
 W = {"w": torch.zeros(2)}
 
 
-def test_score_ranks_finishes_then_total_time_then_metres():
-    done = lambda t: MapResult(True, t, 500.0)  # noqa: E731
-    cut = lambda m: MapResult(False, None, m)  # noqa: E731
-    assert score({"a": done(20_000), "b": done(15_500)}) == (-2, 35_500.0, -0.0)
-    assert score({"a": done(20_000), "b": cut(310.0)}) == (-1, 20_000.0, -310.0)
-    # two finishes beat one, however slow; then the lower total; then more metres
-    assert score({"a": done(90_000), "b": done(90_000)}) < score({"a": done(10_000), "b": cut(499.0)})
+def test_score_ranks_finishes_then_references_beaten_then_total_time_then_metres():
+    done = lambda t, ref=None: MapResult(True, t, 500.0, ref)  # noqa: E731
+    cut = lambda m: MapResult(False, None, m, 30_000)  # noqa: E731
+    assert score({"a": done(20_000), "b": done(15_500)}) == (-2, 0, 35_500.0, -0.0)
+    assert score({"a": done(20_000, 21_000), "b": cut(310.0)}) == (-1, -1, 20_000.0, -310.0)
+    assert score({"a": done(20_000, 20_000), "b": done(15_000, 16_000)}) == (-2, -1, 35_000.0, -0.0)  # a tie is not faster
+    # two finishes beat one, however slow; then more references beaten, whatever the total; then
+    # the lower total; then more metres
+    assert score({"a": done(90_000), "b": done(90_000)}) < score({"a": done(10_000, 11_000), "b": cut(499.0)})
+    assert (score({"a": done(20_000, 21_000), "b": done(17_900, 18_000)})  # 2 beaten, 37.9 s
+            < score({"a": done(21_500, 21_000), "b": done(16_000, 18_000)}))  # 1 beaten, 37.5 s
     assert score({"a": done(20_000), "b": done(15_000)}) < score({"a": done(20_000), "b": done(15_001)})
     assert score({"a": done(20_000), "b": cut(300.0)}) < score({"a": done(20_000), "b": cut(200.0)})
 
@@ -58,6 +62,7 @@ def test_the_fastest_complete_candidate_is_written_and_a_slower_one_is_not(tmp_p
     assert bp.add_result(5, "hairpins", True, 26_500, 700)
     best = json.loads((tmp_path / "best" / "best.json").read_text())
     assert (best["version"], best["frames"], best["updates"], best["maps_finished"]) == (5, 1000, 10, 2)
+    assert best["maps_beating_reference"] == 0  # no reference times given
     assert best["race_time_total_ms"] == 50_500
     _, tensors, spec = read_policy_file(tmp_path / "best")
     assert tensors["w"].tolist() == [5.0, 5.0] and spec["actor"] == "x"
@@ -71,6 +76,8 @@ def test_the_fastest_complete_candidate_is_written_and_a_slower_one_is_not(tmp_p
     m = bp.metrics()
     assert m["eval/best_policy/version"] == 12 and m["eval/best_policy/race_time_total_ms"] == 50_000
     assert m["eval/best_policy/candidates_completed"] == 3 and bp.improved == 2
+    log = [json.loads(line) for line in (tmp_path / "best" / "candidates.jsonl").read_text().splitlines()]
+    assert [(c["version"], c["race_time_total_ms"]) for c in log] == [(5, 50_500), (9, 51_000), (12, 50_000)]
 
 
 def test_the_weights_are_copied_when_marked():
@@ -105,7 +112,7 @@ def test_a_resumed_run_keeps_its_best_and_another_cycle_does_not_compare(tmp_pat
     bp.mark(3, W, {"actor": "x"}, 0, 0)
     _complete(bp, 3, {"a": 10_000, "b": 12_000})
     again = BestPolicy(["b", "a"], folder)  # the trainer restarted
-    assert again.best_key == (-2, 22_000.0, -0.0)
+    assert again.best_key == (-2, 0, 22_000.0, -0.0)
     again.mark(8, W, {"actor": "x"}, 0, 0)
     assert not _complete(again, 8, {"a": 11_000, "b": 12_000})
     assert json.loads((folder / "best.json").read_text())["version"] == 3
@@ -124,10 +131,10 @@ CYCLE = {"map_cycle": {"entries": [
     {"short_name": "b", "map_path": "b"}, {"short_name": "b", "map_path": "b", "is_exploration": False}]}}
 
 
-def _eval_episode(seq: int, map_name: str, version: int, race_ms: int | None) -> Message:
+def _eval_episode(seq: int, map_name: str, version: int, race_ms: int | None, ref_ms: int = 19_000) -> Message:
     t = 3
     info = {"episode_return": 1.0, "finished": race_ms is not None, "progress_m": 300.0,
-            "eval_policy_version": version}
+            "eval_policy_version": version, "reference_time_ms": ref_ms}
     if race_ms is not None:
         info["race_time_ms"] = race_ms
     seg = Segment(run_id="", worker_id="w1", episode_id=seq, seq=seq, index_in_episode=0, first_step=0,
@@ -161,12 +168,17 @@ def test_the_trainer_marks_versions_and_writes_the_best_one(tmp_path):
     trainer.ingest([_eval_episode(2, "b", 1, None)])  # v1 complete: a finished, b cut off at 300 m
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
     assert best["version"] == 1 and best["maps_finished"] == 1 and best["race_time_total_ms"] == 20_000
+    assert best["maps_beating_reference"] == 0 and best["maps"]["a"]["reference_time_ms"] == 19_000
     _, tensors, spec = read_policy_file(tmp_path / "run" / "best")
     assert tensors["w"].tolist() == [7.0]  # v1's weights, not the agent's current ones
     assert spec["actor"] == "roles_helpers:ConstActor" and "run_config_json" in spec
     trainer.publish()  # v3: the next candidate
     assert published[-1].actor_spec.get("eval_policy") is True
-    assert trainer.counters["eval_policy_versions"] == 2 and trainer.counters["best_policy_improved"] == 1
+    # v3 is slower in all (40 s) but under the reference on a (18 s < 19 s): it is the new best
+    trainer.ingest([_eval_episode(3, "a", 3, 18_000), _eval_episode(4, "b", 3, 22_000)])
+    best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
+    assert (best["version"], best["maps_finished"], best["maps_beating_reference"]) == (3, 2, 1)
+    assert trainer.counters["eval_policy_versions"] == 2 and trainer.counters["best_policy_improved"] == 2
     trainer.close()
 
 
@@ -216,5 +228,6 @@ def test_the_workers_greedy_entries_drive_the_evaluation_version():
     assert np.concatenate([s.arrays["action"] for s in explore]).tolist() == [1] * sum(len(s.arrays["action"]) for s in explore)
     assert not np.concatenate([s.arrays["action"] for s in greedy]).any()  # all action 0: v1
     assert greedy[-1].info["eval_policy_version"] == 1 and "eval_policy_version" not in explore[-1].info
+    assert {s.policy_version for s in greedy} == {1} and {s.policy_version for s in explore} == {2}
     assert worker.stats.weights_version == 2 and worker.eval_version == 1
     worker.close()

@@ -835,8 +835,8 @@ class MapCycleConfig(Section):
     keep_best_policy: bool = True
     """With greedy entries (``is_exploration: false``): the workers drive them with an evaluation
     version of the weights the trainer keeps, and the trainer writes the version that drove every
-    greedy map best (most maps finished, then the lowest total race time) to
-    ``<run>/best/policy.safetensors`` with ``best.json`` (rulka extension)."""
+    greedy map best (most maps finished, then most maps under their reference time, then the
+    lowest total race time) to ``<run>/best/policy.safetensors`` with ``best.json`` (rulka extension)."""
 
     def expanded(self) -> list[MapCycleEntry]:
         """The cycle with each entry repeated ``repeat`` times, in order."""

@@ -10,9 +10,14 @@ tagging each such episode with ``eval_policy_version``. Once a candidate has a g
 every greedy map of the cycle, it is scored; the best so far is written to
 ``<run>/best/policy.safetensors`` (a policy file like ``<run>/weights/``, for ``rulka eval``,
 ``rulka sim render --policy``) with ``<run>/best/best.json`` (version, frames, per-map results).
+Every complete candidate is appended to ``<run>/best/candidates.jsonl``: how the greedy policy's
+races evolved over the run, one line per version.
 
-Score: more maps finished first, then the lower sum of the finished race times, then more
-metres covered on the unfinished ones. Nothing about a reference driver enters it.
+Score, as a TrackMania player ranks runs: more maps finished first; then more maps finished
+faster than the map's reference time, where the env reports one (``reference_time_ms``: a
+medal or author time, a recorded line's time; on rulka's simulator the scripted driver's time);
+then the lower sum of the finished race times; then more metres covered on the unfinished maps.
+An env without reference times is ranked by finishes and total time alone.
 
 A new candidate is marked when the last one is complete, or when it has waited
 ``TIMEOUT_S`` (a worker stopped mid-pass): the passes go as fast as the workers drive.
@@ -34,6 +39,7 @@ log = logging.getLogger("rulka.trainer")
 
 BEST_DIR = "best"
 BEST_JSON = "best.json"
+CANDIDATES_LOG = "candidates.jsonl"
 TIMEOUT_S = 300.0  # a candidate not complete after this long is replaced (its results still count)
 KEEP_CANDIDATES = 3  # candidates whose results may still arrive (the newest and two before it)
 
@@ -43,14 +49,24 @@ class MapResult:
     finished: bool
     race_time_ms: float | None
     progress_m: float
+    reference_time_ms: float | None = None
+
+    @property
+    def beats_reference(self) -> bool:
+        return (self.finished and self.race_time_ms is not None and self.reference_time_ms is not None
+                and self.race_time_ms < self.reference_time_ms)
 
 
-def score(results: Mapping[str, MapResult]) -> tuple[int, float, float]:
-    """Sort key, lower is better: (-maps finished, sum of finished race times in ms, -metres
-    covered on the unfinished maps)."""
+Key = tuple[int, int, float, float]
+
+
+def score(results: Mapping[str, MapResult]) -> Key:
+    """Sort key, lower is better: (-maps finished, -maps faster than their reference time, sum of
+    the finished race times in ms, -metres covered on the unfinished maps)."""
     finished = [r for r in results.values() if r.finished and r.race_time_ms is not None]
     unfinished = [r for r in results.values() if not (r.finished and r.race_time_ms is not None)]
-    return (-len(finished), float(sum(r.race_time_ms for r in finished)),  # type: ignore[misc]
+    return (-len(finished), -sum(r.beats_reference for r in finished),
+            float(sum(r.race_time_ms for r in finished)),  # type: ignore[misc]
             -float(sum(r.progress_m for r in unfinished)))
 
 
@@ -79,7 +95,7 @@ class BestPolicy:
         self.clock = clock
         self._candidates: OrderedDict[int, _Candidate] = OrderedDict()
         self.best: dict[str, Any] | None = None  # what best.json holds
-        self.best_key: tuple[int, float, float] | None = None
+        self.best_key: Key | None = None
         self.completed = 0  # candidates with a result on every map
         self.improved = 0  # times the best was replaced
         self.dropped = 0  # candidates given up before they were complete
@@ -109,7 +125,7 @@ class BestPolicy:
                 self.dropped += 1
 
     def add_result(self, version: int, map_name: str, finished: bool, race_time_ms: float | None,
-                   progress_m: float | None) -> bool:
+                   progress_m: float | None, reference_time_ms: float | None = None) -> bool:
         """A greedy episode of candidate ``version`` on ``map_name``; True when it completed the
         candidate and made it the new best (written to ``folder``). The first result per map counts
         (a greedy race of one version is the same race each time)."""
@@ -117,19 +133,24 @@ class BestPolicy:
         if cand is None or map_name not in self.maps or map_name in cand.results:
             return False
         cand.results[map_name] = MapResult(bool(finished), None if race_time_ms is None else float(race_time_ms),
-                                           float(progress_m or 0.0))
+                                           float(progress_m or 0.0),
+                                           None if reference_time_ms is None else float(reference_time_ms))
         if len(cand.results) < len(self.maps):
             return False
         self.completed += 1
         key = score(cand.results)
-        if self.best_key is not None and key >= self.best_key:
-            return False
-        self.best_key = key
-        self.best = {
+        summary = {
             "version": cand.version, "frames": cand.frames, "updates": cand.updates,
-            "maps_finished": -key[0], "race_time_total_ms": key[1],
+            "maps_finished": -key[0], "maps_beating_reference": -key[1], "race_time_total_ms": key[2],
             "maps": {name: dataclasses.asdict(r) for name, r in sorted(cand.results.items())},
         }
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with open(self.folder / CANDIDATES_LOG, "a", encoding="utf-8") as f:
+                f.write(json.dumps(summary) + "\n")
+        if self.best_key is not None and key >= self.best_key:
+            return False
+        self.best_key, self.best = key, summary
         self.improved += 1
         if self.folder is not None:
             self._write(cand)
@@ -141,6 +162,7 @@ class BestPolicy:
         if self.best is not None:
             out["eval/best_policy/version"] = float(self.best["version"])
             out["eval/best_policy/maps_finished"] = float(self.best["maps_finished"])
+            out["eval/best_policy/maps_beating_reference"] = float(self.best["maps_beating_reference"])
             out["eval/best_policy/race_time_total_ms"] = float(self.best["race_time_total_ms"])
         return out
 
@@ -155,8 +177,9 @@ class BestPolicy:
         save_policy(tmp, cand.weights, cand.spec)
         os.replace(tmp, self.folder / POLICY_FILE)
         atomic_write_text(self.folder / BEST_JSON, json.dumps(self.best, indent=2) + "\n")
-        log.info("best policy: v%d, %d/%d maps finished, %.2f s in all", cand.version, self.best["maps_finished"],
-                 len(self.maps), self.best["race_time_total_ms"] / 1000)
+        log.info("best policy: v%d, %d/%d maps finished, %d faster than their reference, %.2f s in all",
+                 cand.version, self.best["maps_finished"], len(self.maps), self.best["maps_beating_reference"],
+                 self.best["race_time_total_ms"] / 1000)
 
     def _load(self) -> None:
         """A resumed run keeps the best it had: a later candidate must beat it."""
@@ -166,8 +189,8 @@ class BestPolicy:
             return
         try:
             best = json.loads(path.read_text(encoding="utf-8"))
-            results = {str(k): MapResult(bool(v["finished"]), v["race_time_ms"], float(v["progress_m"]))
-                       for k, v in best["maps"].items()}
+            results = {str(k): MapResult(bool(v["finished"]), v["race_time_ms"], float(v["progress_m"]),
+                                         v.get("reference_time_ms")) for k, v in best["maps"].items()}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring an unreadable %s: %s", path, exc)
             return

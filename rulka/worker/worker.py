@@ -621,11 +621,13 @@ class Worker:
         self.eval_version = int(blob.version)
 
     def _produce(self, buf: EpisodeBuffer, episode_id: int, index: int, done: bool,
-                 info: dict[str, Any], stop_event: threading.Event, test: bool = False) -> bool:
+                 info: dict[str, Any], stop_event: threading.Event, test: bool = False,
+                 policy_version: int | None = None) -> bool:
         seq = self.counters.take_seq()
         seg = Segment(
-            run_id=self.run_id, worker_id=self.name, episode_id=episode_id, seq=seq,
-            index_in_episode=index, first_step=buf.first_step, policy_version=self.stats.weights_version,
+            run_id=self.run_id, worker_id=self.name, episode_id=episode_id, seq=seq, index_in_episode=index,
+            first_step=buf.first_step,
+            policy_version=self.stats.weights_version if policy_version is None else policy_version,
             arrays=buf.arrays(), episode_done=done, map_name=str(info.get("map_name") or info.get("track") or ""),
             evaluation=test, info=info,
         )
@@ -761,7 +763,9 @@ class Worker:
                         value = info.get(key) if isinstance(info, dict) else None
                         if isinstance(value, (bool, int, float, str, np.generic)):
                             seg_info[key] = value.item() if isinstance(value, np.generic) else value
-                if not self._produce(buf, episode_id, index, done, seg_info, stop_event, test):
+                # the version that chose the actions: the evaluation version on its greedy entries
+                if not self._produce(buf, episode_id, index, done, seg_info, stop_event, test,
+                                     keep.get("eval_policy_version")):
                     return -1
                 index += 1
                 if done:
