@@ -260,10 +260,13 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
              f"From `trainer_loop` ({res.get('date', '')}): updates/s of the whole trainer role with N unpaced "
              "workers over `agent.train` alone (target >= 0.9), samples per insert over its target (target "
              "within +-10%), the share of time the learner spent training and the share it waited for data "
-             "(starved: the workers were slower than the learner), and the ratio over the time it had data.", "",
+             "(starved: the workers were slower than the learner), and the ratio over the time it had data. "
+             "The last two columns: the bare learner again beside one process per worker running the workers' "
+             "policy inference on their cores (what busy neighbour cores cost `agent.train` on this machine), "
+             "and the trainer over that loaded baseline.", "",
              "| config | workers | worker priority | workers pinned | ratio | ratio when fed | samples per insert / target "
-             "| learner busy | learner starved | trainer updates/s | alone updates/s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| learner busy | learner starved | trainer updates/s | alone updates/s | alone, cores loaded | ratio vs loaded |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if not isinstance(row, dict):
             continue
@@ -276,7 +279,9 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
                                  format_number(_dig(row, "trainer.learner_busy")),
                                  format_number(_dig(row, "trainer.learner_starved")),
                                  format_number(_dig(row, "trainer.updates_per_s")),
-                                 format_number(_dig(row, "alone.updates_per_s")), ""]).strip())
+                                 format_number(_dig(row, "alone.updates_per_s")),
+                                 format_number(_dig(row, "alone_loaded.updates_per_s")),
+                                 format_number(row.get("ratio_vs_loaded")), ""]).strip())
     return lines
 
 

@@ -16,7 +16,7 @@ machine), and ``ratio_when_fed`` = ratio / (1 - starved): the learner's speed wh
 over its speed alone; what the trainer's own overhead costs it.
 
     python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
-        [--worker-priorities below_normal,normal] [--pinning on,off]
+        [--worker-priorities below_normal,normal] [--pinning on,off] [--no-loaded-baseline]
 
 Workers run as ``rulka run`` starts them: below normal priority (nice 10), kept with the relay off
 the trainer's cores (``--pinning on``); ``--pinning off`` (measured in the same run by default, the
@@ -71,6 +71,7 @@ def measure_role(config: str, overrides: list[str], workers: int, seconds: float
     log = open(run_dir.parent / f"{run_dir.name}.log", "w")  # noqa: SIM115 - closed below
     run = launch(REPO_ROOT / config, workers=workers, run_dir=run_dir, overrides=[*COMMON, *overrides],
                  trainer_output=log, worker_priority=worker_priority, pin_cores=pin_cores)
+    worker_cores = getattr(run, "worker_cores", None)
     try:
         t_start = time.monotonic()
         first = None
@@ -101,11 +102,11 @@ def measure_role(config: str, overrides: list[str], workers: int, seconds: float
             "spi_target": m1.get("perf/samples_per_insert_target"),
             "learner_busy": mean_of("perf/learner_busy"), "learner_starved": mean_of("perf/learner_starved"),
             "limiter_dropped": m1.get("perf/limiter_dropped"),
-            "_inserts": inserts, "_updates": updates}
+            "_inserts": inserts, "_updates": updates, "_worker_cores": worker_cores}
 
 
-def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
-    """``agent.train`` alone on the run's memory (its final checkpoint), with the trainer's threads."""
+def _agent_from_run(run_dir: Path) -> tuple[Any, Any, Path]:
+    """(config, agent with the run's final weights, checkpoint folder), torch threads as the trainer's."""
     import torch
     import yaml
 
@@ -117,10 +118,45 @@ def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
     if cfg.trainer.torch_threads:
         torch.set_num_threads(cfg.trainer.torch_threads)
     agent = build_plugin("agent", str(cfg.trainer.agent), cfg.trainer.agent_kwargs, cfg)
-    memory = build_plugin("memory", str(cfg.trainer.memory), cfg.trainer.memory_kwargs, cfg)
     folder = ckpt.latest_checkpoint(run_dir / "checkpoints")
     agent_state, _ = ckpt.read_checkpoint(folder)
     agent.load_state_dict(agent_state)
+    return cfg, agent, folder
+
+
+def actor_load(run_dir: Path, seconds: float, cores: list[int] | None) -> None:
+    """One worker's policy inference flat out (the load beside ``alone_loaded``): the run's actor on
+    random observations of its input shapes, one torch thread, below normal priority, on ``cores``."""
+    import numpy as np
+    import torch
+
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+    os.nice(10)  # rulka run's below_normal workers
+    torch.set_num_threads(1)
+    _, agent, _ = _agent_from_run(run_dir)
+    actor = agent.get_actor()
+    spec, rng = actor.spec, np.random.default_rng(0)
+    flt = rng.standard_normal(spec.float_dim).astype(np.float32)
+    if spec.uses_image:  # one grayscale frame, as the workers' observations carry it
+        obs: Any = {"img": rng.integers(0, 255, (1, spec.image_height, spec.image_width), dtype=np.uint8),
+                    "float": flt}
+    else:
+        obs = flt
+    print("ready", flush=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        actor.act(obs)
+
+
+def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
+    """``agent.train`` alone on the run's memory (its final checkpoint), with the trainer's threads."""
+    import torch
+
+    from rulka.plugins import build_plugin
+
+    cfg, agent, folder = _agent_from_run(run_dir)
+    memory = build_plugin("memory", str(cfg.trainer.memory), cfg.trainer.memory_kwargs, cfg)
     memory.load(folder / "replay")
     batch_size = int(agent.batch_size or cfg.training.batch_size)
     for _ in range(3):
@@ -133,13 +169,36 @@ def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
             "memory_size": len(memory), "batch_size": batch_size}
 
 
-def alone_median(run_dir: Path, seconds: float, rounds: int) -> dict[str, Any]:
+def _start_load(run_dir: Path, procs: int, cores: list[int] | None, seconds: float) -> list[subprocess.Popen]:
+    """``procs`` actor-load processes, each started and past its setup (it printed ``ready``)."""
+    load = []
+    for _ in range(procs):
+        cmd = [sys.executable, __file__, "--actor-load", str(run_dir), "--alone-seconds", str(seconds)]
+        if cores:
+            cmd += ["--load-cores", ",".join(map(str, cores))]
+        load.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+    for p in load:
+        if p.stdout is not None:
+            p.stdout.readline()  # "ready", or "" if it died
+    return load
+
+
+def alone_median(run_dir: Path, seconds: float, rounds: int, load_procs: int = 0,
+                 load_cores: list[int] | None = None) -> dict[str, Any]:
     """``alone`` in ``rounds`` fresh processes, one after the other: the median updates/s (one
-    10 s figure varied by ~10% between runs of the same config, 2026-11-24) and every round's."""
+    10 s figure varied by ~10% between runs of the same config, 2026-11-24) and every round's.
+    With ``load_procs``, each round runs beside that many actor-load processes on ``load_cores``."""
     figures: list[dict[str, Any]] = []
     for _ in range(rounds):
-        out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir), "--alone-seconds", str(seconds)],
-                             capture_output=True, text=True, timeout=600)
+        # the load outlives the timed window (setup of the bare learner included), then is killed
+        load = _start_load(run_dir, load_procs, load_cores, seconds + 120) if load_procs else []
+        try:
+            out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir), "--alone-seconds", str(seconds)],
+                                 capture_output=True, text=True, timeout=600)
+        finally:
+            for p in load:
+                p.kill()
+                p.wait()
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
         if not lines:
             return {"error": out.stderr[-300:]}
@@ -163,10 +222,17 @@ def main() -> int:
     parser.add_argument("--pinning", default="on,off",
                         help="on: workers and relay kept off the trainer's cores (rulka run's default); off: "
                              "the OS places them (rulka run --no-pin); comma-separated, each its own run")
+    parser.add_argument("--no-loaded-baseline", action="store_true",
+                        help="skip alone_loaded (the bare learner beside the workers' inference load)")
     parser.add_argument("--alone", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one run folder
+    parser.add_argument("--actor-load", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one load process
+    parser.add_argument("--load-cores", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.alone is not None:
         print(json.dumps(alone(args.alone, args.alone_seconds)))
+        return 0
+    if args.actor_load is not None:
+        actor_load(args.actor_load, args.alone_seconds, [int(c) for c in args.load_cores.split(",") if c] or None)
         return 0
     configs, counts, seconds = args.configs.split(","), [int(n) for n in args.workers.split(",")], args.seconds
     if args.quick:
@@ -191,6 +257,15 @@ def main() -> int:
                         starved = role.get("learner_starved")
                         if starved is not None and starved < 1:
                             row["ratio_when_fed"] = round(row["ratio"] / (1 - starved), 3)
+                    if not args.no_loaded_baseline:
+                        # the load sits where the run put its workers (pinned) or anywhere (not pinned)
+                        load_cores = role.pop("_worker_cores", None) if pin == "on" else None
+                        row["alone_loaded"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds,
+                                                           load_procs=n, load_cores=load_cores)
+                        al = row["alone_loaded"].get("updates_per_s")
+                        if al and role["updates_per_s"] is not None:
+                            row["ratio_vs_loaded"] = round(role["updates_per_s"] / al, 3)
+                    role.pop("_worker_cores", None)
                     batch = int(row["alone"].get("batch_size", 64))
                     if r[0] and role.get("spi_target"):
                         row["spi"] = round(r[1] * batch / r[0], 2)
