@@ -118,6 +118,15 @@ def test_a_resumed_run_keeps_its_best_and_another_cycle_does_not_compare(tmp_pat
     assert json.loads((folder / "best.json").read_text())["version"] == 3
     other = BestPolicy(["a", "b", "c"], folder)  # a different cycle: the old score is not kept
     assert other.best_key is None
+    # a best.json without the summary fields (an older rulka) still loads and reports
+    old = json.loads((folder / "best.json").read_text())
+    del old["maps_beating_reference"], old["race_time_total_ms"]
+    (folder / "best.json").write_text(json.dumps(old))
+    m = BestPolicy(["a", "b"], folder).metrics()
+    assert m["eval/best_policy/maps_beating_reference"] == 0 and m["eval/best_policy/race_time_total_ms"] == 22_000
+    for garbage in ("{", "[]", '{"maps": []}', '{"maps": {"a": {"finished": true, "race_time_ms": "x"}}}'):
+        (folder / "best.json").write_text(garbage)
+        assert BestPolicy(["a", "b"], folder).best is None  # ignored with a warning, not a crash
 
 
 def test_best_policy_needs_a_greedy_map():

@@ -187,15 +187,21 @@ class BestPolicy:
         path = self.folder / BEST_JSON
         if not path.is_file():
             return
+        def number(x: Any) -> float | None:
+            return None if x is None else float(x)
+
         try:
             best = json.loads(path.read_text(encoding="utf-8"))
-            results = {str(k): MapResult(bool(v["finished"]), v["race_time_ms"], float(v["progress_m"]),
-                                         v.get("reference_time_ms")) for k, v in best["maps"].items()}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring an unreadable %s: %s", path, exc)
+            results = {str(k): MapResult(bool(v["finished"]), number(v["race_time_ms"]), float(v["progress_m"]),
+                                         number(v.get("reference_time_ms"))) for k, v in best["maps"].items()}
+            key = score(results)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("ignoring an unreadable %s (the first complete candidate replaces it): %s", path, exc)
             return
         if sorted(results) != self.maps:  # another map cycle: its score does not compare
             log.warning("%s scores other maps (%s); the first complete candidate replaces it", path,
                         ", ".join(sorted(results)))
             return
-        self.best, self.best_key = best, score(results)
+        # the summary fields follow from the races (a file written before a field existed has them too)
+        best.update(maps_finished=-key[0], maps_beating_reference=-key[1], race_time_total_ms=key[2])
+        self.best, self.best_key = best, key
