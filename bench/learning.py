@@ -115,7 +115,7 @@ def policy_folder(run_dir: Path, policy: str) -> tuple[Path, dict[str, Any] | No
             info = json.loads((best / "best.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             info = {}
-        return best, info
+        return best, info if isinstance(info, dict) else {}
     return run_dir, None
 
 
