@@ -58,7 +58,7 @@ class IQNActor(ActorModule):
         if self.mini_race_actions:
             flt = flt.copy()
             flt[0] = 0.0
-        with torch.no_grad():
+        with torch.inference_mode():  # less per-call bookkeeping than no_grad; outputs leave as numpy
             img_t = None if img is None or not self.spec.uses_image else torch.from_numpy(img[None]).to(self.device)
             flt_t = torch.from_numpy(flt[None]).to(self.device)
             taus = self._midpoints if test else None

@@ -28,7 +28,7 @@ class PolicyActor(ActorModule):
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**63))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def distribution(self, obs: Any) -> tuple[np.ndarray, float]:
         """(log-probabilities over actions, V(s)) for one observation."""
         img, flt = split_obs(obs)

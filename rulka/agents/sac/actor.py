@@ -41,7 +41,7 @@ class SACActor(ActorModule):
             self.steps += 1
             if self.steps <= self.random_steps:
                 return self.rng.uniform(self.low, self.high).astype(np.float32)
-        with torch.no_grad():
+        with torch.inference_mode():
             x = self._obs(obs)
             action = self.net.deterministic(x) if test else self.net.sample(x)[0]
         return action[0].cpu().numpy().astype(np.float32)
