@@ -47,6 +47,10 @@ SCRIPTS: dict[str, str] = {
             "duplicated, fair share, time until segments flow again, relay peak RSS",
 }
 RESULTS_MARK = "<!-- bench-results:"
+DEFAULT_TIMEOUT_S = 900.0
+# scripts whose full run takes longer than the default limit (measured on the 2-core machine:
+# trainer_loop ~1,350 s with its loaded baseline, policy_cartpole ~840 s, soak ~610 s, e2e ~610 s)
+SCRIPT_TIMEOUT_S: dict[str, float] = {"trainer_loop": 2700.0, "policy_cartpole": 1800.0, "soak": 1500.0, "e2e": 1500.0}
 
 
 def machine_info() -> dict[str, Any]:
@@ -211,12 +215,12 @@ def _dig(obj: Any, path: str) -> Any:
 
 def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
     """rulka and TMRL side by side, from the peer_tmrl and transport figures (when present)."""
-    peer = results.get("peer_tmrl", {})
-    if peer.get("status") != "ok":
+    peer = _last_ok(results.get("peer_tmrl"))
+    if peer is None:
         return []
     figures = peer["figures"]
-    transport = results.get("transport", {}).get("figures", {}) if results.get("transport", {}).get(
-        "status") == "ok" else {}
+    transport_res = _last_ok(results.get("transport")) or {}
+    transport = transport_res.get("figures", {})
     rows = [("bytes on the wire per transition (64x64 grayscale, 4-frame history)",
              _dig(figures, "rulka.zstd.bytes_per_transition"), _dig(figures, "tmrl.bytes.bytes_per_transition"),
              None)]
@@ -224,8 +228,8 @@ def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
         rows.append((f"relay payload MB/s, {size} messages",
                      _dig(transport, f"relay_mb_s.{size}"), _dig(figures, f"tmrl.relay_tls.{size}.mb_per_s"),
                      _dig(figures, f"tmrl.relay_tcp.{size}.mb_per_s")))
-    race = results.get("sac_pendulum", {})
-    race_figures = race.get("figures", {}) if race.get("status") == "ok" else {}
+    race = _last_ok(results.get("sac_pendulum")) or {}
+    race_figures = race.get("figures", {})
     for key, label in (("seconds_to_target", "SAC Pendulum-v1: seconds to a mean return of -200"),
                        ("env_steps_to_target", "SAC Pendulum-v1: env steps to a mean return of -200")):
         ours, theirs = _dig(race_figures, f"rulka.{key}"), _dig(race_figures, f"tmrl.{key}")
@@ -233,7 +237,7 @@ def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
             rows.append((f"{label} (`sac_pendulum`, {race.get('date', '')})",
                          ours if ours is not None else "not reached", theirs if theirs is not None else "not reached",
                          None))
-    when_transport = results.get("transport", {}).get("date", "not run")
+    when_transport = transport_res.get("date", "not run")
     lines = ["", "## Peer comparison: rulka vs TMRL 0.7.1", "",
              f"Same machine. rulka's relay figures come from `transport` ({when_transport}), TMRL's "
              f"figures and both bytes per transition from `peer_tmrl` ({peer.get('date', '')}); details "
@@ -252,8 +256,8 @@ def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
 
 def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
     """One row per trainer_loop run: the ratio to the bare learner and the samples per insert."""
-    res = results.get("trainer_loop", {})
-    rows = res.get("figures", {}).get("results") if res.get("status") == "ok" else None
+    res = _last_ok(results.get("trainer_loop")) or {}
+    rows = res.get("figures", {}).get("results")
     if not isinstance(rows, list) or not rows:
         return []
     lines = ["", "## Trainer loop at a glance", "",
@@ -283,6 +287,16 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
                                  format_number(_dig(row, "alone_loaded.updates_per_s")),
                                  format_number(row.get("ratio_vs_loaded")), ""]).strip())
     return lines
+
+
+def _last_ok(res: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The latest finished result of a script: ``res`` itself when ok, else the one it kept."""
+    if not isinstance(res, dict):
+        return None
+    if res.get("status") == "ok" and isinstance(res.get("figures"), dict):
+        return {k: v for k, v in res.items() if k != "last_ok"}
+    kept = res.get("last_ok")
+    return kept if isinstance(kept, dict) and kept.get("status") == "ok" else None
 
 
 def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str, command: str) -> str:
@@ -318,7 +332,12 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
         lines += ["", f"## {name}", "", f"Command: `{res.get('command', '')}` ({res.get('date', '')})", ""]
         if res["status"] != "ok":
             lines.append(f"**{res['status']}**: {format_number(res.get('detail', ''))}")
-            continue
+            kept = _last_ok(res)
+            if kept is None:
+                continue
+            lines += ["", f"Figures of the last run that finished: `{kept.get('command', '')}` "
+                          f"({kept.get('date', '')}).", ""]
+            res = kept
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"])]
     lines += extended_runs(BENCH_DIR / "extended_runs.json")
@@ -408,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="arguments for the one script named by --only, e.g. --only soak "
                              "--script-args '--workers 16 --minutes 10' (recorded in its command)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="per-script time limit in seconds (default 900, 300 with --quick)")
+                        help="per-script time limit in seconds (default 900, longer for the scripts in "
+                             "SCRIPT_TIMEOUT_S, 300 with --quick)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", metavar="FILE",
                         help="the Markdown file to rewrite (default: BENCHMARKS.md at the repo root)")
     parser.add_argument("--bench-dir", type=Path, default=BENCH_DIR, metavar="DIR",
@@ -446,11 +466,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = shlex.split(args.script_args)
     if extra and len(only) != 1:
         parser.error("--script-args needs exactly one --only script")
-    timeout_s = args.timeout if args.timeout is not None else (300.0 if args.quick else 900.0)
-    results = previous_results(args.out) if only else {}
+    earlier = previous_results(args.out)
+    results = dict(earlier) if only else {}
     for name in selected:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        timeout_s = args.timeout if args.timeout is not None else (
+            300.0 if args.quick else SCRIPT_TIMEOUT_S.get(name, DEFAULT_TIMEOUT_S))
         res = run_script(name, bench_dir, args.quick, timeout_s, extra)
+        last_ok = _last_ok(earlier.get(name))
+        if res["status"] != "ok" and last_ok is not None:
+            res["last_ok"] = last_ok  # a failed or timed-out rerun does not wipe the figures it had
         results[name] = res
         print(f"bench: {name} {res['status']} ({res.get('seconds', 0)} s)"
               + (f": {res['detail']}" if res.get("detail") else ""), file=sys.stderr, flush=True)

@@ -174,3 +174,47 @@ def test_script_args_reach_the_one_script_and_its_recorded_command(tmp_path: Pat
     assert f"`python {folder / 'echo.py'} --workers 16 --minutes 10`" in text
     with pytest.raises(SystemExit):
         main(["--bench-dir", str(folder), "--out", str(out), "--script-args", "--workers 2"])
+
+
+FLAKY = """
+import json, pathlib, sys, time
+flag = pathlib.Path(sys.argv[0]).with_suffix(".hang")
+if flag.exists():
+    time.sleep(30)
+print(json.dumps({"updates_per_s": 42.5}))
+"""
+
+
+def test_a_rerun_that_times_out_keeps_the_last_figures(tmp_path: Path) -> None:
+    """A long bench that fails or times out on a rerun must not wipe the figures it had."""
+    folder = _bench_dir(tmp_path, flaky=FLAKY, good=GOOD)
+    out = tmp_path / "BENCHMARKS.md"
+    assert main(["--bench-dir", str(folder), "--out", str(out)]) == 0
+    (folder / "flaky.hang").write_text("")
+    assert main(["--only", "flaky", "--bench-dir", str(folder), "--out", str(out), "--timeout", "2"]) == 1
+    text = out.read_text()
+    section = text[text.index("## flaky"):]
+    assert "**timeout**: no result within 2 s" in section
+    assert "Figures of the last run that finished" in section and "| updates_per_s | 42.5 |" in section
+    assert "| flaky |  | timeout |" in text  # the summary says what happened this time
+    kept = previous_results(out)["flaky"]
+    assert kept["status"] == "timeout" and kept["last_ok"]["figures"] == {"updates_per_s": 42.5}
+    # a second failure still keeps them; a success replaces them
+    assert main(["--only", "flaky", "--bench-dir", str(folder), "--out", str(out), "--timeout", "2"]) == 1
+    assert previous_results(out)["flaky"]["last_ok"]["figures"] == {"updates_per_s": 42.5}
+    (folder / "flaky.hang").unlink()
+    assert main(["--only", "flaky", "--bench-dir", str(folder), "--out", str(out)]) == 0
+    assert "last_ok" not in previous_results(out)["flaky"]
+
+
+def test_long_scripts_get_their_own_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.__main__ as harness
+
+    slow_ok = "import json, time\ntime.sleep(3)\nprint(json.dumps({'done': 1}))\n"
+    folder = _bench_dir(tmp_path, trainer_loop=slow_ok, other=slow_ok)
+    monkeypatch.setattr(harness, "DEFAULT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(harness, "SCRIPT_TIMEOUT_S", {"trainer_loop": 60.0})
+    out = tmp_path / "BENCHMARKS.md"
+    assert main(["--bench-dir", str(folder), "--out", str(out)]) == 1
+    results = previous_results(out)
+    assert results["trainer_loop"]["status"] == "ok" and results["other"]["status"] == "timeout"
