@@ -252,6 +252,7 @@ def main() -> int:
                     row["alone"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds)
                     a = row["alone"].get("updates_per_s")
                     r = role.pop("_inserts"), role.pop("_updates")
+                    worker_cores = role.pop("_worker_cores", None)
                     if a and role["updates_per_s"] is not None:
                         row["ratio"] = round(role["updates_per_s"] / a, 3)
                         starved = role.get("learner_starved")
@@ -259,13 +260,11 @@ def main() -> int:
                             row["ratio_when_fed"] = round(row["ratio"] / (1 - starved), 3)
                     if not args.no_loaded_baseline:
                         # the load sits where the run put its workers (pinned) or anywhere (not pinned)
-                        load_cores = role.pop("_worker_cores", None) if pin == "on" else None
-                        row["alone_loaded"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds,
-                                                           load_procs=n, load_cores=load_cores)
+                        row["alone_loaded"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds, load_procs=n,
+                                                           load_cores=worker_cores if pin == "on" else None)
                         al = row["alone_loaded"].get("updates_per_s")
                         if al and role["updates_per_s"] is not None:
                             row["ratio_vs_loaded"] = round(role["updates_per_s"] / al, 3)
-                    role.pop("_worker_cores", None)
                     batch = int(row["alone"].get("batch_size", 64))
                     if r[0] and role.get("spi_target"):
                         row["spi"] = round(r[1] * batch / r[0], 2)

@@ -60,6 +60,11 @@ class MapResult:
 Key = tuple[int, int, float, float]
 
 
+def _number(x: Any) -> float | None:
+    """``x`` as a float when it is a real number (not a bool), else None."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
 def score(results: Mapping[str, MapResult]) -> Key:
     """Sort key, lower is better: (-maps finished, -maps faster than their reference time, sum of
     the finished race times in ms, -metres covered on the unfinished maps)."""
@@ -125,16 +130,16 @@ class BestPolicy:
                 self.dropped += 1
 
     def add_result(self, version: int, map_name: str, finished: bool, race_time_ms: float | None,
-                   progress_m: float | None, reference_time_ms: float | None = None) -> bool:
+                   progress_m: Any, reference_time_ms: Any = None) -> bool:
         """A greedy episode of candidate ``version`` on ``map_name``; True when it completed the
         candidate and made it the new best (written to ``folder``). The first result per map counts
-        (a greedy race of one version is the same race each time)."""
+        (a greedy race of one version is the same race each time). ``progress_m`` and
+        ``reference_time_ms`` come from a worker's episode info: anything but a number is None."""
         cand = self._candidates.get(int(version))
         if cand is None or map_name not in self.maps or map_name in cand.results:
             return False
         cand.results[map_name] = MapResult(bool(finished), None if race_time_ms is None else float(race_time_ms),
-                                           float(progress_m or 0.0),
-                                           None if reference_time_ms is None else float(reference_time_ms))
+                                           _number(progress_m) or 0.0, _number(reference_time_ms))
         if len(cand.results) < len(self.maps):
             return False
         self.completed += 1

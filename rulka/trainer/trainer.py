@@ -492,11 +492,10 @@ class Trainer:
         if self.best_policy is None or not isinstance(version, int) or isinstance(version, bool):
             return
         info = seg.info
-        race_time, progress, ref = info.get("race_time_ms"), info.get("progress_m"), info.get("reference_time_ms")
+        race_time = info.get("race_time_ms")
         finished = info.get("finished") is True and isinstance(race_time, (int, float))
-        number = lambda x: x if isinstance(x, (int, float)) and not isinstance(x, bool) else None  # noqa: E731
         if self.best_policy.add_result(version, seg.map_name, finished, race_time if finished else None,
-                                       number(progress), number(ref)):
+                                       info.get("progress_m"), info.get("reference_time_ms")):
             self.counters["best_policy_improved"] += 1
 
     def _flush_logs(self) -> None:
