@@ -60,8 +60,10 @@ def test_acme_dqn_window_and_bad_windows():
     assert math.isnan(SampleToInsertRatio(1, 10).achieved())
 
 
-def _trainer(cfg_rate: dict, memory=None, link=None) -> Trainer:
-    cfg = {"trainer": {"max_updates_per_env_step": 0.25, "rate_limit": cfg_rate}}
+def _trainer(cfg_rate: dict, memory=None, link=None, segment_max_steps: int = 4) -> Trainer:
+    # seg_msg's segments are 4 steps: full segments unless segment_max_steps says otherwise
+    cfg = {"trainer": {"max_updates_per_env_step": 0.25, "rate_limit": cfg_rate},
+           "worker": {"segment_max_steps": segment_max_steps}}
     return Trainer(cfg, link or LocalHub().trainer_link(), agent=CountingAgent(), memory=memory or ListMemory(),
                    signing_key=KEY)
 
@@ -161,6 +163,26 @@ def test_credit_follows_the_limiter():
     t.grant_credit()
     credits = [decode_credit(m.payload) for m in wlink.receive(0.2) if m.kind == "credit"]
     assert credits == [3 + 3]
+
+
+def test_credit_counts_steps_so_short_segments_get_more_of_them():
+    # credit 3 segments of 16 steps = 48 steps; the worker's segments are 4 steps (episodes that
+    # end early): 12 segments of credit, not 3 (else it pauses every 12 steps)
+    hub = LocalHub()
+    wlink = hub.worker_link("w")
+    t = _trainer({"credit_segments": 3, "mode": "ratio"}, link=hub.trainer_link(), segment_max_steps=16)
+    t.ingest([seg_msg("w", 0)])
+    assert t.credit_for("w") == 12
+    assert [decode_credit(m.payload) for m in wlink.receive(0.2) if m.kind == "credit"] == [1 + 12]
+    # full-length segments bring it back to credit_segments (running mean of the lengths)
+    for seq in range(1, 40):
+        t._ingest_segment("w", seg_msg("w", seq, t=16).payload, journal=False, acks=None, defer=False)
+    assert t.credit_for("w") == 3
+    # one-step segments: capped at 16 x credit_segments; a worker never heard from: credit_segments
+    for seq in range(40, 80):
+        t._ingest_segment("w", seg_msg("w", seq, t=1).payload, journal=False, acks=None, defer=False)
+    assert t.credit_for("w") == 48
+    assert t.credit_for("other") == 3
 
 
 def test_bad_credit_payloads_are_refused():

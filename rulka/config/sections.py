@@ -1162,7 +1162,8 @@ class WorkerConfig(Section):
     otherwise take the CPU a trainer on the same machine needs; a real game sets its own pace."""
     torch_threads: PositiveInt = 1
     """CPU threads torch may use for inference in the worker (1: fastest for one observation).
-    One observation at a time: more threads only take cores from the game."""
+    One observation at a time: more threads only take cores from the game. numpy's BLAS gets
+    the same limit (float-only IQN networks act in numpy on CPU)."""
     pause_for_credit: bool = True
     """Pause between segments while the trainer withholds credit (false: a real-time game).
     The trainer withholds credit while its learner is behind the replay ratio. A real-time game
@@ -1187,7 +1188,9 @@ class RateLimitConfig(Section):
     """Half-width of the window, in samples (null = 0.1 x samples_per_insert x start size).
     At least half a batch, so that a batch always fits in the window."""
     credit_segments: PositiveInt = 4
-    """Segments each worker may produce beyond the last one the trainer received."""
+    """Segments each worker may produce beyond the last one the trainer received.
+    Counted in steps (credit_segments x worker.segment_max_steps): a worker whose segments are
+    shorter (episodes that end early) may send more of them, up to 16x credit_segments."""
     max_deferred_segments: PositiveInt = 256
     """Segments held back while the learner is behind; above this the oldest is dropped (counted).
     Held back: received, journaled and acknowledged, not yet in the memory."""

@@ -8,7 +8,8 @@ often, and training never waits for more than one pass of ingestion.
 Rate limit (``trainer.rate_limit``, ``rulka.trainer.ratelimit``): samples per insert is held in
 a window in both directions. Ahead of it, the learner waits for data. Behind it (mode
 ``ratio``), the trainer stops granting credit: each worker may produce only
-``credit_segments`` segments beyond the last one the trainer received (a ``credit`` message,
+``credit_segments`` segments beyond the last one the trainer received (counted in steps: a
+worker whose segments are short gets more of them, ``credit_for``; a ``credit`` message,
 msgpack ``{"limit": next seq allowed}``), and pauses between segments until more comes. What
 still arrives while the learner is behind (segments in flight, workers of a real-time game that
 cannot pause: ``worker.pause_for_credit: false``) is deferred: journaled and acknowledged at once,
@@ -132,6 +133,10 @@ class Trainer:
         self._pool: Any = None
         self.rate_mode = tc.rate_limit.mode
         self.credit_segments = tc.rate_limit.credit_segments
+        # credit is counted in full segments' worth of steps: a worker whose segments are short
+        # (episodes that end early) gets more of them, else it pauses every few dozen steps
+        self.credit_steps = self.credit_segments * int(cfg.worker.segment_max_steps)
+        self._segment_steps: dict[str, float] = {}  # worker -> running mean of its segments' lengths
         self.max_deferred = tc.rate_limit.max_deferred_segments
         self.limiter = self._make_limiter()
         self.train_slice_s = train_slice_s
@@ -438,6 +443,9 @@ class Trainer:
             self._bad("sender_mismatch", f"segment says worker {seg.worker_id!r}, sent by {sender!r}")
             return
         self._next_seq[sender] = max(self._next_seq.get(sender, 0), seg.seq + 1)
+        mean = self._segment_steps.get(sender)
+        n = max(1, seg.num_transitions)
+        self._segment_steps[sender] = float(n) if mean is None else 0.8 * mean + 0.2 * n
         if not self.dedupe.accept(sender, seg.seq):
             self.counters["duplicates"] += 1
             if acks is not None:
@@ -564,7 +572,7 @@ class Trainer:
             if stats and stats.get("unacked") == 0 and isinstance(stats.get("next_seq"), int):
                 base = max(base, stats["next_seq"])  # a worker that skipped numbers (restarted)
             sent, when = self._credit_sent.get(worker, (-1, 0.0))
-            limit = base + self.credit_segments if open_ else sent
+            limit = base + self.credit_for(worker) if open_ else sent
             if limit < 0:
                 continue  # never granted and closed now: the worker has not started pausing
             if limit > sent or force or now - when >= CREDIT_RESEND_S:
@@ -574,6 +582,15 @@ class Trainer:
                 except Exception as exc:  # noqa: BLE001 - resent within CREDIT_RESEND_S
                     self.counters["credit_failures"] += 1
                     log.debug("credit to %s failed: %s", worker, exc)
+
+    def credit_for(self, worker: str) -> int:
+        """Segments ``worker`` may produce beyond the last one received: ``credit_segments``
+        segments of ``segment_max_steps`` steps, counted in steps by the mean length of its recent
+        segments (at most 16x ``credit_segments``; never fewer than ``credit_segments``)."""
+        mean = self._segment_steps.get(worker)
+        if not mean:
+            return self.credit_segments
+        return int(min(16 * self.credit_segments, max(self.credit_segments, round(self.credit_steps / mean))))
 
     def _on_hello(self, sender: str, payload: bytes) -> None:
         """A worker (re)connected: tell it the highest sequence number and episode id accepted
@@ -820,6 +837,7 @@ class Trainer:
                     break
                 if max_samples is not None and self.samples >= max_samples:
                     break
+                self.drain_deferred()  # what the learner has used up makes room for what is held back
                 fed = self.can_train()
                 t_wait = time.perf_counter()
                 try:

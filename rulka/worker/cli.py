@@ -82,6 +82,18 @@ def _place(args: argparse.Namespace) -> None:
     keep_on_cores(args.cpu_cores)
 
 
+def limit_inference_threads(threads: int) -> None:
+    """Threads for the worker's inference: torch's and numpy's BLAS (float-only IQN actors act in
+    numpy). One observation at a time: one thread by default, leaving the cores to the game; left
+    alone, OpenBLAS starts a thread per core for each small matrix product (25 us per 32x256x128
+    product with one thread, 128 us with two on the loaded 2-core machine)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    threadpool_limits(threads, user_api="blas")
+
+
 def _run(args: argparse.Namespace) -> int:
     from rulka.config import as_config
     from rulka.net.keys import load_credentials
@@ -108,10 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     local = as_config(cfg)
     state_dir = Path(args.state_dir or local.worker.spill_dir or Path.home() / ".rulka" / "worker" / name)
 
-    import torch
-
-    # inference of one observation at a time: one thread by default, leaving the cores to the game
-    torch.set_num_threads(local.worker.torch_threads)
+    limit_inference_threads(local.worker.torch_threads)
     from rulka.net.tls import connect_worker
     from rulka.net.weights import decode_weights
     from rulka.worker.worker import Worker

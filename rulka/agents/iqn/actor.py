@@ -9,6 +9,7 @@ import torch
 
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, mean_q
 from rulka.interfaces import ActorModule, Weights
+from rulka.nn.numpy_forward import UnsupportedModule, compile_sequential, run_steps
 
 EXPLORATION_KEY = "exploration"  # weights entry [epsilon, epsilon_boltzmann, tau_epsilon_boltzmann]
 
@@ -20,6 +21,45 @@ def split_obs(obs: Any) -> tuple[np.ndarray | None, np.ndarray]:
         flt = obs.get("float", obs.get("x"))
         return (None if img is None else np.asarray(img)), np.asarray(flt, dtype=np.float32).reshape(-1)
     return None, np.asarray(obs, dtype=np.float32).reshape(-1)
+
+
+class _NumpyMeanQ:
+    """``mean_q`` of a float-only IQN network in numpy, for acting on one observation on CPU.
+
+    Same arithmetic as the torch network (float normalisation, float MLP, cosine embedding of
+    the taus, element-wise product, dueling head, mean over the taus) at a fraction of torch's
+    per-op cost at batch 1. Built from the network's current weights: rebuild after loading."""
+
+    def __init__(self, net: IQNNetwork, k: int) -> None:
+        if net.img_head is not None:
+            raise UnsupportedModule("the image head stays in torch")
+        self.features = compile_sequential(net.float_feature_extractor)
+        self.embedding = compile_sequential(net.iqn_fc)
+        self.value = compile_sequential(net.head.value)
+        self.advantage = compile_sequential(net.head.advantage)
+        self.mean = net.float_mean.detach().cpu().numpy().astype(np.float32)
+        self.std = net.float_std.detach().cpu().numpy().astype(np.float32)
+        self.k = k
+        self.freqs = np.pi * np.arange(1, net.embedding_dimension + 1, dtype=np.float32)
+        self.strata = np.arange(k // 2, dtype=np.float32)
+        midpoints = (np.arange(k, dtype=np.float32) + 0.5) / k
+        self.midpoint_embedding = self._embed(midpoints)  # the greedy (test) taus never change
+
+    def _embed(self, taus: np.ndarray) -> np.ndarray:
+        return run_steps(self.embedding, np.cos(taus[:, None] * self.freqs))
+
+    def __call__(self, flt: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+        """Mean Q per action; ``rng`` None: the midpoint taus, else stratified mirrored draws."""
+        feats = run_steps(self.features, ((flt - self.mean) / self.std)[None])
+        if rng is None:
+            emb = self.midpoint_embedding
+        else:
+            low = (self.strata + rng.random(self.k // 2, dtype=np.float32)) / self.k
+            emb = self._embed(np.concatenate([low, 1.0 - low]))
+        x = feats * emb  # (k, width): the features broadcast over the taus
+        adv = run_steps(self.advantage, x)
+        q = run_steps(self.value, x) + adv - adv.mean(axis=1, keepdims=True)
+        return q.mean(axis=0, dtype=np.float32)
 
 
 class IQNActor(ActorModule):
@@ -34,11 +74,16 @@ class IQNActor(ActorModule):
     Exploring, Q is averaged over ``iqn_k`` sampled quantile fractions (as in training); with
     ``test=True`` over the ``iqn_k`` stratum midpoints ``(j + 0.5) / iqn_k``, so the greedy policy
     is a deterministic function of the observation and a race can be driven again.
+
+    On CPU a float-only network acts through a numpy copy of its weights (``_NumpyMeanQ``, the
+    same values; ``bench/actor.py`` measures it against torch at batch 1); image networks, GPU
+    actors and ``numpy_inference=False`` use torch.
     """
 
     def __init__(self, network: dict[str, Any], iqn_k: int = 32, epsilon: float = 0.0,
                  epsilon_boltzmann: float = 0.0, tau_epsilon_boltzmann: float = 0.01,
-                 mini_race_actions: int | None = None, seed: int | None = None, device: str = "cpu") -> None:
+                 mini_race_actions: int | None = None, seed: int | None = None, device: str = "cpu",
+                 numpy_inference: bool = True) -> None:
         if iqn_k % 2:
             raise ValueError("iqn_k must be even")
         self.spec = IQNNetworkSpec.from_dict(dict(network))
@@ -51,6 +96,23 @@ class IQNActor(ActorModule):
         self.tau_epsilon_boltzmann = float(tau_epsilon_boltzmann)
         self.mini_race_actions = mini_race_actions
         self.rng = np.random.default_rng(seed)
+        self._tau_rng = self.rng.spawn(1)[0]  # the numpy path's taus; leaves self.rng's draws as they were
+        self.numpy_inference = bool(numpy_inference)
+        self._numpy: _NumpyMeanQ | None = None
+        self._refresh_numpy()
+
+    def _refresh_numpy(self) -> None:
+        self._numpy = None
+        if self.numpy_inference and self.device.type == "cpu":
+            try:
+                self._numpy = _NumpyMeanQ(self.net, self.iqn_k)
+            except UnsupportedModule:
+                pass
+
+    @property
+    def uses_numpy(self) -> bool:
+        """Whether this actor acts through its numpy copy of the network (float-only, CPU)."""
+        return self._numpy is not None
 
     def q_values(self, obs: Any, test: bool = False) -> np.ndarray:
         """Mean Q per action for one observation (over the fixed midpoint fractions if ``test``)."""
@@ -58,6 +120,8 @@ class IQNActor(ActorModule):
         if self.mini_race_actions:
             flt = flt.copy()
             flt[0] = 0.0
+        if self._numpy is not None:
+            return self._numpy(flt, None if test else self._tau_rng)
         with torch.inference_mode():  # less per-call bookkeeping than no_grad; outputs leave as numpy
             img_t = None if img is None or not self.spec.uses_image else torch.from_numpy(img[None]).to(self.device)
             flt_t = torch.from_numpy(flt[None]).to(self.device)
@@ -89,6 +153,7 @@ class IQNActor(ActorModule):
                    for k, v in weights.items()}
         explo = tensors.pop(EXPLORATION_KEY, None)
         self.net.load_state_dict(tensors)
+        self._refresh_numpy()
         if explo is not None:
             e = explo.float().reshape(-1).tolist()
             if len(e) == 3:
