@@ -256,6 +256,13 @@ def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _with_repeats(value: Any, repeats: Any) -> str:
+    """``0.91 (0.88, 0.91, 0.95)``: the median repeat's figure, then every repeat's."""
+    if not isinstance(repeats, list) or len(repeats) < 2:
+        return format_number(value)
+    return f"{format_number(value)} ({', '.join(format_number(x) for x in repeats)})"
+
+
 def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
     """One row per trainer_loop run: the ratio to the bare learner and the samples per insert."""
     res = _last_ok(results.get("trainer_loop")) or {}
@@ -269,7 +276,8 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
              "(starved: the workers were slower than the learner), and the ratio over the time it had data. "
              "The last two columns: the bare learner again beside one process per worker running the workers' "
              "policy inference on their cores (what busy neighbour cores cost `agent.train` on this machine), "
-             "and the trainer over that loaded baseline.", "",
+             "and the trainer over that loaded baseline. Measured with `--repeat N`: the repeat with the "
+             "median ratio, every repeat's ratio in brackets.", "",
              "| config | workers | worker priority | workers pinned | ratio | ratio when fed | samples per insert / target "
              "| learner busy | learner starved | trainer updates/s | alone updates/s | alone, cores loaded | ratio vs loaded |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -279,7 +287,7 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(" | ".join(["", str(row.get("config", "")), format_number(row.get("workers")),
                                  str(row.get("worker_priority", "normal")),
                                  {True: "yes", False: "no"}.get(row.get("pinned"), "no"),
-                                 format_number(row.get("ratio")),
+                                 _with_repeats(row.get("ratio"), row.get("ratio_repeats")),
                                  format_number(row.get("ratio_when_fed")),
                                  format_number(row.get("spi_vs_target")),
                                  format_number(_dig(row, "trainer.learner_busy")),
@@ -287,7 +295,8 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
                                  format_number(_dig(row, "trainer.updates_per_s")),
                                  format_number(_dig(row, "alone.updates_per_s")),
                                  format_number(_dig(row, "alone_loaded.updates_per_s")),
-                                 format_number(row.get("ratio_vs_loaded")), ""]).strip())
+                                 _with_repeats(row.get("ratio_vs_loaded"), row.get("ratio_vs_loaded_repeats")),
+                                 ""]).strip())
     return lines
 
 

@@ -91,7 +91,7 @@ def test_the_real_suite_lists_every_script() -> None:
                             text=True, timeout=60)
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
-        "transport", "sim", "pipeline", "learner", "trainer_loop", "ingest", "checkpoint", "e2e", "peer_tmrl",
+        "transport", "sim", "pipeline", "learner", "actor", "trainer_loop", "ingest", "checkpoint", "e2e", "peer_tmrl",
         "sac_pendulum", "tm2020_fake", "tmnf_fake", "policy_cartpole", "soak"]
 
 
@@ -146,7 +146,10 @@ rows = [{"config": "cartpole", "workers": 2, "worker_priority": "below_normal", 
          "ratio_when_fed": 0.902, "spi_vs_target": 0.956,
          "trainer": {"updates_per_s": 124.2, "learner_busy": 0.928, "learner_starved": 0.12},
          "alone": {"updates_per_s": 156.5}},
-        {"config": "sim_image", "workers": 4, "trainer": {"error": "no update within 240 s"}}]
+        {"config": "sim_image", "workers": 4, "trainer": {"error": "no update within 240 s"}},
+        {"config": "cartpole", "workers": 4, "worker_priority": "below_normal", "pinned": True, "ratio": 0.91,
+         "ratio_repeats": [0.95, 0.91, 0.88], "ratio_vs_loaded": 0.97, "ratio_vs_loaded_repeats": [1.0, 0.97, 0.93],
+         "trainer": {"updates_per_s": 150.0}}]
 print(json.dumps({"bench": "trainer_loop", "results": rows}))
 """
 
@@ -159,6 +162,23 @@ def test_trainer_loop_runs_get_one_row_each(tmp_path: Path) -> None:
     assert "| cartpole | 2 | below_normal | yes | 0.794 | 0.902 | 0.956 | 0.928 | 0.12 | 124.2 | 156.5 |" in text
     # a failed run still shows; rows recorded before pinning existed read as not pinned
     assert "| sim_image | 4 | normal | no | - | - | - | - | - | - | - |" in text
+    # measured with --repeat: the median repeat's ratio, every repeat's beside it
+    assert "| cartpole | 4 | below_normal | yes | 0.91 (0.95, 0.91, 0.88) |" in text
+    assert text.count("| 0.97 (1, 0.97, 0.93) |") == 1
+
+
+def test_trainer_loop_repeats_keep_the_median_ratio_row() -> None:
+    from bench.trainer_loop import median_row
+
+    reps = [{"ratio": 0.95, "ratio_vs_loaded": 1.0, "k": 0}, {"ratio": 0.88, "ratio_vs_loaded": 0.9, "k": 1},
+            {"ratio": 0.91, "ratio_vs_loaded": 0.97, "k": 2}]
+    row = median_row(reps)
+    assert row["k"] == 2 and row["ratio"] == 0.91
+    assert row["ratio_repeats"] == [0.95, 0.88, 0.91] and row["ratio_vs_loaded_repeats"] == [1.0, 0.9, 0.97]
+    # an even count keeps the lower middle; a failed repeat (no ratio) is listed, not chosen
+    row = median_row([{"ratio": 0.8}, {"trainer": {"error": "x"}}, {"ratio": 0.9}, {"ratio": 1.0}, {"ratio": 0.7}])
+    assert row["ratio"] == 0.8 and row["ratio_repeats"] == [0.8, None, 0.9, 1.0, 0.7]
+    assert median_row([{"ratio": 0.5}]) == {"ratio": 0.5}
 
 
 ECHO_ARGS = "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n"
