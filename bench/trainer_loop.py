@@ -219,7 +219,7 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
         return row
     row["alone"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds)
     a = row["alone"].get("updates_per_s")
-    r = role.pop("_inserts"), role.pop("_updates")
+    inserts, updates = role.pop("_inserts"), role.pop("_updates")
     worker_cores = role.pop("_worker_cores", None)
     if a and role["updates_per_s"] is not None:
         row["ratio"] = round(role["updates_per_s"] / a, 3)
@@ -234,8 +234,8 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
         if al and role["updates_per_s"] is not None:
             row["ratio_vs_loaded"] = round(role["updates_per_s"] / al, 3)
     batch = int(row["alone"].get("batch_size", 64))
-    if r[0] and role.get("spi_target"):
-        row["spi"] = round(r[1] * batch / r[0], 2)
+    if inserts and role.get("spi_target"):
+        row["spi"] = round(updates * batch / inserts, 2)
         row["spi_vs_target"] = round(row["spi"] / role["spi_target"], 3)
     return row
 

@@ -27,7 +27,8 @@ class UnsupportedModule(TypeError):
     """A module this numpy path does not implement (the caller falls back to torch)."""
 
 
-def _f32(t: torch.Tensor) -> np.ndarray:
+def to_f32(t: torch.Tensor) -> np.ndarray:
+    """A float32 numpy copy of a tensor (detached, on CPU)."""
     return t.detach().to("cpu", torch.float32).numpy().copy()
 
 
@@ -39,10 +40,10 @@ def compile_sequential(modules: Iterable[nn.Module]) -> list[tuple[Any, ...]]:
         if isinstance(m, NoisyLinear):
             if m.training:
                 raise UnsupportedModule("a NoisyLinear in training mode samples noise: use torch")
-            steps.append(("linear", np.ascontiguousarray(_f32(m.weight_mu).T), _f32(m.bias_mu)))
+            steps.append(("linear", np.ascontiguousarray(to_f32(m.weight_mu).T), to_f32(m.bias_mu)))
         elif isinstance(m, nn.Linear):
-            bias = _f32(m.bias) if m.bias is not None else np.zeros(m.out_features, np.float32)
-            steps.append(("linear", np.ascontiguousarray(_f32(m.weight).T), bias))
+            bias = to_f32(m.bias) if m.bias is not None else np.zeros(m.out_features, np.float32)
+            steps.append(("linear", np.ascontiguousarray(to_f32(m.weight).T), bias))
         elif isinstance(m, nn.LeakyReLU):
             if not 0.0 <= m.negative_slope <= 1.0:
                 raise UnsupportedModule("LeakyReLU slope outside [0, 1]")
@@ -52,8 +53,8 @@ def compile_sequential(modules: Iterable[nn.Module]) -> list[tuple[Any, ...]]:
         elif isinstance(m, nn.LayerNorm):
             if len(m.normalized_shape) != 1:
                 raise UnsupportedModule("LayerNorm over more than the last dimension")
-            w = _f32(m.weight) if m.weight is not None else None
-            b = _f32(m.bias) if m.bias is not None else None
+            w = to_f32(m.weight) if m.weight is not None else None
+            b = to_f32(m.bias) if m.bias is not None else None
             steps.append(("layer_norm", np.float32(m.eps), w, b))
         elif isinstance(m, nn.Sequential):
             steps.extend(compile_sequential(m))

@@ -85,8 +85,7 @@ def _place(args: argparse.Namespace) -> None:
 def limit_inference_threads(threads: int) -> None:
     """Threads for the worker's inference: torch's and numpy's BLAS (float-only IQN actors act in
     numpy). One observation at a time: one thread by default, leaving the cores to the game; left
-    alone, OpenBLAS starts a thread per core for each small matrix product (25 us per 32x256x128
-    product with one thread, 128 us with two on the loaded 2-core machine)."""
+    alone, OpenBLAS starts a thread per core even for the actor's small matrix products."""
     import torch
     from threadpoolctl import threadpool_limits
 

@@ -9,7 +9,7 @@ import torch
 
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, mean_q
 from rulka.interfaces import ActorModule, Weights
-from rulka.nn.numpy_forward import UnsupportedModule, compile_sequential, run_steps
+from rulka.nn.numpy_forward import UnsupportedModule, compile_sequential, run_steps, to_f32
 
 EXPLORATION_KEY = "exploration"  # weights entry [epsilon, epsilon_boltzmann, tau_epsilon_boltzmann]
 
@@ -37,8 +37,8 @@ class _NumpyMeanQ:
         self.embedding = compile_sequential(net.iqn_fc)
         self.value = compile_sequential(net.head.value)
         self.advantage = compile_sequential(net.head.advantage)
-        self.mean = net.float_mean.detach().cpu().numpy().astype(np.float32)
-        self.std = net.float_std.detach().cpu().numpy().astype(np.float32)
+        self.mean = to_f32(net.float_mean)
+        self.std = to_f32(net.float_std)
         self.k = k
         self.freqs = np.pi * np.arange(1, net.embedding_dimension + 1, dtype=np.float32)
         self.strata = np.arange(k // 2, dtype=np.float32)
