@@ -35,6 +35,7 @@ SCRIPTS: dict[str, str] = {
     "learner": "IQN training batches/s and samples/s at batch 512",
     "actor": "IQN actor decisions/s at batch 1 on one core, numpy path vs torch, per worker network",
     "trainer_loop": "trainer role with N unpaced workers: updates/s over IQNAgent.train alone, samples per insert",
+    "colocation": "bare learner beside a paced run on the other cores vs the same run paused: what sharing the machine costs",
     "ingest": "transitions/s one trainer ingests at 160x120 + 184 floats, 1, 2 and all decode threads",
     "checkpoint": "trainer checkpoint of a 50k-transition 160x120 replay: seconds and MB written, first and "
                   "second (5% new), incremental chunks vs the whole replay.npz rewrite",
@@ -276,8 +277,10 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
              "(starved: the workers were slower than the learner), and the ratio over the time it had data. "
              "The last two columns: the bare learner again beside one process per worker running the workers' "
              "policy inference on their cores (what busy neighbour cores cost `agent.train` on this machine), "
-             "and the trainer over that loaded baseline. Measured with `--repeat N`: the repeat with the "
-             "median ratio, every repeat's ratio in brackets.", "",
+             "and the trainer over that loaded baseline. Measured with `--paired K` (the default): K windows "
+             "of the running trainer, each between two windows of the bare learner taken seconds apart with "
+             "the run paused; the median of the K ratios, every ratio in brackets (with `--repeat N`: the "
+             "repeat with the median ratio, every repeat's in brackets).", "",
              "| config | workers | worker priority | workers pinned | ratio | ratio when fed | samples per insert / target "
              "| learner busy | learner starved | trainer updates/s | alone updates/s | alone, cores loaded | ratio vs loaded |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -287,15 +290,17 @@ def trainer_loop_table(results: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(" | ".join(["", str(row.get("config", "")), format_number(row.get("workers")),
                                  str(row.get("worker_priority", "normal")),
                                  {True: "yes", False: "no"}.get(row.get("pinned"), "no"),
-                                 _with_repeats(row.get("ratio"), row.get("ratio_repeats")),
+                                 _with_repeats(row.get("ratio"), row.get("ratio_repeats") or row.get("ratio_pairs")),
                                  format_number(row.get("ratio_when_fed")),
                                  format_number(row.get("spi_vs_target")),
                                  format_number(_dig(row, "trainer.learner_busy")),
                                  format_number(_dig(row, "trainer.learner_starved")),
-                                 format_number(_dig(row, "trainer.updates_per_s")),
+                                 format_number(_dig(row, "trainer.updates_per_s_paired")
+                                               or _dig(row, "trainer.updates_per_s")),
                                  format_number(_dig(row, "alone.updates_per_s")),
                                  format_number(_dig(row, "alone_loaded.updates_per_s")),
-                                 _with_repeats(row.get("ratio_vs_loaded"), row.get("ratio_vs_loaded_repeats")),
+                                 _with_repeats(row.get("ratio_vs_loaded"), row.get("ratio_vs_loaded_repeats")
+                                               or row.get("ratio_vs_loaded_pairs")),
                                  ""]).strip())
     return lines
 

@@ -3,9 +3,12 @@
 Two networks: the default run's (configs/sim_iqn.yaml: 48x36 image, dense 256) and a
 Linesight-size one (160x120 image, float hidden 256, dense 1024). Batches come from a
 ``MiniRaceReplayMemory`` filled with synthetic segments, so sampling + collate is included
-(also reported alone). Prints one JSON object per device (CPU always, CUDA when available).
+(also reported alone). Then the same learner through the trainer (``trainer_path``:
+``Trainer.run`` ingesting zstd segments from an in-process link under the rate limiter, sampling,
+publishing signed weights), its batches/s over the bare learner's just before. Prints one JSON
+object per device (CPU always, CUDA when available: AMP on, so the trainer path exercises it).
 
-    python bench/learner.py [--seconds 20] [--batch-size 512] [--threads N]
+    python bench/learner.py [--seconds 20] [--batch-size 512] [--threads N] [--no-trainer-path]
 """
 
 from __future__ import annotations
@@ -48,6 +51,63 @@ def filled_memory(h: int, w: int, batch_size: int, transitions: int = 6000, seed
     return mem
 
 
+def _segments(h: int, w: int, count: int, seed: int, t: int = 200) -> list[Segment]:
+    rng = np.random.default_rng(seed)
+    return [Segment("bench", "w0", ep, ep, 0, 0, 0,
+                    {"obs/img": rng.integers(0, 255, (t + 1, h, w), dtype=np.uint8),
+                     "obs/float": rng.normal(size=(t + 1, FLOAT_DIM)).astype(np.float32),
+                     "action": rng.integers(0, N_ACTIONS, t), "reward": rng.normal(size=t).astype(np.float32),
+                     "terminated": np.zeros(t, bool), "truncated": np.zeros(t, bool),
+                     "extra/greedy": rng.random(t) > 0.1}, episode_done=True) for ep in range(count)]
+
+
+def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float,
+                         bare_batches_per_s: float) -> dict[str, Any]:
+    """The same learner through ``Trainer.run``: segments arrive as zstd payloads on an in-process
+    link (a worker's messages, queued before the timed window), are decoded, deduplicated and
+    stored under the rate limiter (the memory's 32 samples per insert), batches are sampled by
+    the trainer, weights are encoded and signed every 100 updates. No journal or checkpoint (no
+    run folder: ``bench/checkpoint.py`` measures those)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from rulka.compress import ZstdCompressor
+    from rulka.net.local import LocalHub
+    from rulka.trainer.trainer import Trainer
+
+    spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **net_kw)
+    cuda = device == "cuda"
+    agent = IQNAgent(spec, IQNHyper(use_amp=cuda, use_jit=False), device=device, seed=0)
+    agent.batch_size = batch_size
+    mem = MiniRaceReplayMemory(batch_size=batch_size, memory_size_schedule=[[0, (12000, 1)]],
+                               mini_race_duration_actions=140, seed=0)
+    warm_s = max(2.0, seconds / 5)
+    # enough data for the warm-up and the window at the bare learner's pace (x1.5), and a batch
+    transitions = int(1.5 * bare_batches_per_s * (warm_s + seconds) * batch_size / mem.samples_per_insert)
+    segments = _segments(spec.image_height, spec.image_width, max(transitions // 200, batch_size // 200) + 4, seed=1)
+    hub = LocalHub(queue_size=len(segments) + 16)
+    trainer = Trainer({"training": {"batch_size": batch_size}, "worker": {"segment_max_steps": 200},
+                       "trainer": {"rate_limit": {"max_deferred_segments": len(segments)}}},
+                      hub.trainer_link(), agent=agent, memory=mem, signing_key=Ed25519PrivateKey.generate())
+    worker = hub.worker_link("w0")
+    codec = ZstdCompressor()
+    for seg in segments:
+        worker.send("segment", codec.compress(seg))
+    trainer.run(max_seconds=warm_s)
+    if cuda:
+        torch.cuda.synchronize()
+    u0, t0 = trainer.updates, time.perf_counter()
+    trainer.run(max_seconds=seconds)
+    if cuda:
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    n = trainer.updates - u0
+    return {"network": name, "device": device, "batch_size": batch_size, "batches": n,
+            "batches_per_s": round(n / elapsed, 3), "samples_per_s": round(n * batch_size / elapsed, 1),
+            "over_bare": round(n / elapsed / bare_batches_per_s, 3) if bare_batches_per_s else None,
+            "segments_stored": trainer.segments - trainer.deferred_segments,
+            "weights_published": trainer.version, "limiter_dropped": trainer.counters["limiter_dropped"]}
+
+
 def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float) -> dict[str, Any]:
     spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **net_kw)
     cuda = device == "cuda"
@@ -83,16 +143,23 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated subset of " + ", ".join(NETWORKS))
+    parser.add_argument("--no-trainer-path", action="store_true",
+                        help="skip the same learner through Trainer.run (ingest, rate limiter, publishing)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for device in devices:
-        results = [measure(n, NETWORKS[n], device, args.batch_size, args.seconds) for n in args.networks.split(",")]
+        results, trainer_path = [], []
+        for n in args.networks.split(","):
+            results.append(measure(n, NETWORKS[n], device, args.batch_size, args.seconds))
+            if not args.no_trainer_path:
+                trainer_path.append(measure_trainer_path(n, NETWORKS[n], device, args.batch_size, args.seconds,
+                                                         results[-1]["batches_per_s"]))
         print(json.dumps({"bench": "learner", "device": device, "torch": torch.__version__,
                           "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),
                           "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
-                          "results": results}), flush=True)
+                          "results": results, "trainer_path": trainer_path}), flush=True)
 
 
 if __name__ == "__main__":

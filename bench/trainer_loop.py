@@ -30,6 +30,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -149,24 +150,205 @@ def actor_load(run_dir: Path, seconds: float, cores: list[int] | None) -> None:
         actor.act(obs)
 
 
+class BareLearner:
+    """``agent.train(memory.sample())`` on the run's final checkpoint (weights and replay), with the
+    trainer's torch threads, warmed up by three updates."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from rulka.plugins import build_plugin
+
+        cfg, self.agent, folder = _agent_from_run(run_dir)
+        self.memory = build_plugin("memory", str(cfg.trainer.memory), cfg.trainer.memory_kwargs, cfg)
+        self.memory.load(folder / "replay")
+        self.batch_size = int(self.agent.batch_size or cfg.training.batch_size)
+        for _ in range(3):
+            self.agent.train(self.memory.sample(self.batch_size))
+
+    def updates_per_s(self, seconds: float) -> float:
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < seconds:
+            self.agent.train(self.memory.sample(self.batch_size))
+            n += 1
+        return round(n / (time.perf_counter() - t0), 2)
+
+
 def alone(run_dir: Path, seconds: float) -> dict[str, Any]:
-    """``agent.train`` alone on the run's memory (its final checkpoint), with the trainer's threads."""
+    """The bare learner alone for ``seconds`` in this process."""
     import torch
 
-    from rulka.plugins import build_plugin
+    bare = BareLearner(run_dir)
+    return {"updates_per_s": bare.updates_per_s(seconds), "torch_threads": torch.get_num_threads(),
+            "memory_size": len(bare.memory), "batch_size": bare.batch_size}
 
-    cfg, agent, folder = _agent_from_run(run_dir)
-    memory = build_plugin("memory", str(cfg.trainer.memory), cfg.trainer.memory_kwargs, cfg)
-    memory.load(folder / "replay")
-    batch_size = int(agent.batch_size or cfg.training.batch_size)
-    for _ in range(3):
-        agent.train(memory.sample(batch_size))
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds:
-        agent.train(memory.sample(batch_size))
-        n += 1
-    return {"updates_per_s": round(n / (time.perf_counter() - t0), 2), "torch_threads": torch.get_num_threads(),
-            "memory_size": len(memory), "batch_size": batch_size}
+
+def alone_serve(run_dir: Path) -> None:
+    """The bare learner kept ready: each stdin line ``S`` times it for S seconds and prints
+    ``{"updates_per_s": ...}``; EOF ends it. ``paired_windows`` asks it while the run is paused."""
+    bare = BareLearner(run_dir)
+    print(json.dumps({"ready": True, "batch_size": bare.batch_size, "memory_size": len(bare.memory)}), flush=True)
+    for line in sys.stdin:
+        print(json.dumps({"updates_per_s": bare.updates_per_s(float(line))}), flush=True)
+
+
+def _signal_groups(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _window(run_dir: Path, seconds: float, timeout_s: float = 60.0) -> dict[str, Any] | None:
+    """Updates/s, busy and starved between the first metrics record written from now on and the
+    first one ``seconds`` later (records every ``logging.log_every_s``); None if none came."""
+    def next_record(after: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            recs = [r for r in _records(run_dir) if float(r["wall_time"]) >= after]
+            if recs:
+                return recs[0]
+            time.sleep(0.2)
+        return None
+
+    first = next_record(time.time())
+    if first is None:
+        return None
+    time.sleep(seconds)
+    last = next_record(float(first["wall_time"]) + seconds)
+    if last is None:
+        return None
+    inside = [r["metrics"] for r in _records(run_dir) if first["wall_time"] < r["wall_time"] <= last["wall_time"]]
+    dt_s = float(last["wall_time"]) - float(first["wall_time"])
+    updates = last["metrics"]["charts/batches_trained"] - first["metrics"]["charts/batches_trained"]
+
+    def mean_of(key: str) -> float | None:
+        xs = [w[key] for w in inside if isinstance(w.get(key), int | float)]
+        return round(sum(xs) / len(xs), 3) if xs else None
+
+    return {"updates_per_s": round(updates / dt_s, 2) if dt_s > 0 else None, "seconds": round(dt_s, 1),
+            "learner_busy": mean_of("perf/learner_busy"), "learner_starved": mean_of("perf/learner_starved")}
+
+
+def _median(xs: list[Any]) -> float | None:
+    """The median of the figures measured (None where a window failed); None if there is none."""
+    got = [x for x in xs if isinstance(x, int | float)]
+    return round(statistics.median(got), 3) if got else None
+
+
+def pair_ratios(role: list[float | None], alone: list[float | None],
+                loaded: list[float | None]) -> tuple[list[float | None], list[float | None]]:
+    """Trainer window k over the mean of the bare learner's windows k (just before) and k+1 (just
+    after), and over the loaded window k (just after); None where a figure is missing."""
+    ratios: list[float | None] = []
+    vs_loaded: list[float | None] = []
+    for k, r in enumerate(role):
+        base = [x for x in alone[k:k + 2] if x]
+        ratios.append(round(r / (sum(base) / len(base)), 3) if r and base else None)
+        lo = loaded[k] if k < len(loaded) else None
+        vs_loaded.append(round(r / lo, 3) if r and lo else None)
+    return ratios, vs_loaded
+
+
+def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Path, args: argparse.Namespace,
+                   worker_priority: str, pin_cores: bool, worker_cores: list[int] | None) -> dict[str, Any]:
+    """The trainer and the bare learner measured in turns seconds apart, not a minute apart: the
+    run resumed from its checkpoint, then ``args.paired`` times: a window of the running trainer,
+    the whole run paused (SIGSTOP to every role's process group), the bare learner on the same
+    checkpoint (and, unless ``--no-loaded-baseline``, beside the actor load on the workers'
+    cores), the run continued. Each trainer window is divided by the mean of the bare learner's
+    windows just before and just after it (this shared machine's speed drifts by up to ~15%
+    between minutes). Linux only (signals); the heartbeat is slowed to 5 s so that a pause of a
+    few seconds does not read as a lost connection (links would reconnect and resend)."""
+    import signal
+
+    serve = subprocess.Popen([sys.executable, __file__, "--alone-serve", str(run_dir)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    load: list[subprocess.Popen] = []
+    run = None
+    try:
+        first_line = serve.stdout.readline() if serve.stdout is not None else ""
+        if not first_line.startswith("{"):
+            return {"error": "the bare learner did not start"}
+        ready = json.loads(first_line)
+        if not args.no_loaded_baseline:
+            load = _start_load(run_dir, workers, worker_cores if pin_cores else None, 7200.0)
+            for p in load:
+                p.send_signal(signal.SIGSTOP)
+
+        def alone_for(seconds: float, loaded: bool = False) -> float | None:
+            assert serve.stdin is not None and serve.stdout is not None
+            for p in load if loaded else []:
+                p.send_signal(signal.SIGCONT)
+            serve.stdin.write(f"{seconds}\n")
+            serve.stdin.flush()
+            line = serve.stdout.readline()
+            for p in load if loaded else []:
+                p.send_signal(signal.SIGSTOP)
+            return json.loads(line)["updates_per_s"] if line.startswith("{") else None
+
+        from rulka.cli.run import launch
+
+        log = open(run_dir.parent / f"{run_dir.name}.paired.log", "w")  # noqa: SIM115 - closed with the run
+        run = launch(REPO_ROOT / config, workers=workers, run_dir=run_dir, resume=True, trainer_output=log,
+                     overrides=[*COMMON, *overrides, "network.heartbeat_s=5"], worker_priority=worker_priority,
+                     pin_cores=pin_cores)
+        run.log_files.append(log)
+        groups = [run.server.process.pid, run.trainer.pid, *(p.pid for p in run.workers.values())]
+        # learning again: a window of the resumed run with updates in it
+        t_start = time.monotonic()
+        while time.monotonic() - t_start < 240 and run.alive():
+            w = _window(run_dir, 2.0)
+            if w and w["updates_per_s"]:
+                break
+        else:
+            return {"error": "the resumed run did not train"}
+        time.sleep(args.settle_seconds)
+
+        def paused(fn: Any, *a: Any) -> Any:
+            _signal_groups(groups, signal.SIGSTOP)
+            try:
+                return fn(*a)
+            finally:
+                _signal_groups(groups[::-1], signal.SIGCONT)
+                time.sleep(args.settle_seconds)
+
+        alone = [paused(alone_for, args.alone_seconds)]
+        role: list[dict[str, Any] | None] = []
+        loaded: list[float | None] = []
+        for _ in range(args.paired):
+            role.append(_window(run_dir, args.window_seconds))
+
+            def both() -> tuple[float | None, float | None]:
+                lo = alone_for(args.alone_seconds, loaded=True) if load else None
+                return lo, alone_for(args.alone_seconds)
+
+            lo, a = paused(both)
+            loaded.append(lo)
+            alone.append(a)
+    finally:
+        if run is not None:
+            run.stop()
+        for p in load:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+        if serve.stdin is not None:
+            serve.stdin.close()
+        serve.wait(timeout=30)
+    role_rates = [w["updates_per_s"] if w else None for w in role]
+    ratios, vs_loaded = pair_ratios(role_rates, alone, loaded)
+    out: dict[str, Any] = {
+        "windows": len(role), "window_seconds": args.window_seconds, "alone_seconds": args.alone_seconds,
+        "role_updates_per_s": role_rates,
+        "alone_updates_per_s": alone, "loaded_updates_per_s": loaded if load else None,
+        "learner_busy": [w["learner_busy"] if w else None for w in role],
+        "learner_starved": [w["learner_starved"] if w else None for w in role],
+        "ratios": ratios, "ratio": _median(ratios), "batch_size": ready["batch_size"],
+        "memory_size": ready["memory_size"]}
+    if load:
+        out["ratios_vs_loaded"] = vs_loaded
+        out["ratio_vs_loaded"] = _median(vs_loaded)
+    return out
 
 
 def _start_load(run_dir: Path, procs: int, cores: list[int] | None, seconds: float) -> list[subprocess.Popen]:
@@ -217,10 +399,12 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
                            "pinned": pin == "on", "trainer": role}
     if "error" in role:
         return row
-    row["alone"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds)
-    a = row["alone"].get("updates_per_s")
     inserts, updates = role.pop("_inserts"), role.pop("_updates")
     worker_cores = role.pop("_worker_cores", None)
+    if args.paired:
+        return _paired_row(row, config, overrides, n, priority, pin, args, run_dir, worker_cores, inserts, updates)
+    row["alone"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds)
+    a = row["alone"].get("updates_per_s")
     if a and role["updates_per_s"] is not None:
         row["ratio"] = round(role["updates_per_s"] / a, 3)
         starved = role.get("learner_starved")
@@ -237,6 +421,34 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
     if inserts and role.get("spi_target"):
         row["spi"] = round(updates * batch / inserts, 2)
         row["spi_vs_target"] = round(row["spi"] / role["spi_target"], 3)
+    return row
+
+
+def _paired_row(row: dict[str, Any], config: str, overrides: list[str], n: int, priority: str, pin: str,
+                args: argparse.Namespace, run_dir: Path, worker_cores: list[int] | None, inserts: int,
+                updates: int) -> dict[str, Any]:
+    """``measure_row`` with ``--paired``: the continuous window gives samples per insert, busy and
+    starved; the ratio comes from ``paired_windows``."""
+    pw = paired_windows(config, overrides, n, run_dir, args, priority, pin == "on", worker_cores)
+    row["paired"] = pw
+    if "error" in pw:
+        return row
+    row["ratio"], row["ratio_pairs"] = pw["ratio"], pw["ratios"]
+    row["alone"] = {"updates_per_s": _median(pw["alone_updates_per_s"]),
+                    "updates_per_s_rounds": pw["alone_updates_per_s"]}
+    starved = _median(pw["learner_starved"])
+    if row["ratio"] is not None and starved is not None and starved < 1:
+        row["ratio_when_fed"] = round(row["ratio"] / (1 - starved), 3)
+    if pw.get("loaded_updates_per_s"):
+        row["alone_loaded"] = {"updates_per_s": _median(pw["loaded_updates_per_s"]),
+                               "updates_per_s_rounds": pw["loaded_updates_per_s"]}
+        row["ratio_vs_loaded"], row["ratio_vs_loaded_pairs"] = pw["ratio_vs_loaded"], pw["ratios_vs_loaded"]
+    row["trainer"]["updates_per_s_paired"] = _median(pw["role_updates_per_s"])
+    spi_target = row["trainer"].get("spi_target")
+    if inserts and spi_target:
+        batch = int(pw["batch_size"])
+        row["spi"] = round(updates * batch / inserts, 2)
+        row["spi_vs_target"] = round(row["spi"] / spi_target, 3)
     return row
 
 
@@ -258,7 +470,8 @@ def main() -> int:
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     parser.add_argument("--seconds", type=float, default=20.0, help="timed window of each run")
-    parser.add_argument("--alone-seconds", type=float, default=6.0, help="each round of the bare learner")
+    parser.add_argument("--alone-seconds", type=float, default=None,
+                        help="each round of the bare learner (default 3 with --paired, else 6)")
     parser.add_argument("--alone-rounds", type=int, default=3, help="rounds of the bare learner (median)")
     parser.add_argument("--worker-priorities", default="below_normal",
                         help="comma-separated worker priorities to measure, each as its own run (rulka run's default "
@@ -270,14 +483,27 @@ def main() -> int:
                         help="measure each row this many times (run, bare learner, loaded) and keep the repeat "
                              "with the median ratio, every repeat's ratio beside it (the bare CartPole learner measured "
                              "150 and 181 updates/s in rows minutes apart of one run, 2026-11-24)")
+    parser.add_argument("--paired", type=int, default=9, metavar="K",
+                        help="K trainer windows, each between two windows of the bare learner taken with the run "
+                             "paused (the ratio: the median of the K); 0: the bare learner only after the run, in "
+                             "--alone-rounds fresh processes")
+    parser.add_argument("--window-seconds", type=float, default=4.0, help="each trainer window with --paired")
+    parser.add_argument("--settle-seconds", type=float, default=2.0,
+                        help="wait after the run continues before the next trainer window (--paired)")
     parser.add_argument("--no-loaded-baseline", action="store_true",
                         help="skip alone_loaded (the bare learner beside the workers' inference load)")
     parser.add_argument("--alone", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one run folder
+    parser.add_argument("--alone-serve", type=Path, default=None, help=argparse.SUPPRESS)  # internal
     parser.add_argument("--actor-load", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one load process
     parser.add_argument("--load-cores", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.alone_seconds is None:
+        args.alone_seconds = 3.0 if args.paired else 6.0
     if args.alone is not None:
         print(json.dumps(alone(args.alone, args.alone_seconds)))
+        return 0
+    if args.alone_serve is not None:
+        alone_serve(args.alone_serve)
         return 0
     if args.actor_load is not None:
         actor_load(args.actor_load, args.alone_seconds, [int(c) for c in args.load_cores.split(",") if c] or None)

@@ -91,7 +91,7 @@ def test_the_real_suite_lists_every_script() -> None:
                             text=True, timeout=60)
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
-        "transport", "sim", "pipeline", "learner", "actor", "trainer_loop", "ingest", "checkpoint", "e2e", "peer_tmrl",
+        "transport", "sim", "pipeline", "learner", "actor", "trainer_loop", "colocation", "ingest", "checkpoint", "e2e", "peer_tmrl",
         "sac_pendulum", "tm2020_fake", "tmnf_fake", "policy_cartpole", "soak"]
 
 
@@ -179,6 +179,34 @@ def test_trainer_loop_repeats_keep_the_median_ratio_row() -> None:
     row = median_row([{"ratio": 0.8}, {"trainer": {"error": "x"}}, {"ratio": 0.9}, {"ratio": 1.0}, {"ratio": 0.7}])
     assert row["ratio"] == 0.8 and row["ratio_repeats"] == [0.8, None, 0.9, 1.0, 0.7]
     assert median_row([{"ratio": 0.5}]) == {"ratio": 0.5}
+
+
+def test_trainer_loop_pairs_each_trainer_window_with_the_bare_learner_around_it() -> None:
+    from bench.trainer_loop import _median, pair_ratios
+
+    # window k over the mean of the bare learner just before (k) and just after (k+1): 150 / 160,
+    # 120 / 150; a missing neighbour leaves the other one, a missing trainer window no ratio
+    ratios, vs_loaded = pair_ratios([150.0, 120.0, None, 90.0], [150.0, 170.0, 130.0, None, 100.0],
+                                    [140.0, None, 100.0, 90.0])
+    assert ratios == [0.938, 0.8, None, 0.9]
+    assert vs_loaded == [1.071, None, None, 1.0]
+    # no loaded windows measured (--no-loaded-baseline)
+    assert pair_ratios([100.0], [100.0, 125.0], []) == ([0.889], [None])
+    # the median of the windows measured: an even count averages the middle two
+    assert _median([0.8, None, 0.9, 1.0, 0.7]) == 0.85 and _median([0.9, 0.7, 1.0]) == 0.9
+    assert _median([None]) is None
+
+
+def test_trainer_loop_table_shows_paired_ratios() -> None:
+    from bench.__main__ import trainer_loop_table
+
+    row = {"config": "sim_image", "workers": 2, "worker_priority": "below_normal", "pinned": True, "ratio": 0.93,
+           "ratio_pairs": [0.9, 0.93, 0.97], "ratio_vs_loaded": 1.01, "ratio_vs_loaded_pairs": [1.0, 1.01, 1.1],
+           "trainer": {"updates_per_s": 40.0, "updates_per_s_paired": 41.5}, "alone": {"updates_per_s": 44.0}}
+    text = "\n".join(trainer_loop_table({"trainer_loop": {"status": "ok", "date": "d",
+                                                           "figures": {"results": [row]}}}))
+    assert "| sim_image | 2 | below_normal | yes | 0.93 (0.9, 0.93, 0.97) |" in text
+    assert "| 41.5 | 44 |" in text and "| 1.01 (1, 1.01, 1.1) |" in text
 
 
 ECHO_ARGS = "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n"
