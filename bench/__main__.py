@@ -35,6 +35,7 @@ SCRIPTS: dict[str, str] = {
     "learner": "IQN training batches/s and samples/s at batch 512",
     "actor": "IQN actor decisions/s at batch 1 on one core, numpy path vs torch, per worker network",
     "trainer_loop": "trainer role with N unpaced workers: updates/s over IQNAgent.train alone, samples per insert",
+    "allocator": "IQN learner updates/s and page faults per update: glibc's malloc defaults vs what rulka-trainer sets",
     "colocation": "bare learner beside a paced run on the other cores vs the same run paused: what sharing the machine costs",
     "ingest": "transitions/s one trainer ingests at 160x120 + 184 floats, 1, 2 and all decode threads",
     "checkpoint": "trainer checkpoint of a 50k-transition 160x120 replay: seconds and MB written, first and "

@@ -146,6 +146,9 @@ def main() -> None:
     parser.add_argument("--no-trainer-path", action="store_true",
                         help="skip the same learner through Trainer.run (ingest, rate limiter, publishing)")
     args = parser.parse_args()
+    from rulka.trainer.allocator import keep_freed_memory
+
+    malloc_tuned = keep_freed_memory()  # as rulka-trainer does (bench/allocator.py: with and without)
     if args.threads:
         torch.set_num_threads(args.threads)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -159,6 +162,7 @@ def main() -> None:
         print(json.dumps({"bench": "learner", "device": device, "torch": torch.__version__,
                           "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),
                           "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+                          "malloc_keeps_freed_memory": malloc_tuned,
                           "results": results, "trainer_path": trainer_path}), flush=True)
 
 

@@ -152,10 +152,13 @@ def actor_load(run_dir: Path, seconds: float, cores: list[int] | None) -> None:
 
 class BareLearner:
     """``agent.train(memory.sample())`` on the run's final checkpoint (weights and replay), with the
-    trainer's torch threads, warmed up by three updates."""
+    trainer's torch threads and allocator settings, warmed up by three updates."""
 
     def __init__(self, run_dir: Path) -> None:
         from rulka.plugins import build_plugin
+        from rulka.trainer.allocator import keep_freed_memory
+
+        keep_freed_memory()  # as rulka-trainer does
 
         cfg, self.agent, folder = _agent_from_run(run_dir)
         self.memory = build_plugin("memory", str(cfg.trainer.memory), cfg.trainer.memory_kwargs, cfg)

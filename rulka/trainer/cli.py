@@ -91,6 +91,9 @@ def _run(args: argparse.Namespace) -> int:
     keys = Path(args.keys or cfg.network.credentials_dir).expanduser()
     creds = load_credentials(keys, "trainer")
 
+    from rulka.trainer.allocator import keep_freed_memory
+
+    keep_freed_memory()  # before the learner allocates: no page faults for its per-update tensors
     threads = cfg.trainer.torch_threads
     if threads:  # before any torch work: intra-op threads beyond the free cores make every op wait
         import torch
