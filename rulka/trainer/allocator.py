@@ -38,6 +38,8 @@ def keep_freed_memory(mmap_mb: int = 64, trim_mb: int = 512) -> bool:
     except (OSError, AttributeError):  # musl and others have no mallopt
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    done = bool(mallopt(M_MMAP_THRESHOLD, mmap_mb << 20)) and bool(mallopt(M_TRIM_THRESHOLD, trim_mb << 20))
+    # some glibc versions refuse an mmap threshold above 32 MB (half their largest heap)
+    mmap_set = any(mallopt(M_MMAP_THRESHOLD, mb << 20) for mb in (mmap_mb, min(mmap_mb, 32)))
+    done = mmap_set and bool(mallopt(M_TRIM_THRESHOLD, trim_mb << 20))
     log.debug("malloc: mmap threshold %d MB, trim threshold %d MB: %s", mmap_mb, trim_mb, done)
     return done
