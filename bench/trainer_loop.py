@@ -4,19 +4,25 @@
 
 For each config and worker count: ``launch`` the run (``worker.max_steps_per_s`` cleared, metrics
 every 2 s), wait for learning to start, count updates and stored transitions over ``--seconds``
-from ``metrics.jsonl``, stop the run (it writes its final checkpoint). Then, in a fresh process
-with the trainer's own torch thread count, build the same agent and memory from the run's
-resolved config, load that checkpoint (weights and replay) and time ``agent.train(memory.sample())``
-alone: the learner's ceiling on this machine at this moment. ``ratio`` = trainer / alone (target
->= 0.9); ``spi`` = samples per insert over the window (updates x batch / transitions stored),
-against the target. Also reported: the share of the window the learner spent inside
-``agent.train`` (``perf/learner_busy``) and the share it waited with nothing to train
-(``perf/learner_starved``: no data yet, or the ratio reached; the workers were too slow on this
-machine), and ``ratio_when_fed`` = ratio / (1 - starved): the learner's speed when it had data,
-over its speed alone; what the trainer's own overhead costs it.
+from ``metrics.jsonl`` (``spi`` = samples per insert over that window, updates x batch /
+transitions stored, against the target; the share of it the learner spent inside ``agent.train``,
+``perf/learner_busy``, and the share it waited with nothing to train, ``perf/learner_starved``:
+the workers were too slow), stop the run (it writes its final checkpoint).
+
+The bare learner (``BareLearner``): the same agent and memory built from the run's resolved config
+with that checkpoint (weights and replay), the trainer's torch threads and allocator settings,
+timing ``agent.train(memory.sample())``: the learner's ceiling on this machine at this moment.
+With ``--paired K`` (the default, 9): the run is resumed and measured in K windows, each between
+two windows of the bare learner taken seconds before and after with the whole run paused
+(``paired_windows``); ``ratio`` = the median over the K windows of trainer / bare (target
+>= 0.9). The bare learner's speed swings by up to 25% between 3 s windows on the 2-core machine
+with nothing else running (2026-11-25), so only a comparison seconds apart, repeated, can judge a
+10% target. ``--paired 0``: the bare learner after the run, in ``--alone-rounds`` fresh
+processes. ``ratio_when_fed`` = ratio / (1 - starved): the learner's speed when it had data.
 
     python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
-        [--worker-priorities below_normal,normal] [--pinning on,off] [--no-loaded-baseline] [--repeat N]
+        [--paired K] [--worker-priorities below_normal,normal] [--pinning on,off] [--no-loaded-baseline]
+        [--repeat N]
 
 Workers run as ``rulka run`` starts them: below normal priority (nice 10), kept with the relay off
 the trainer's cores (``--pinning on``); ``--pinning off`` (measured in the same run by default, the
@@ -259,8 +265,8 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
     the whole run paused (SIGSTOP to every role's process group), the bare learner on the same
     checkpoint (and, unless ``--no-loaded-baseline``, beside the actor load on the workers'
     cores), the run continued. Each trainer window is divided by the mean of the bare learner's
-    windows just before and just after it (this shared machine's speed drifts by up to ~15%
-    between minutes). Linux only (signals); the heartbeat is slowed to 5 s so that a pause of a
+    windows just before and just after it (this machine's speed swings between seconds and
+    drifts between minutes). Linux only (signals); the heartbeat is slowed to 5 s so that a pause of a
     few seconds does not read as a lost connection (links would reconnect and resend)."""
     import signal
 
