@@ -37,12 +37,10 @@ def child(network: str, batch_size: int, seconds: float, kept: bool) -> dict:
 
     applied = keep_freed_memory() if kept else False
     torch.set_num_threads(1)
-    from bench.learner import FLOAT_DIM, N_ACTIONS, NETWORKS, filled_memory
-    from rulka.agents.iqn import IQNAgent, IQNHyper, IQNNetworkSpec
+    from bench.learner import NETWORKS, build_agent, filled_memory
 
-    spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **NETWORKS[network])
-    agent = IQNAgent(spec, IQNHyper(), device="cpu", seed=0)
-    mem = filled_memory(spec.image_height, spec.image_width, batch_size)
+    agent = build_agent(NETWORKS[network], "cpu")
+    mem = filled_memory(agent.spec.image_height, agent.spec.image_width, batch_size)
     for _ in range(3):
         agent.train(mem.sample(batch_size))
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -23,8 +23,6 @@ import json
 import os
 import platform
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +31,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.trainer_loop import COMMON, CONFIGS, REPO_ROOT, measure_role  # noqa: E402
+from bench.trainer_loop import (  # noqa: E402
+    COMMON,
+    CONFIGS,
+    REPO_ROOT,
+    BareLearnerProcess,
+    _median,
+    _records,
+    _signal_groups,
+    measure_role,
+    role_groups,
+    wait_for_training,
+)
 
 
 def _tree(pid: int) -> list[int]:
@@ -76,38 +85,24 @@ def measure_config(name: str, workers: int, windows: int, seconds: float, tmp: P
     if not other:
         return {"config": name, "error": "no cores to keep the run on (one core?)"}
     learner_cores = sorted(os.sched_getaffinity(0) - set(other))
-    serve = subprocess.Popen([sys.executable, str(REPO_ROOT / "bench" / "trainer_loop.py"), "--alone-serve", str(first)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    bare = BareLearnerProcess(first, cores=learner_cores)
     run = None
     try:
-        _pin_tree(serve.pid, learner_cores)
-        ready = json.loads(serve.stdout.readline()) if serve.stdout else {}
-
-        def alone() -> float:
-            assert serve.stdin is not None and serve.stdout is not None
-            serve.stdin.write(f"{seconds}\n")
-            serve.stdin.flush()
-            return float(json.loads(serve.stdout.readline())["updates_per_s"])
-
-        quiet0 = alone()
+        if bare.ready is None:
+            return {"config": name, "error": "the bare learner did not start"}
+        quiet0 = bare.updates_per_s(seconds) or 0.0
         spi = float(role["spi_target"] or 8.0)
-        rate = quiet0 * int(ready["batch_size"]) / spi  # transitions/s the learner consumes
+        rate = quiet0 * int(bare.ready["batch_size"]) / spi  # transitions/s the learner consumes
         run_dir = tmp / f"{name}-colocated"
         log = open(tmp / f"{name}-colocated.log", "w")  # noqa: SIM115 - closed with the run
         run = launch(REPO_ROOT / config, workers=workers, run_dir=run_dir, trainer_output=log,
                      overrides=[*COMMON, *overrides, f"worker.max_steps_per_s={rate / workers:.1f}",
                                 f"trainer.rate_limit.samples_per_insert={spi / 16}", "network.heartbeat_s=5"])
         run.log_files.append(log)
-        for pid in (run.trainer.pid, run.server.process.pid, *(p.pid for p in run.workers.values())):
+        groups = role_groups(run)
+        for pid in groups:
             _pin_tree(pid, other)
-        groups = [run.server.process.pid, run.trainer.pid, *(p.pid for p in run.workers.values())]
-        t0 = time.monotonic()  # until data flows: the run's trainer has trained
-        while time.monotonic() - t0 < 240 and run.alive():
-            recs = [r for r in _metrics(run_dir) if r.get("charts/batches_trained", 0) > 0]
-            if recs:
-                break
-            time.sleep(1.0)
-        else:
+        if wait_for_training(run, run_dir) is None:  # until data flows: the run's trainer has trained
             return {"config": name, "error": "the co-located run did not start"}
         time.sleep(2.0)
         _pin_tree(run.trainer.pid, other)  # children started since (the link's process)
@@ -115,15 +110,13 @@ def measure_config(name: str, workers: int, windows: int, seconds: float, tmp: P
         samples0, running_s = _samples(run_dir), 0.0
         for _ in range(windows):
             t_busy = time.monotonic()
-            busy.append(alone())
+            busy.append(bare.updates_per_s(seconds))
             running_s += time.monotonic() - t_busy
-            for g in groups:
-                os.killpg(g, signal.SIGSTOP)
+            _signal_groups(groups, signal.SIGSTOP)
             try:
-                quiet.append(alone())
+                quiet.append(bare.updates_per_s(seconds))
             finally:
-                for g in groups[::-1]:
-                    os.killpg(g, signal.SIGCONT)
+                _signal_groups(groups[::-1], signal.SIGCONT)
             t_settle = time.monotonic()
             time.sleep(1.0)
             running_s += time.monotonic() - t_settle
@@ -131,31 +124,16 @@ def measure_config(name: str, workers: int, windows: int, seconds: float, tmp: P
     finally:
         if run is not None:
             run.stop()
-        if serve.stdin is not None:
-            serve.stdin.close()
-        serve.wait(timeout=30)
-    ratios = [round(b / q, 3) for b, q in zip(busy, quiet, strict=True) if q]
+        bare.close()
+    ratios = [round(b / q, 3) for b, q in zip(busy, quiet, strict=True) if b and q]
     return {"config": name, "workers": workers, "learner_cores": learner_cores, "run_cores": other,
             "paced_transitions_per_s": round(rate, 1), "run_transitions_per_s": round(samples_per_s, 1),
-            "alone_beside_run": busy, "alone_run_paused": quiet, "ratios": ratios,
-            "slowdown": round(statistics.median(ratios), 3) if ratios else None}
+            "alone_beside_run": busy, "alone_run_paused": quiet, "ratios": ratios, "slowdown": _median(ratios)}
 
 
 def _samples(run_dir: Path) -> float:
-    recs = _metrics(run_dir)
-    return float(recs[-1].get("charts/samples_received", 0)) if recs else 0.0
-
-
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    out = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                out.append(json.loads(line)["metrics"])
-            except (ValueError, KeyError, TypeError):
-                continue
-    return out
+    recs = _records(run_dir)
+    return float(recs[-1]["metrics"].get("charts/samples_received", 0)) if recs else 0.0
 
 
 def main() -> int:

@@ -37,23 +37,23 @@ NETWORKS = {
 
 
 def filled_memory(h: int, w: int, batch_size: int, transitions: int = 6000, seed: int = 0) -> MiniRaceReplayMemory:
-    rng = np.random.default_rng(seed)
     mem = MiniRaceReplayMemory(batch_size=batch_size, memory_size_schedule=[[0, (transitions * 2, 1)]],
                                mini_race_duration_actions=140, seed=seed)
-    t = 200
-    for ep in range(transitions // t):
-        arrays = {"obs/img": rng.integers(0, 255, (t + 1, h, w), dtype=np.uint8),
-                  "obs/float": rng.normal(size=(t + 1, FLOAT_DIM)).astype(np.float32),
-                  "action": rng.integers(0, N_ACTIONS, t), "reward": rng.normal(size=t).astype(np.float32),
-                  "terminated": np.zeros(t, bool), "truncated": np.zeros(t, bool),
-                  "extra/greedy": rng.random(t) > 0.1}
-        mem.append(Segment("bench", "w", ep, ep, 0, 0, 0, arrays, episode_done=True))
+    for seg in _segments(h, w, transitions // 200, seed, worker="w"):
+        mem.append(seg)
     return mem
 
 
-def _segments(h: int, w: int, count: int, seed: int, t: int = 200) -> list[Segment]:
+def build_agent(net_kw: dict[str, Any], device: str) -> IQNAgent:
+    """The benchmark's IQN agent for a ``NETWORKS`` entry (AMP on CUDA, no torch.compile)."""
+    spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **net_kw)
+    return IQNAgent(spec, IQNHyper(use_amp=device == "cuda", use_jit=False), device=device, seed=0)
+
+
+def _segments(h: int, w: int, count: int, seed: int, t: int = 200, worker: str = "w0") -> list[Segment]:
+    """``count`` whole episodes of ``t`` steps of random frames, floats and actions."""
     rng = np.random.default_rng(seed)
-    return [Segment("bench", "w0", ep, ep, 0, 0, 0,
+    return [Segment("bench", worker, ep, ep, 0, 0, 0,
                     {"obs/img": rng.integers(0, 255, (t + 1, h, w), dtype=np.uint8),
                      "obs/float": rng.normal(size=(t + 1, FLOAT_DIM)).astype(np.float32),
                      "action": rng.integers(0, N_ACTIONS, t), "reward": rng.normal(size=t).astype(np.float32),
@@ -74,9 +74,9 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
     from rulka.net.local import LocalHub
     from rulka.trainer.trainer import Trainer
 
-    spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **net_kw)
     cuda = device == "cuda"
-    agent = IQNAgent(spec, IQNHyper(use_amp=cuda, use_jit=False), device=device, seed=0)
+    agent = build_agent(net_kw, device)
+    spec = agent.spec
     agent.batch_size = batch_size
     mem = MiniRaceReplayMemory(batch_size=batch_size, memory_size_schedule=[[0, (12000, 1)]],
                                mini_race_duration_actions=140, seed=0)
@@ -109,9 +109,9 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
 
 
 def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float) -> dict[str, Any]:
-    spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **net_kw)
     cuda = device == "cuda"
-    agent = IQNAgent(spec, IQNHyper(use_amp=cuda, use_jit=False), device=device, seed=0)
+    agent = build_agent(net_kw, device)
+    spec = agent.spec
     mem = filled_memory(spec.image_height, spec.image_width, batch_size)
     # sampling alone
     t0, n = time.perf_counter(), 0

@@ -69,6 +69,28 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def wait_for_training(run: Any, run_dir: Path, timeout_s: float = 240.0) -> dict[str, Any] | None:
+    """The first metrics record of ``run`` with an update in it; None if none came within
+    ``timeout_s`` or the run stopped."""
+    t_start = time.monotonic()
+    while time.monotonic() - t_start < timeout_s and run.alive():
+        recs = [r for r in _records(run_dir) if r["metrics"].get("charts/batches_trained", 0) > 0]
+        if recs:
+            return recs[0]
+        time.sleep(1.0)
+    return None
+
+
+def _mean_of(metrics: list[dict[str, Any]], key: str) -> float | None:
+    xs = [m[key] for m in metrics if isinstance(m.get(key), int | float)]
+    return round(sum(xs) / len(xs), 3) if xs else None
+
+
+def role_groups(run: Any) -> list[int]:
+    """The process groups of a launched run's roles, relay first (each role leads its own)."""
+    return [run.server.process.pid, run.trainer.pid, *(p.pid for p in run.workers.values())]
+
+
 def measure_role(config: str, overrides: list[str], workers: int, seconds: float, run_dir: Path,
                  start_timeout_s: float = 240.0, worker_priority: str = "below_normal",
                  pin_cores: bool = True) -> dict[str, Any]:
@@ -80,14 +102,7 @@ def measure_role(config: str, overrides: list[str], workers: int, seconds: float
                  trainer_output=log, worker_priority=worker_priority, pin_cores=pin_cores)
     worker_cores = getattr(run, "worker_cores", None)
     try:
-        t_start = time.monotonic()
-        first = None
-        while time.monotonic() - t_start < start_timeout_s and run.alive():
-            recs = [r for r in _records(run_dir) if r["metrics"].get("charts/batches_trained", 0) > 0]
-            if recs:
-                first = recs[0]
-                break
-            time.sleep(1.0)
+        first = wait_for_training(run, run_dir, start_timeout_s)
         if first is None:
             return {"error": f"no update within {start_timeout_s:.0f} s (see {run_dir}.log)"}
         time.sleep(seconds)
@@ -100,15 +115,11 @@ def measure_role(config: str, overrides: list[str], workers: int, seconds: float
     updates = m1["charts/batches_trained"] - m0["charts/batches_trained"]
     inserts = m1["charts/samples_received"] - m0["charts/samples_received"]
     window = [r["metrics"] for r in _records(run_dir) if first["wall_time"] < r["wall_time"] <= last["wall_time"]]
-    def mean_of(key: str) -> float | None:
-        xs = [w[key] for w in window if isinstance(w.get(key), int | float)]
-        return round(sum(xs) / len(xs), 3) if xs else None
-
     return {"seconds": round(dt_s, 1), "updates": int(updates), "transitions": int(inserts),
             "updates_per_s": round(updates / dt_s, 2) if dt_s > 0 else None,
             "spi_target": m1.get("perf/samples_per_insert_target"),
-            "learner_busy": mean_of("perf/learner_busy"), "learner_starved": mean_of("perf/learner_starved"),
-            "limiter_dropped": m1.get("perf/limiter_dropped"),
+            "learner_busy": _mean_of(window, "perf/learner_busy"),
+            "learner_starved": _mean_of(window, "perf/learner_starved"), "limiter_dropped": m1.get("perf/limiter_dropped"),
             "_inserts": inserts, "_updates": updates, "_worker_cores": worker_cores}
 
 
@@ -199,6 +210,32 @@ def alone_serve(run_dir: Path) -> None:
         print(json.dumps({"updates_per_s": bare.updates_per_s(float(line))}), flush=True)
 
 
+class BareLearnerProcess:
+    """``alone_serve`` in a child process (on ``cores`` if given): ``ready`` holds its batch and
+    memory size (None if it did not start), ``updates_per_s(S)`` times it for S seconds."""
+
+    def __init__(self, run_dir: Path, cores: list[int] | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--alone-serve", str(run_dir)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        if cores:
+            for tid in os.listdir(f"/proc/{self.proc.pid}/task"):  # before torch starts its threads
+                os.sched_setaffinity(int(tid), cores)
+        line = self.proc.stdout.readline() if self.proc.stdout is not None else ""
+        self.ready: dict[str, Any] | None = json.loads(line) if line.startswith("{") else None
+
+    def updates_per_s(self, seconds: float) -> float | None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{seconds}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        return json.loads(line)["updates_per_s"] if line.startswith("{") else None
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 def _signal_groups(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -229,13 +266,9 @@ def _window(run_dir: Path, seconds: float, timeout_s: float = 60.0) -> dict[str,
     inside = [r["metrics"] for r in _records(run_dir) if first["wall_time"] < r["wall_time"] <= last["wall_time"]]
     dt_s = float(last["wall_time"]) - float(first["wall_time"])
     updates = last["metrics"]["charts/batches_trained"] - first["metrics"]["charts/batches_trained"]
-
-    def mean_of(key: str) -> float | None:
-        xs = [w[key] for w in inside if isinstance(w.get(key), int | float)]
-        return round(sum(xs) / len(xs), 3) if xs else None
-
     return {"updates_per_s": round(updates / dt_s, 2) if dt_s > 0 else None, "seconds": round(dt_s, 1),
-            "learner_busy": mean_of("perf/learner_busy"), "learner_starved": mean_of("perf/learner_starved")}
+            "learner_busy": _mean_of(inside, "perf/learner_busy"),
+            "learner_starved": _mean_of(inside, "perf/learner_starved")}
 
 
 def _median(xs: list[Any]) -> float | None:
@@ -270,30 +303,25 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
     few seconds does not read as a lost connection (links would reconnect and resend)."""
     import signal
 
-    serve = subprocess.Popen([sys.executable, __file__, "--alone-serve", str(run_dir)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    bare = BareLearnerProcess(run_dir)
     load: list[subprocess.Popen] = []
     run = None
     try:
-        first_line = serve.stdout.readline() if serve.stdout is not None else ""
-        if not first_line.startswith("{"):
+        ready = bare.ready
+        if ready is None:
             return {"error": "the bare learner did not start"}
-        ready = json.loads(first_line)
         if not args.no_loaded_baseline:
             load = _start_load(run_dir, workers, worker_cores if pin_cores else None, 7200.0)
             for p in load:
                 p.send_signal(signal.SIGSTOP)
 
         def alone_for(seconds: float, loaded: bool = False) -> float | None:
-            assert serve.stdin is not None and serve.stdout is not None
             for p in load if loaded else []:
                 p.send_signal(signal.SIGCONT)
-            serve.stdin.write(f"{seconds}\n")
-            serve.stdin.flush()
-            line = serve.stdout.readline()
+            rate = bare.updates_per_s(seconds)
             for p in load if loaded else []:
                 p.send_signal(signal.SIGSTOP)
-            return json.loads(line)["updates_per_s"] if line.startswith("{") else None
+            return rate
 
         from rulka.cli.run import launch
 
@@ -302,7 +330,7 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
                      overrides=[*COMMON, *overrides, "network.heartbeat_s=5"], worker_priority=worker_priority,
                      pin_cores=pin_cores)
         run.log_files.append(log)
-        groups = [run.server.process.pid, run.trainer.pid, *(p.pid for p in run.workers.values())]
+        groups = role_groups(run)
         # learning again: a window of the resumed run with updates in it
         t_start = time.monotonic()
         while time.monotonic() - t_start < 240 and run.alive():
@@ -341,9 +369,7 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
             p.send_signal(signal.SIGCONT)
             p.kill()
             p.wait()
-        if serve.stdin is not None:
-            serve.stdin.close()
-        serve.wait(timeout=30)
+        bare.close()
     role_rates = [w["updates_per_s"] if w else None for w in role]
     ratios, vs_loaded = pair_ratios(role_rates, alone, loaded)
     out: dict[str, Any] = {
@@ -416,9 +442,6 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
     a = row["alone"].get("updates_per_s")
     if a and role["updates_per_s"] is not None:
         row["ratio"] = round(role["updates_per_s"] / a, 3)
-        starved = role.get("learner_starved")
-        if starved is not None and starved < 1:
-            row["ratio_when_fed"] = round(row["ratio"] / (1 - starved), 3)
     if not args.no_loaded_baseline:
         # the load sits where the run put its workers (pinned) or anywhere (not pinned)
         row["alone_loaded"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds, load_procs=n,
@@ -426,11 +449,7 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
         al = row["alone_loaded"].get("updates_per_s")
         if al and role["updates_per_s"] is not None:
             row["ratio_vs_loaded"] = round(role["updates_per_s"] / al, 3)
-    batch = int(row["alone"].get("batch_size", 64))
-    if inserts and role.get("spi_target"):
-        row["spi"] = round(updates * batch / inserts, 2)
-        row["spi_vs_target"] = round(row["spi"] / role["spi_target"], 3)
-    return row
+    return _finish_row(row, updates, inserts, int(row["alone"].get("batch_size", 64)), role.get("learner_starved"))
 
 
 def _paired_row(row: dict[str, Any], config: str, overrides: list[str], n: int, priority: str, pin: str,
@@ -445,17 +464,21 @@ def _paired_row(row: dict[str, Any], config: str, overrides: list[str], n: int, 
     row["ratio"], row["ratio_pairs"] = pw["ratio"], pw["ratios"]
     row["alone"] = {"updates_per_s": _median(pw["alone_updates_per_s"]),
                     "updates_per_s_rounds": pw["alone_updates_per_s"]}
-    starved = _median(pw["learner_starved"])
-    if row["ratio"] is not None and starved is not None and starved < 1:
-        row["ratio_when_fed"] = round(row["ratio"] / (1 - starved), 3)
     if pw.get("loaded_updates_per_s"):
         row["alone_loaded"] = {"updates_per_s": _median(pw["loaded_updates_per_s"]),
                                "updates_per_s_rounds": pw["loaded_updates_per_s"]}
         row["ratio_vs_loaded"], row["ratio_vs_loaded_pairs"] = pw["ratio_vs_loaded"], pw["ratios_vs_loaded"]
     row["trainer"]["updates_per_s_paired"] = _median(pw["role_updates_per_s"])
+    return _finish_row(row, updates, inserts, int(pw["batch_size"]), _median(pw["learner_starved"]))
+
+
+def _finish_row(row: dict[str, Any], updates: int, inserts: int, batch: int, starved: float | None) -> dict[str, Any]:
+    """Samples per insert over the continuous window (against its target) and the ratio over the
+    time the learner had data."""
+    if row.get("ratio") is not None and starved is not None and starved < 1:
+        row["ratio_when_fed"] = round(row["ratio"] / (1 - starved), 3)
     spi_target = row["trainer"].get("spi_target")
     if inserts and spi_target:
-        batch = int(pw["batch_size"])
         row["spi"] = round(updates * batch / inserts, 2)
         row["spi_vs_target"] = round(row["spi"] / spi_target, 3)
     return row
