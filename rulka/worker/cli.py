@@ -10,7 +10,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from rulka.cli import (
+from rulka.errors import UserError
+from rulka.process import (
     PRIORITIES,
     follow_launcher,
     keep_on_cores,
@@ -19,7 +20,6 @@ from rulka.cli import (
     setup_logging,
     stop_on_ctrl_c,
 )
-from rulka.errors import UserError
 
 log = logging.getLogger("rulka.worker")
 
