@@ -5,6 +5,13 @@ stopped keeping can be lost by a trainer crash: on restart the trainer loads its
 checkpoint and replays the journal files written since. Each record is
 ``[4-byte little-endian length][msgpack {"w": worker, "s": seq, "b": compressed segment}]``; a
 record cut short by a crash is ignored and the file is truncated to its last whole record.
+
+A record in the journal is a promise to its worker: the segment was acknowledged (or will be
+resent and deduplicated) and the memory will hold it. When the memory cannot store a journaled
+segment (``MemoryError``: it cannot allocate; or ``REFUSED_IN_ROW`` unexpected errors in a row:
+the memory is broken, not the segments), ``StoreGuard`` stops the trainer with
+``MemoryStoreFailed`` before the batch is acknowledged and without a checkpoint, so the journal
+still holds the segment: fix the config and ``--resume`` replays it into the memory.
 """
 
 from __future__ import annotations
@@ -15,13 +22,46 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from rulka.errors import BadInput
+from rulka.errors import BadInput, UserError, one_line
 from rulka.segment import pack, unpack
 
 log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("<I")
 MAX_RECORD_BYTES = 1 << 30
+
+
+REFUSED_IN_ROW = 20  # unexpected memory errors in a row that stop the trainer
+
+
+class MemoryStoreFailed(UserError):
+    """The memory could not store a segment the journal holds: the trainer stops (exit code 2)."""
+
+
+class StoreGuard:
+    """Whether a memory's failure to store a segment stops the trainer (``failed`` once it has)."""
+
+    def __init__(self, run_dir: Path | None) -> None:
+        self.run_dir = run_dir
+        self.in_row = 0
+        self.failed: MemoryStoreFailed | None = None
+
+    def stored(self) -> None:
+        self.in_row = 0
+
+    def refused(self, worker: str, seq: int, exc: BaseException) -> MemoryStoreFailed | None:
+        """The error to stop with (and remember) after the memory raised ``exc`` (not BadInput)."""
+        self.in_row += 1
+        if not isinstance(exc, MemoryError) and self.in_row < REFUSED_IN_ROW:
+            return None
+        what = "cannot allocate" if isinstance(exc, MemoryError) else f"refused {self.in_row} segments in a row"
+        where = (f"kept in the journal of {self.run_dir}: fix the config, then resume with --resume {self.run_dir}"
+                 if self.run_dir is not None else "not kept (no run folder)")
+        self.failed = MemoryStoreFailed(
+            f"the replay memory {what} (segment {worker}/{seq}: {type(exc).__name__}: {one_line(exc, 160)}); "
+            f"the trainer stops without acknowledging it; the segment is {where}. Lower the memory's size "
+            "(trainer.memory_kwargs, memory.memory_size_schedule, sac.buffer_size)")
+        return self.failed
 
 
 def journal_path(directory: Path, number: int) -> Path:

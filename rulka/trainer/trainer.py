@@ -55,7 +55,7 @@ from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.dedupe import Dedupe
-from rulka.trainer.journal import JournalWriter, journal_path, read_journal
+from rulka.trainer.journal import JournalWriter, StoreGuard, journal_path, read_journal
 from rulka.trainer.ratelimit import SampleToInsertRatio, limiter_for, window_rate
 from rulka.trainer.verify import first_difference
 
@@ -163,6 +163,7 @@ class Trainer:
         self.accepted_log_bytes = 0
         # runtime only
         self.verify_failures: list[str] = []
+        self._store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer
         self.worker_stats: dict[str, dict[str, Any]] = {}
         self._last_heard: dict[str, float] = {}
         self._journal: JournalWriter | None = None
@@ -528,10 +529,14 @@ class Trainer:
             self._bad("memory", f"{seg.worker_id}/{seg.seq}: {exc}")
             added = 0
         except Exception as exc:  # noqa: BLE001 - one odd segment must not stop a run; counted, logged
+            if self._store_guard.refused(seg.worker_id, seg.seq, exc) is not None:
+                raise self._store_guard.failed from None  # no ack, no checkpoint: the journal keeps it
             if self.counters["bad_memory"] < 3:
                 log.exception("memory refused segment %s/%d", seg.worker_id, seg.seq)
             self._bad("memory", f"{seg.worker_id}/{seg.seq}: {type(exc).__name__}: {exc}")
             added = 0
+        else:
+            self._store_guard.stored()
         self.samples += added
         self._window["samples"] += added
         # transitions the memory holds out (its test store) are not trainable: the ratio of
@@ -856,7 +861,7 @@ class Trainer:
                     self.checkpoint()
         finally:
             self.report(force=True)
-            if self.run_dir is not None:
+            if self.run_dir is not None and self._store_guard.failed is None:
                 self.checkpoint()
         return self.summary()
 
