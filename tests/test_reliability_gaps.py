@@ -91,3 +91,98 @@ def test_a_memory_size_key_too_large_for_this_machine_is_one_line_at_validate_an
         [line] = r.stderr.strip().splitlines()
         assert "`trainer.memory_kwargs.capacity`" in line and "TiB" in line, line
     assert not (tmp_path / "run").exists()
+
+
+# -- damaged keys and certificates: one line, exit 2, on every role -----------------------------------
+def _damages():
+    return {"truncated": lambda data: data[: len(data) // 2], "garbage": lambda data: b"\xff\xfe garbage \x00" * 4,
+            "empty": lambda data: b""}
+
+
+ROLE_FILES = {
+    "server": ["password", "trainer.pub", "server/certificate.pem", "server/key.pem"],
+    "trainer": ["password", "trainer.pub", "trainer.key", "client/certificate.pem"],
+    "worker": ["password", "trainer.pub", "worker.key", "worker.name", "client/certificate.pem"],
+    "operator": ["password", "trainer.pub", "operator.key", "operator.name", "client/certificate.pem"],
+}
+
+
+@pytest.fixture(scope="module")
+def key_folders(tmp_path_factory):
+    from rulka.net.keys import add_operator, add_worker, generate_keys
+
+    root = tmp_path_factory.mktemp("keys") / "keys"
+    generate_keys(root, ["localhost"])
+    add_worker(root, "w1")
+    add_operator(root, "ops")
+    return {"server": root, "trainer": root, "worker": root / "bundles" / "w1",
+            "operator": root / "operator_bundles" / "ops"}
+
+
+def damaged(folder: Path, rel: str, damage, tmp_path: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    (copy / rel).write_bytes(damage((copy / rel).read_bytes()))
+    return copy
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_FILES))
+def test_every_damaged_credential_of_every_role_is_one_user_error(role, key_folders, tmp_path):
+    from rulka.errors import UserError
+    from rulka.net.keys import load_credentials
+
+    load_credentials(key_folders[role], role)  # the intact folder loads
+    for rel in ROLE_FILES[role]:
+        for how, damage in _damages().items():
+            if how == "truncated" and (rel == "password" or rel.endswith(".name")):
+                continue  # still a password or a name: the relay refuses them (wrong password, not enrolled)
+            copy = damaged(key_folders[role], rel, damage, tmp_path)
+            with pytest.raises(UserError) as info:
+                load_credentials(copy, role)
+                raise AssertionError(f"{role}: a {how} {rel} loaded")
+            text = str(info.value)
+            assert "\n" not in text and len(text) < 400, (rel, how, text)
+            assert rel.split("/")[-1] in text or "name" in text, (rel, how, text)
+
+
+def test_a_server_key_of_another_certificate_is_named(key_folders, tmp_path):
+    from rulka.errors import UserError
+    from rulka.net.keys import generate_keys, load_credentials
+
+    other = tmp_path / "other"
+    generate_keys(other, ["localhost"])
+    copy = damaged(key_folders["server"], "server/key.pem", lambda _: (other / "server" / "key.pem").read_bytes(),
+                   tmp_path)
+    with pytest.raises(UserError, match="is not the key of .*certificate.pem"):
+        load_credentials(copy, "server")
+
+
+def _role_command(role: str, keys: Path, tmp_path: Path) -> list[str]:
+    if role == "server":
+        return ["rulka.server.cli", "--keys", str(keys), "--port", "0", "--host", "127.0.0.1"]
+    if role == "trainer":
+        return ["rulka.trainer.cli", "--config", str(TESTS.parent / "configs" / "cartpole_simple.yaml"), "--keys",
+                str(keys), "--server", "127.0.0.1:9", "--run-dir", str(tmp_path / "run"), "--minutes", "0.05"]
+    return ["rulka.worker.cli", "--server", "127.0.0.1:9", "--keys", str(keys), "--state-dir", str(tmp_path / "state"),
+            "--episodes", "1"]
+
+
+@pytest.mark.parametrize(("role", "rel", "how"), [
+    ("server", "server/key.pem", "truncated"), ("server", "server/certificate.pem", "garbage"),
+    ("server", "password", "garbage"), ("trainer", "trainer.key", "truncated"),
+    ("worker", "worker.name", "garbage"), ("worker", "worker.key", "empty"),
+])
+def test_a_role_with_a_damaged_credential_exits_2_with_one_line(role, rel, how, key_folders, tmp_path):
+    keys = damaged(key_folders[role], rel, _damages()[how], tmp_path)
+    try:
+        r = subprocess.run([sys.executable, "-m", *_role_command(role, keys, tmp_path)], capture_output=True,
+                           text=True, timeout=120, start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"{role} with a damaged {rel} did not exit: {exc.stderr!r}") from None
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr[-3000:]
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("error: ") and rel.split("/")[-1] in line, line
