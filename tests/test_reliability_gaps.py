@@ -186,3 +186,44 @@ def test_a_role_with_a_damaged_credential_exits_2_with_one_line(role, rel, how, 
     assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr[-3000:]
     [line] = r.stderr.strip().splitlines()
     assert line.startswith("error: ") and rel.split("/")[-1] in line, line
+
+
+# -- removing an operator closes its open connection -------------------------------------------------
+def test_deleting_an_operator_key_closes_its_open_connection(tmp_path):
+    import queue
+
+    from rulka.net.keys import add_operator, generate_keys, load_credentials
+    from rulka.net.settings import NetworkSettings
+    from rulka.net.tls import _make_endpoint, _stop_endpoint
+    from rulka.server.server import Server
+
+    keys = tmp_path / "keys"
+    generate_keys(keys, ["localhost"])
+    creds = load_credentials(add_operator(keys, "ops"), "operator")
+    with Server({}, keys, bind_host="127.0.0.1", port=0) as server:
+        endpoint = _make_endpoint(NetworkSettings(host="localhost", port=server.port), creds, [])
+        inbox = endpoint._Endpoint__obj_buffer
+        try:
+            def answers(seconds: float) -> list:
+                got, deadline, next_ask = [], time.monotonic() + seconds, 0.0
+                while time.monotonic() < deadline:
+                    if time.monotonic() >= next_ask:
+                        endpoint.send_object(None, {"status": -1})
+                        next_ask = time.monotonic() + 0.25
+                    try:
+                        got.append((time.monotonic(), inbox.get(timeout=0.05)))
+                    except queue.Empty:
+                        pass
+                return got
+
+            before = answers(5)
+            assert any(isinstance(o, dict) and "status" in o for _, o in before), before[:3]
+            removed = time.monotonic()
+            (keys / "operators" / "ops.pub").unlink()
+            after = answers(10)
+        finally:
+            _stop_endpoint(endpoint)
+    refused = [t for t, o in after if isinstance(o, dict) and o.get("refused") == "revoked"]
+    assert refused and refused[0] - removed < 5.0, after  # the relay checks every 2 s
+    late = [t for t, o in after if isinstance(o, dict) and "status" in o and t > refused[0]]
+    assert not late, "the removed operator still received status reports"

@@ -273,12 +273,16 @@ def list_workers(keys_dir: Path) -> dict[str, str]:
     return {name: state for role, name, state, _ in list_keys(keys_dir) if role == "worker"}
 
 
+def raw_key(key: Ed25519PublicKey) -> bytes:
+    """The 32 raw bytes of an Ed25519 public key (to compare two keys)."""
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
 def key_fingerprint(key: Ed25519PublicKey) -> str:
     """``sha256:`` and the first 16 hex digits of the SHA-256 of the raw public key: enough to
     tell whether a bundle's key is the one enrolled."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     digest = hashes.Hash(hashes.SHA256())
-    digest.update(raw)
+    digest.update(raw_key(key))
     return "sha256:" + digest.finalize().hex()[:16]
 
 
@@ -349,14 +353,11 @@ class Credentials:
         except UserError:
             return None
 
-    def workers_mtime(self) -> float:
-        """Changes when a worker is enrolled or revoked (for cheap periodic reloads)."""
-        stamps = [0.0]
-        for sub in ("workers", "revoked"):
-            p = self.root / sub
-            if p.is_dir():
-                stamps.append(p.stat().st_mtime)
-        return max(stamps)
+    def workers_mtime(self) -> tuple[float, ...]:
+        """Changes when a worker or an operator is enrolled, revoked or removed (for cheap
+        periodic reloads: keys are written by rename, so replacing one changes its folder too)."""
+        return tuple((self.root / sub).stat().st_mtime if (self.root / sub).is_dir() else 0.0
+                     for sub in ("workers", "revoked", "operators"))
 
 
 def _read_password(root: Path) -> str:

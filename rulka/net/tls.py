@@ -461,7 +461,7 @@ class TlsTrainerLink(_TlsLink, TrainerLink):
 
     def __init__(self, settings: NetworkSettings, creds: Credentials) -> None:
         self._keys: dict[str, Ed25519PublicKey] = {}
-        self._keys_mtime = -1.0
+        self._keys_mtime: tuple[float, ...] = ()
         self._keys_checked = 0.0
         self._credit_lock = threading.Lock()
         self._outstanding = 0  # credit granted to the server and not used yet
