@@ -17,6 +17,7 @@ still holds the segment: fix the config and ``--resume`` replays it into the mem
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,7 +117,50 @@ def read_journal(path: Path, *, repair: bool = True) -> Iterator[tuple[str, int,
             yield worker, seq, payload
         size = f.seek(0, 2)
     if good_end < size:
-        log.warning("journal %s: ignoring %d bytes of an incomplete record at the end", path, size - good_end)
+        log.warning("journal %s: %d bytes of an incomplete or damaged record at the end are not replayed%s", path,
+                    size - good_end, f" (kept in {torn_path(path).name})" if repair else "")
         if repair:
+            # kept, not deleted: the file goes on from its last whole record, the bytes stay for a look
             with open(path, "r+b") as f:
+                f.seek(good_end)
+                tail = f.read()
+                with open(torn_path(path), "ab") as keep:
+                    keep.write(tail)
+                    keep.flush()
+                    os.fsync(keep.fileno())
                 f.truncate(good_end)
+
+
+def torn_path(path: Path) -> Path:
+    """Where ``read_journal`` keeps the bytes it cut from the end of journal ``path``."""
+    return path.with_name(path.name + ".torn")
+
+
+def accepted_since(path: Path, offset: int) -> list[tuple[str, int]]:
+    """The ``worker seq`` lines of the accepted log from byte ``offset`` on (what the trainer
+    accepted after its checkpoint; a damaged line is skipped)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out.append((parts[0], int(parts[1])))
+    return out
+
+
+def missing_from_journal(accepted: list[tuple[str, int]], replayed: set[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Segments the accepted log names but the journal replay did not restore, logged as an error:
+    the journal lost them (a torn or damaged tail). A worker that was not acknowledged sends its
+    segment again (the trainer accepts it: its dedupe came from the replay); an acknowledged one
+    is gone, which the journal's sync before each acknowledgement prevents short of a damaged disk."""
+    missing = [key for key in dict.fromkeys(accepted) if key not in replayed]
+    if missing:
+        shown = ", ".join(f"{w}/{s}" for w, s in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        log.error("journal: %d segment(s) accepted before the restart are not in the journal (torn or damaged): %s; "
+                  "their workers send again what was not acknowledged", len(missing), shown)
+    return missing

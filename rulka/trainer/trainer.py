@@ -55,7 +55,14 @@ from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.dedupe import Dedupe
-from rulka.trainer.journal import JournalWriter, StoreGuard, journal_path, read_journal
+from rulka.trainer.journal import (
+    JournalWriter,
+    StoreGuard,
+    accepted_since,
+    journal_path,
+    missing_from_journal,
+    read_journal,
+)
 from rulka.trainer.ratelimit import SampleToInsertRatio, limiter_for, window_rate
 from rulka.trainer.verify import first_difference
 
@@ -396,21 +403,25 @@ class Trainer:
         # the accepted log records what the memory holds: cut it back to the checkpoint, then the
         # journal replay appends what came after
         accepted = self.run_dir / ACCEPTED_LOG
+        before = accepted_since(accepted, self.accepted_log_bytes)  # what the journal must give back
         if accepted.exists():
             with open(accepted, "r+b") as f:
                 f.truncate(self.accepted_log_bytes)
         self._accepted_log = open(accepted, "ab")  # noqa: SIM115
         replayed = 0
+        replayed_keys: set[tuple[str, int]] = set()
         journals = sorted((self.run_dir / "journal").glob("journal-*.bin")) if (self.run_dir / "journal").is_dir() else []
         for path in journals:
             number = int(path.stem.split("-")[1])
             if number < journal_from:
                 continue
-            for worker, _seq, payload in read_journal(path):
+            for worker, seq, payload in read_journal(path):
                 self._ingest_segment(worker, payload, journal=False, acks=None, defer=False)
+                replayed_keys.add((worker, seq))
                 replayed += 1
             self.journal_number = max(self.journal_number, number)
         self._accepted_log.close()
+        self.counters["journal_missing_segments"] += len(missing_from_journal(before, replayed_keys))
         if replayed:
             log.info("replayed %d journaled segments", replayed)
 
