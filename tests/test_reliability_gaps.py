@@ -227,3 +227,43 @@ def test_deleting_an_operator_key_closes_its_open_connection(tmp_path):
     assert refused and refused[0] - removed < 5.0, after  # the relay checks every 2 s
     late = [t for t, o in after if isinstance(o, dict) and "status" in o and t > refused[0]]
     assert not late, "the removed operator still received status reports"
+
+
+# -- a worker not enrolled on the relay retries, and connects once its key is there ---------------------
+@pytest.mark.slow
+def test_a_worker_not_enrolled_on_the_relay_retries_until_its_key_arrives(tmp_path):
+    from rulka.net.keys import add_worker, generate_keys
+    from rulka.net.status import query_status
+    from rulka.server.server import Server
+
+    keys = tmp_path / "keys"
+    generate_keys(keys, ["localhost"])
+    add_worker(keys, "late")
+    aside = tmp_path / "late.pub"
+    (keys / "workers" / "late.pub").rename(aside)  # the relay host's copy lacks the new worker
+    with Server({}, keys, bind_host="127.0.0.1", port=0) as server:
+        log_path = tmp_path / "worker.log"
+        with open(log_path, "wb") as log_file:
+            p = subprocess.Popen([sys.executable, "-m", "rulka.worker.cli", "--server", f"localhost:{server.port}",
+                                  "--keys", str(keys / "bundles" / "late"), "--state-dir", str(tmp_path / "state")],
+                                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            time.sleep(12)
+            assert p.poll() is None, log_path.read_text()[-3000:]  # still trying
+            text = log_path.read_text()
+            said = [line for line in text.splitlines() if "cannot connect" in line and "not enrolled" in line]
+            assert len(said) == 1, text[-3000:]  # once, not per retry
+            assert "Traceback" not in text
+            aside.rename(keys / "workers" / "late.pub")  # copied to the relay host: read within seconds
+
+            def connected() -> bool:
+                clients = query_status({"host": "localhost", "port": server.port}, keys)["server"]["clients"]
+                return bool(clients.get("late", {}).get("connected"))
+
+            wait_for(connected, 40, "the worker to connect once enrolled")
+            p.send_signal(signal.SIGINT)
+            p.wait(60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)

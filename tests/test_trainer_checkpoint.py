@@ -111,6 +111,11 @@ def test_truncated_journal_tail_is_ignored(tmp_path):
     path.write_bytes(data[:-10])  # killed in the middle of writing the second record
     t2 = new_trainer(tmp_path, resume=True)
     assert [s.seq for s in t2.memory.segments] == [0]
+    # the torn bytes are kept beside the journal, and the accepted segment it lost is named
+    torn = path.with_name(path.name + ".torn").read_bytes()
+    assert path.read_bytes() + torn == data[:-10] and len(torn) > 0
+    assert t2.counters["journal_missing_segments"] == 1
+    assert accepted_lines(tmp_path) == ["a", "0"]
     t2.ingest([seg_msg("a", 1)])  # the worker never got the ack: it resends, and it is new
     assert [s.seq for s in t2.memory.segments] == [0, 1]
     t2.close()

@@ -151,9 +151,12 @@ class _TlsLink:
         if "refused" in obj:
             reason = str(obj["refused"])[:64]
             self._refused_at = now
+            self._refused_open = True  # the refused connection's close is still to come
             self.refused = reason
             self._set_problem(REFUSALS.get(reason, f"refused by the server ({reason})"))
-        elif now - getattr(self, "_refused_at", -1e9) > 2.0:  # the close that follows a refusal says less
+        elif getattr(self, "_refused_open", False) and not obj.get("failed"):
+            self._refused_open = False  # the close that follows a refusal (up to 5 s later) says less
+        elif now - getattr(self, "_refused_at", -1e9) > 2.0:
             self._set_problem(explain_link_error(str(obj.get("link_error", ""))[:300], self.settings))
 
     def _set_problem(self, text: str) -> None:
@@ -382,16 +385,19 @@ class _TlsLink:
 
 REFUSALS = {
     "wrong_password": "wrong password: the password file in these credentials differs from the server's",
-    "unknown_identity": "this identity is not enrolled on the server, or was revoked "
-                        "(`rulka keys list` on the trainer's keys folder)",
+    "unknown_identity": "this identity is not enrolled on the relay: copy `workers/<name>.pub` (or "
+                        "`operators/<name>.pub`) from the trainer's keys folder to the relay's, where it is "
+                        "read within seconds (`rulka keys list` shows who is enrolled); retrying",
     "revoked": "this identity was revoked (`rulka keys revoke-worker`)",
     "unauthenticated": "the identity token does not match the enrolled key (an old bundle?)",
     "forbidden_channel": "the server refused the channels this link asked for",
     "outdated_client": "this rulka is older than the server's (it does not answer the server's challenge): "
                        "upgrade rulka on this machine",
 }
-# refusals that no retry can fix: the role should stop instead of retrying for ever
-FATAL_REFUSALS = frozenset({"unknown_identity", "revoked", "unauthenticated", "wrong_password", "outdated_client"})
+# refusals that no retry can fix: the role should stop instead of retrying for ever. Not
+# "unknown_identity": the fix (the worker's public key copied to the relay host) is made on
+# another machine and the relay reads it without a restart, so the worker retries with backoff
+FATAL_REFUSALS = frozenset({"revoked", "unauthenticated", "wrong_password", "outdated_client"})
 
 
 def explain_link_error(text: str, settings: NetworkSettings) -> str:

@@ -152,7 +152,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _show_progress(worker: object, stop: threading.Event, progress_mode: str, fatal: list[str]) -> None:
     """Status line once a second (with why the link is down); stops the worker when the server
-    refused it for good (revoked, unknown, wrong password): retrying cannot help."""
+    refused it for good (revoked, wrong password, a key that is not the enrolled one, an outdated
+    client): retrying cannot help. A worker not enrolled on the relay retries (see FATAL_REFUSALS)."""
     from rulka.net.tls import FATAL_REFUSALS
 
     progress = None
