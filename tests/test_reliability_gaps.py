@@ -267,3 +267,55 @@ def test_a_worker_not_enrolled_on_the_relay_retries_until_its_key_arrives(tmp_pa
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
+
+
+# -- a worker whose network process died stops, bounded and logged --------------------------------------
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the network process through /proc")
+def test_a_worker_whose_network_process_died_stops_within_seconds_and_says_why(tmp_path):
+    from rulka.net.keys import add_worker, generate_keys
+    from rulka.net.status import query_status
+    from rulka.server.server import Server
+
+    keys = tmp_path / "keys"
+    generate_keys(keys, ["localhost"])
+    add_worker(keys, "w1")
+    with Server({}, keys, bind_host="127.0.0.1", port=0) as server:
+        log_path = tmp_path / "worker.log"
+        with open(log_path, "wb") as log_file:
+            p = subprocess.Popen([sys.executable, "-m", "rulka.worker.cli", "--server", f"localhost:{server.port}",
+                                  "--keys", str(keys / "bundles" / "w1"), "--state-dir", str(tmp_path / "state")],
+                                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            def connected() -> bool:
+                clients = query_status({"host": "localhost", "port": server.port}, keys)["server"]["clients"]
+                return bool(clients.get("w1", {}).get("connected"))
+
+            wait_for(connected, 60, "the worker to connect")
+            [child] = _children(p.pid)  # the link's network process
+            os.kill(child, signal.SIGKILL)
+            killed = time.monotonic()
+            rc = p.wait(30)
+            took = time.monotonic() - killed
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+    text = log_path.read_text()
+    assert rc == 2, text[-3000:]
+    assert took < 10, f"took {took:.1f} s to stop"
+    for noise in ("Traceback", "Exception ignored", "BrokenPipeError"):
+        assert noise not in text, text[-3000:]
+    [line] = error_lines(text)
+    assert "network process exited" in line and "start the worker again" in line, line
+    assert any("network process exited" in x and " E " in x for x in text.splitlines())  # logged when it happened

@@ -116,6 +116,7 @@ class _TlsLink:
         self._sessions = 0  # server connections answered so far (see server_session)
         self.problem = ""  # why the link is not connected ("" when it is, or not known yet)
         self.refused: str | None = None  # the server's last refusal reason (e.g. "revoked")
+        self.dead = ""  # why the network process is gone for good ("" while it runs)
         self._reassembler = Reassembler(self._sender_key, max_message_bytes=settings.max_message_bytes,
                                         max_partials=settings.max_partial_messages,
                                         partial_timeout_s=settings.partial_timeout_s)
@@ -158,6 +159,16 @@ class _TlsLink:
             self._refused_open = False  # the close that follows a refusal (up to 5 s later) says less
         elif now - getattr(self, "_refused_at", -1e9) > 2.0:
             self._set_problem(explain_link_error(str(obj.get("link_error", ""))[:300], self.settings))
+
+    def _check_network_process(self) -> None:
+        """Notice (within a second or two) that the network process died: nothing can be sent or
+        received any more, so the role must stop instead of waiting for a connection."""
+        if self.dead or self._closed.is_set() or self._endpoint.child_alive():
+            return
+        code = getattr(getattr(self._endpoint, "_p", None), "exitcode", None)
+        self.dead = f"the network process exited (exit code {code}): this link can no longer reach the server"
+        log.error("%s: %s", self.identity, self.dead)
+        self.problem = self.dead  # (logged just above)
 
     def _set_problem(self, text: str) -> None:
         """Log why the link is down once per change (and when it is up again)."""
@@ -306,6 +317,7 @@ class _TlsLink:
             if now - last_expire > 1.0:
                 self._reassembler.expire(now)
                 last_expire = now
+                self._check_network_process()
             if obj is None:
                 continue
             batch = [obj]

@@ -172,6 +172,11 @@ def _show_progress(worker: object, stop: threading.Event, progress_mode: str, fa
                 fatal.append(problem)
                 stop.set()
                 return
+            if getattr(link, "dead", ""):  # the network process is gone: no retry can reach the server
+                fatal.append(f"{link.dead}; start the worker again (what was not acknowledged is kept "
+                             "in its state folder and sent then)")
+                stop.set()
+                return
             if progress is not None:
                 s = worker.stats  # type: ignore[attr-defined]
                 progress.update(episodes=s.episodes, steps=s.steps, version=s.weights_version,

@@ -661,8 +661,11 @@ class Worker:
                     break
                 steps += n
                 episodes += 1
-            if drain_timeout_s > 0:
-                self.outbox.wait_empty(drain_timeout_s)
+            # wait for the last acknowledgements, unless the link can no longer bring any
+            deadline = time.monotonic() + drain_timeout_s
+            while time.monotonic() < deadline and not getattr(self.link, "dead", ""):
+                if self.outbox.wait_empty(min(0.5, max(0.0, deadline - time.monotonic()))):
+                    break
             return self.stats
         finally:
             self.stop_io()
