@@ -171,3 +171,50 @@ def test_checkpoint_writes_the_policy_file_that_render_loads(tmp_path):
     for name, value in expected.items():
         assert torch.equal(torch.as_tensor(got[name]), torch.as_tensor(value))
     trainer.close()
+
+
+def test_a_link_whose_network_process_died_stops_the_trainer_after_a_checkpoint(tmp_path):
+    t = new_trainer(tmp_path)
+    t.ingest([seg_msg("a", 0)])
+    t.link.dead = "the network process exited (exit code -9): this link can no longer reach the server"
+    with pytest.raises(UserError, match="network process exited.*--resume"):
+        t.run(max_seconds=30)
+    t.close()
+    assert (tmp_path / "checkpoints" / "latest.json").exists()  # what it had is kept for --resume
+
+
+def test_acknowledgements_wait_until_the_journal_is_on_the_disk(tmp_path, monkeypatch):
+    import os
+    import threading
+    import time
+
+    from rulka.segment import unpack
+
+    disk = threading.Event()
+    real_fsync = os.fsync
+    synced_files = []
+
+    def slow_fsync(fd):
+        disk.wait(10)  # a slow disk
+        synced_files.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    hub = LocalHub()
+    wlink = hub.worker_link("a")
+    t = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), run_dir=tmp_path,
+                signing_key=KEY)
+    wlink.receive(0.1)  # (anything sent at start)
+    t.ingest([seg_msg("a", 0), seg_msg("a", 1)])
+    t.ingest([seg_msg("a", 2)])
+    time.sleep(0.2)
+    t.ingest([])
+    assert [m for m in wlink.receive(0.2) if m.kind == "ack"] == []  # journaled, not on the disk yet
+    disk.set()
+    deadline = time.monotonic() + 10
+    got = []
+    while len(got) < 3 and time.monotonic() < deadline:
+        t.ingest([])
+        got += [s for m in wlink.receive(0.05) if m.kind == "ack" for s in unpack(m.payload)]
+    assert sorted(got) == [0, 1, 2] and synced_files  # one fsync may cover both batches
+    t.close()

@@ -1,10 +1,14 @@
 """The trainer's write-ahead journal of accepted segments.
 
-A segment is acknowledged to its worker only after it is appended here, so nothing a worker
-stopped keeping can be lost by a trainer crash: on restart the trainer loads its latest
+A segment is acknowledged to its worker only after it is appended here and synced to the disk
+(``JournalWriter``, ``AckGate``), so nothing a worker stopped keeping can be lost by a trainer
+crash or a power loss: on restart the trainer loads its latest
 checkpoint and replays the journal files written since. Each record is
-``[4-byte little-endian length][msgpack {"w": worker, "s": seq, "b": compressed segment}]``; a
-record cut short by a crash is ignored and the file is truncated to its last whole record.
+``[4-byte little-endian length][msgpack {"w": worker, "s": seq, "b": compressed segment}]``. A
+record cut short by a crash can only be one that was not acknowledged yet (its worker sends it
+again): it is not replayed, the file goes on from its last whole record and the cut bytes are
+kept in ``journal-N.bin.torn``; a resume names any segment of the accepted log that the journal
+did not give back (``missing_from_journal``).
 
 A record in the journal is a promise to its worker: the segment was acknowledged (or will be
 resent and deduplicated) and the memory will hold it. When the memory cannot store a journaled
@@ -19,7 +23,9 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -71,24 +77,104 @@ def journal_path(directory: Path, number: int) -> Path:
 
 class JournalWriter:
     """Appends records to one journal file. The trainer calls ``flush`` once per batch of
-    received messages, before it acknowledges any of them: a killed process keeps every record
-    a worker has let go of, at one write per batch instead of one per segment."""
+    received messages, then ``request_sync``: a thread of this writer calls ``fsync`` (one per
+    batch, or one for several batches that came during the last one) and ``synced`` says how
+    far the file is on the disk. The trainer acknowledges a batch only once it is synced
+    (``AckGate``), so neither a killed process nor a machine that loses power can lose a record
+    a worker has let go of, and the learner never waits for the disk."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._f: BinaryIO = open(path, "ab")  # noqa: SIM115 - kept open for the writer's lifetime
+        self.written = 0  # bytes appended by this writer
+        self.synced = 0  # of which known to be on the disk
+        self.closed = False
+        self._wanted = 0
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
 
     def append(self, worker: str, seq: int, payload: bytes) -> None:
         record = pack({"w": worker, "s": seq, "b": payload})
         self._f.write(_LEN.pack(len(record)) + record)
+        self.written += _LEN.size + len(record)
 
-    def flush(self) -> None:
-        """Hand what was appended to the operating system (before acknowledging it)."""
+    def flush(self) -> int:
+        """Hand what was appended to the operating system; returns the position it reached."""
         self._f.flush()
+        return self.written
+
+    def request_sync(self) -> None:
+        """Have everything flushed so far written to the disk (by the sync thread)."""
+        with self._cond:
+            if self.closed or self._wanted >= self.written:
+                return
+            self._wanted = self.written
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._sync_loop, name="rulka-journal-sync", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _sync_loop(self) -> None:
+        fd = self._f.fileno()
+        while True:
+            with self._cond:
+                while not self.closed and self._wanted <= self.synced:
+                    self._cond.wait()
+                if self.closed:
+                    return
+                target = self._wanted
+            try:
+                os.fsync(fd)
+            except OSError as exc:  # a disk that cannot sync: the batch stays unacknowledged
+                log.error("journal %s: fsync failed (%s); acknowledgements wait", self.path, exc)
+                time.sleep(1.0)
+                continue
+            with self._cond:
+                self.synced = max(self.synced, target)
+                self._cond.notify_all()
 
     def close(self) -> None:
+        """Flush, sync and close (what was appended is then on the disk)."""
+        if self.closed:
+            return
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self._f.flush()
+        try:
+            os.fsync(self._f.fileno())
+        except OSError as exc:
+            log.error("journal %s: fsync failed at close (%s)", self.path, exc)
         self._f.close()
+        self.synced = self.written
+
+
+class AckGate:
+    """Acknowledgements held until the journal records they promise are on the disk."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[JournalWriter, int, dict[str, list[int]]]] = []
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, journal: JournalWriter, position: int, acks: dict[str, list[int]]) -> None:
+        if acks:
+            self._held.append((journal, position, acks))
+            journal.request_sync()
+
+    def release(self, send: Callable[[dict[str, list[int]]], None]) -> None:
+        """Send (with ``send``) every held batch whose records are synced (or whose journal was
+        closed: closing syncs), oldest first."""
+        while self._held:
+            journal, position, acks = self._held[0]
+            if not (journal.closed or journal.synced >= position):
+                return
+            self._held.pop(0)
+            send(acks)
 
 
 def read_journal(path: Path, *, repair: bool = True) -> Iterator[tuple[str, int, bytes]]:

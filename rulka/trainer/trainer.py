@@ -56,6 +56,7 @@ from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.dedupe import Dedupe
 from rulka.trainer.journal import (
+    AckGate,
     JournalWriter,
     StoreGuard,
     accepted_since,
@@ -171,6 +172,7 @@ class Trainer:
         # runtime only
         self.verify_failures: list[str] = []
         self._store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer
+        self._acks = AckGate()  # acknowledgements wait for the journal's sync
         self.worker_stats: dict[str, dict[str, Any]] = {}
         self._last_heard: dict[str, float] = {}
         self._journal: JournalWriter | None = None
@@ -672,15 +674,22 @@ class Trainer:
                     self._bad("stats", str(exc))
             else:
                 self._bad("kind", f"unexpected message kind {msg.kind!r} from {msg.sender!r}")
-        self._flush_logs()  # what is acknowledged must be in the journal first
+        self._flush_logs()  # what is acknowledged must be in the journal (on the disk) first
+        if self._journal is not None:
+            self._acks.hold(self._journal, self._journal.written, acks)
+        else:
+            self._send_acks(acks)
+        self._acks.release(self._send_acks)
+        self.grant_credit()
+        return self.segments - before
+
+    def _send_acks(self, acks: dict[str, list[int]]) -> None:
         for worker, seqs in acks.items():
             try:
                 self.link.send_to(worker, "ack", pack(seqs))
             except Exception as exc:  # noqa: BLE001 - an unsent ack only means a resend later
                 self.counters["ack_failures"] += 1
                 log.debug("ack to %s failed: %s", worker, exc)
-        self.grant_credit()
-        return self.segments - before
 
     # -- training ---------------------------------------------------------------------------------
     def allowed_updates(self) -> int | float:
@@ -860,6 +869,8 @@ class Trainer:
                     messages = self.link.receive(timeout=0.0 if fed else 0.05)
                 except LinkClosed:
                     break
+                if getattr(self.link, "dead", ""):  # its network process is gone: no data can come
+                    raise UserError(f"trainer stopped: {self.link.dead}; start it again with --resume")
                 if not fed:
                     self._starved_s += time.perf_counter() - t_wait
                 self.ingest(messages)
@@ -867,6 +878,7 @@ class Trainer:
                 self.grant_credit()
                 self._republish_after_reconnect()
                 self.train_slice(max_updates)
+                self._acks.release(self._send_acks)  # batches the journal has synced meanwhile
                 self.report()
                 if self.run_dir is not None and time.monotonic() - self._last_checkpoint >= self.checkpoint_every_s:
                     self.checkpoint()
@@ -884,6 +896,8 @@ class Trainer:
         if self._journal is not None:
             self._journal.close()
             self._journal = None
+            if self.link is not None:
+                self._acks.release(self._send_acks)  # closing synced the journal
         if self._accepted_log is not None and not self._accepted_log.closed:
             self._accepted_log.close()
         for obj in (self.metrics, self.progress):
