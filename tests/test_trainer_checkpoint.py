@@ -218,3 +218,32 @@ def test_acknowledgements_wait_until_the_journal_is_on_the_disk(tmp_path, monkey
         got += [s for m in wlink.receive(0.05) if m.kind == "ack" for s in unpack(m.payload)]
     assert sorted(got) == [0, 1, 2] and synced_files  # one fsync may cover both batches
     t.close()
+
+
+class _BrokenMemory(ListMemory):
+    def __init__(self, error):
+        super().__init__()
+        self.error = error
+
+    def append(self, segment):
+        raise self.error
+
+
+def test_a_memory_that_cannot_allocate_stops_at_once_and_one_that_fails_every_time_after_a_run(tmp_path):
+    from rulka.trainer.journal import REFUSED_IN_ROW, MemoryStoreFailed, read_journal
+
+    t = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=_BrokenMemory(MemoryError("14.6 TiB")),
+                run_dir=tmp_path / "oom", signing_key=KEY)
+    with pytest.raises(MemoryStoreFailed, match=r"cannot allocate \(segment a/0: MemoryError: 14.6 TiB\)"):
+        t.ingest([seg_msg("a", 0)])
+    t.close()
+    assert [(w, s) for w, s, _ in read_journal(journal_path(tmp_path / "oom" / "journal", 0))] == [("a", 0)]
+
+    t = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=_BrokenMemory(ValueError("a bug")),
+                run_dir=tmp_path / "bug", signing_key=KEY)
+    t.ingest([seg_msg("a", i) for i in range(REFUSED_IN_ROW - 1)])  # one odd segment does not stop a run
+    assert t.counters["bad_memory"] == REFUSED_IN_ROW - 1
+    with pytest.raises(MemoryStoreFailed, match=f"refused {REFUSED_IN_ROW} segments in a row"):
+        t.ingest([seg_msg("a", REFUSED_IN_ROW)])
+    t.close()
+    assert not (tmp_path / "bug" / "checkpoints" / "latest.json").exists()

@@ -4,8 +4,10 @@
     link = connect_trainer(cfg.network, "keys/")                     # on the GPU box
 
 Each link owns one tlspyo ``Endpoint`` (a Twisted child process on a free local port, which
-reconnects by itself with exponential backoff from ``network.reconnect_backoff_s``) and two
-threads:
+reconnects by itself with exponential backoff from ``network.reconnect_backoff_s``, capped at its
+second value: 10 s by default, with 10 % jitter) and two threads (three with the heartbeat). A
+network process that dies is noticed within about a second: ``link.dead`` says why, logged once,
+and the roles stop instead of waiting for a connection that cannot come:
 
 - a sender: ``send``/``broadcast``/``send_to`` only queue (bounded by ``network.outbox_messages``;
   a full outbox raises ``OutboxFull`` at once, nothing queued). The sender signs each message
