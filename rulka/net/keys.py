@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import os
 import re
 import secrets
@@ -42,6 +43,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.x509.oid import NameOID
 
 from rulka.errors import UserError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")
 OPERATOR_PREFIX = "op:"  # worker names cannot hold ':', so no worker can take an operator's identity
@@ -339,7 +342,8 @@ class Credentials:
             for p in folder.glob("*.pub"):
                 try:
                     out[p.stem] = load_ed25519_public(p)
-                except UserError:
+                except UserError as exc:
+                    log.warning("worker %s is not enrolled while its key is unreadable: %s", p.stem, exc)
                     continue  # an unreadable key enrols nobody
         return out
 

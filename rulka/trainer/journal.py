@@ -61,13 +61,15 @@ class StoreGuard:
         self.in_row += 1
         if not isinstance(exc, MemoryError) and self.in_row < REFUSED_IN_ROW:
             return None
-        what = "cannot allocate" if isinstance(exc, MemoryError) else f"refused {self.in_row} segments in a row"
+        oom = isinstance(exc, MemoryError)
+        what = "cannot allocate" if oom else f"refused {self.in_row} segments in a row"
         where = (f"kept in the journal of {self.run_dir}: fix the config, then resume with --resume {self.run_dir}"
                  if self.run_dir is not None else "not kept (no run folder)")
+        fix = ("Lower the memory's size (trainer.memory_kwargs, memory.memory_size_schedule, sac.buffer_size)" if oom
+               else "The memory plugin is broken (its first errors are logged above with their tracebacks)")
         self.failed = MemoryStoreFailed(
             f"the replay memory {what} (segment {worker}/{seq}: {type(exc).__name__}: {one_line(exc, 160)}); "
-            f"the trainer stops without acknowledging it; the segment is {where}. Lower the memory's size "
-            "(trainer.memory_kwargs, memory.memory_size_schedule, sac.buffer_size)")
+            f"the trainer stops without acknowledging it; the segment is {where}. {fix}")
         return self.failed
 
 
