@@ -18,7 +18,13 @@ from rulka.errors import UserError
 from rulka.interfaces import Memory, TrainingAgent
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.intake import ACCEPTED_LOG, Intake
-from rulka.trainer.journal import JournalWriter, journal_path, read_journal
+from rulka.trainer.journal import (
+    JournalWriter,
+    accepted_since,
+    journal_path,
+    missing_from_journal,
+    read_journal,
+)
 from rulka.trainer.ratelimit import SampleToInsertRatio
 from rulka.trainer.state import RunState
 
@@ -123,22 +129,26 @@ class Checkpointer:
         # the accepted log records what the memory holds: cut it back to the checkpoint, then the
         # journal replay appends what came after
         accepted = self.run_dir / ACCEPTED_LOG
+        before = accepted_since(accepted, state.accepted_log_bytes)  # what the journal must give back
         if accepted.exists():
             with open(accepted, "r+b") as f:
                 f.truncate(state.accepted_log_bytes)
         self.intake.accepted_log = open(accepted, "ab")  # noqa: SIM115
         replayed = 0
+        replayed_keys: set[tuple[str, int]] = set()
         journal_dir = self.run_dir / "journal"
         journals = sorted(journal_dir.glob("journal-*.bin")) if journal_dir.is_dir() else []
         for path in journals:
             number = int(path.stem.split("-")[1])
             if number < journal_from:
                 continue
-            for worker, _seq, payload in read_journal(path):
+            for worker, seq, payload in read_journal(path):
                 self.intake.ingest_segment(worker, payload, journal=False, acks=None, defer=False)
+                replayed_keys.add((worker, seq))
                 replayed += 1
             state.journal_number = max(state.journal_number, number)
         self.intake.accepted_log.close()
+        state.counters["journal_missing_segments"] += len(missing_from_journal(before, replayed_keys))
         if replayed:
             log.info("replayed %d journaled segments", replayed)
 

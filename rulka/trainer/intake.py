@@ -20,7 +20,7 @@ from rulka.segment import Segment
 from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer.best import BestPolicy
 from rulka.trainer.credit import WorkerBook
-from rulka.trainer.journal import JournalWriter, journal_path
+from rulka.trainer.journal import JournalWriter, StoreGuard, journal_path
 from rulka.trainer.ratelimit import SampleToInsertRatio
 from rulka.trainer.state import RunState, Window
 from rulka.trainer.verify import first_difference
@@ -37,7 +37,8 @@ class Intake:
 
     def __init__(self, state: RunState, window: Window, workers: WorkerBook, memory: Memory,
                  limiter: SampleToInsertRatio | None, decoder: SegmentDecoder, *, verify: bool, rate_mode: str,
-                 max_deferred: int, ingest_threads: int, best_policy: BestPolicy | None) -> None:
+                 max_deferred: int, ingest_threads: int, best_policy: BestPolicy | None,
+                 store_guard: StoreGuard | None = None) -> None:
         self.state = state
         self.window = window
         self.workers = workers
@@ -49,6 +50,8 @@ class Intake:
         self.max_deferred = max_deferred
         self.ingest_threads = ingest_threads
         self.best_policy = best_policy
+        # a memory that cannot store stops the trainer (rulka.trainer.journal.StoreGuard)
+        self.store_guard = store_guard if store_guard is not None else StoreGuard(None)
         self.deferred: deque[Segment] = deque()  # held back while the learner is behind
         self.journal: JournalWriter | None = None
         self.accepted_log: Any = None
@@ -191,10 +194,14 @@ class Intake:
             state.bad("memory", f"{seg.worker_id}/{seg.seq}: {exc}")
             added = 0
         except Exception as exc:  # noqa: BLE001 - one odd segment must not stop a run; counted, logged
+            if self.store_guard.refused(seg.worker_id, seg.seq, exc) is not None:
+                raise self.store_guard.failed from None  # no ack, no checkpoint: the journal keeps it
             if state.counters["bad_memory"] < 3:
                 log.exception("memory refused segment %s/%d", seg.worker_id, seg.seq)
             state.bad("memory", f"{seg.worker_id}/{seg.seq}: {type(exc).__name__}: {exc}")
             added = 0
+        else:
+            self.store_guard.stored()
         state.samples += added
         self.window.samples += added
         # transitions the memory holds out (its test store) are not trainable: the ratio of

@@ -56,6 +56,7 @@ from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.checkpointing import Checkpointer
 from rulka.trainer.credit import CREDIT_RESEND_S, Credit, WorkerBook
 from rulka.trainer.intake import ACCEPTED_LOG, Intake
+from rulka.trainer.journal import AckGate, StoreGuard
 from rulka.trainer.learner_step import LearnerStep
 from rulka.trainer.publishing import Publisher, signed_encoder
 from rulka.trainer.ratelimit import SampleToInsertRatio, limiter_for
@@ -178,11 +179,14 @@ class Trainer:
             self.best_policy = BestPolicy(greedy_maps, self.run_dir / BEST_DIR if self.run_dir is not None else None)
         # the components, over the state they share
         self.state = RunState()
+        self.store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer
+        self.acks = AckGate()  # acknowledgements wait for the journal's sync
         self.window = Window()
         self.workers = WorkerBook()
         self.intake = Intake(self.state, self.window, self.workers, self.memory, self.limiter, self.segment_decoder,
                              verify=self.verify, rate_mode=self.rate_mode, max_deferred=self.max_deferred,
-                             ingest_threads=self.ingest_threads, best_policy=self.best_policy)
+                             ingest_threads=self.ingest_threads, best_policy=self.best_policy,
+                             store_guard=self.store_guard)
         self.credit = Credit(self.state, self.workers, self.limiter, self.memory, self.intake.deferred,
                              rate_mode=self.rate_mode, credit_segments=self.credit_segments,
                              credit_steps=self.credit_steps)
@@ -340,15 +344,22 @@ class Trainer:
                     self.state.bad("stats", str(exc))
             else:
                 self.state.bad("kind", f"unexpected message kind {msg.kind!r} from {msg.sender!r}")
-        self.intake.flush()  # what is acknowledged must be in the journal first
+        self.intake.flush()  # what is acknowledged must be in the journal (on the disk) first
+        if self.intake.journal is not None:
+            self.acks.hold(self.intake.journal, self.intake.journal.written, acks)
+        else:
+            self.send_acks(acks)
+        self.acks.release(self.send_acks)
+        self.grant_credit()
+        return self.segments - before
+
+    def send_acks(self, acks: dict[str, list[int]]) -> None:
         for worker, seqs in acks.items():
             try:
                 self.link.send_to(worker, "ack", pack(seqs))
             except Exception as exc:  # noqa: BLE001 - an unsent ack only means a resend later
                 self.counters["ack_failures"] += 1
                 log.debug("ack to %s failed: %s", worker, exc)
-        self.grant_credit()
-        return self.segments - before
 
     def run(self, max_updates: int | None = None, max_seconds: float | None = None,
             stop_event: threading.Event | None = None, max_samples: int | None = None) -> dict[str, Any]:
@@ -377,6 +388,8 @@ class Trainer:
                     messages = self.link.receive(timeout=0.0 if fed else 0.05)
                 except LinkClosed:
                     break
+                if getattr(self.link, "dead", ""):  # its network process is gone: no data can come
+                    raise UserError(f"trainer stopped: {self.link.dead}; start it again with --resume")
                 if not fed:
                     self.window.starved_s += time.perf_counter() - t_wait
                 self.ingest(messages)
@@ -384,18 +397,22 @@ class Trainer:
                 self.grant_credit()
                 self.publisher.republish_after_reconnect()
                 self.train_slice(max_updates)
+                self.acks.release(self.send_acks)  # batches the journal has synced meanwhile
                 self.report()
                 if self.checkpointer is not None and self.checkpointer.due():
                     self.checkpoint()
         finally:
             self.report(force=True)
-            if self.run_dir is not None:
+            if self.run_dir is not None and self.store_guard.failed is None:
                 self.checkpoint()
         return self.summary()
 
     def close(self) -> None:
         """Close files, metrics, the decode threads and the link."""
+        journal_open = self.intake.journal is not None
         self.intake.close()
+        if journal_open and self.link is not None:
+            self.acks.release(self.send_acks)  # closing synced the journal
         for obj in (self.metrics, self.progress):
             if obj is not None:
                 try:
