@@ -17,6 +17,7 @@ from rulka.envs.sim.tracks import get_track
 from rulka.envs.tmnf.env import TmnfEnv
 from rulka.envs.tmnf.fake import FakeFaults
 from rulka.envs.tmnf.game import FakeLauncher
+from rulka.errors import UserError
 from rulka.net.local import LocalHub
 from rulka.trainer.trainer import Trainer
 from rulka.worker.worker import Worker
@@ -88,6 +89,19 @@ def test_frames_are_the_requested_size_grayscale_and_match_the_state():
         expected = Camera(game._track, 32, 24).render(game._car.x, game._car.z, game._car.heading)
         assert np.array_equal(obs["img"], expected)
         assert info["race_time_ms"] == 250
+    finally:
+        env.close()
+
+
+def test_a_frame_captured_smaller_than_requested_is_an_error_not_a_wrong_image():
+    # the fake's window is smaller than the 32x24 frame: it captures 20x24, as TMInterface's
+    # CaptureScreenshot(vec2&inout) would, and the client refuses it with the reason
+    launcher = FakeLauncher(countdown_ms=-100, window_size=(20, 24))
+    env = TmnfEnv(tmnf_cfg(True), launcher=launcher, port=0)
+    try:
+        with pytest.raises(UserError, match="captured a 20x24 frame where 32x24 was requested"):
+            env.reset()
+        assert launcher.game.counters["frames"] >= 1  # frames were captured, and all refused
     finally:
         env.close()
 

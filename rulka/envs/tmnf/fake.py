@@ -106,16 +106,21 @@ class FakeGame:
         load_s: time to load a map (``Menus`` -> ``InRace``).
         checkpoint_fractions: checkpoint gates along the race line (the finish is added).
         faults: failure modes to inject.
+        window_size: the game window's client size; a frame request larger than it is captured
+            at the window's size (TMInterface's ``Graphics::CaptureScreenshot(vec2&inout size)``
+            returns the size it captured, angel-lsp's as.predefined; the plugin reports it).
     """
 
     def __init__(self, port: int = 0, countdown_ms: int = -1500, load_s: float = 0.02,
-                 checkpoint_fractions: tuple[float, ...] = (1 / 3, 2 / 3), faults: FakeFaults | None = None) -> None:
+                 checkpoint_fractions: tuple[float, ...] = (1 / 3, 2 / 3), faults: FakeFaults | None = None,
+                 window_size: tuple[int, int] | None = None) -> None:
         self.requested_port = int(port)
         self.port = int(port)
         self.countdown_ms = int(countdown_ms)
         self.load_s = float(load_s)
         self.checkpoint_fractions = tuple(checkpoint_fractions)
         self.faults = faults or FakeFaults()
+        self.window_size = window_size
         self.log: list[str] = []
         self.counters: dict[str, int] = {"run_steps": 0, "frames": 0, "timeouts": 0, "connects": 0, "races": 0}
         self.state = "startup"
@@ -336,6 +341,8 @@ class FakeGame:
     def _send_frame(self) -> None:
         assert self._frame_request is not None and self._car is not None and self._track is not None
         w, h = self._frame_request
+        if self.window_size is not None:  # CaptureScreenshot's inout size: what was captured
+            w, h = min(w, self.window_size[0]), min(h, self.window_size[1])
         f = self.faults
         if f.slow_frame_at_ms is not None and self.race_time_ms >= f.slow_frame_at_ms and f.fire("slow_frame"):
             self.log.append("fault:slow_frame")
@@ -350,7 +357,7 @@ class FakeGame:
         bgra.reshape(-1)[3:16:4] = np.frombuffer(struct.pack("<i", self.race_time_ms), dtype=np.uint8)[:4]
         self._frame_request = None
         self.counters["frames"] += 1
-        self._callback(struct.pack("<i", M.SC_REQUESTED_FRAME_SYNC) + bgra.tobytes(), M.SC_REQUESTED_FRAME_SYNC)
+        self._callback(struct.pack("<iii", M.SC_REQUESTED_FRAME_SYNC, w, h) + bgra.tobytes(), M.SC_REQUESTED_FRAME_SYNC)
 
     # ------------------------------------------------------------------ state blobs
     def game_state(self) -> S.GameState:

@@ -219,9 +219,14 @@ void Render()
         }
     }
     if (g_client !is null && g_frameRequested) {
-        array<uint8>@ pixels = Graphics::CaptureScreenshot(vec2(g_frameW, g_frameH));
+        // CaptureScreenshot takes the size inout: it comes back as the size actually captured
+        // (smaller when the window is), which goes out first so the client can check it.
+        vec2 size(g_frameW, g_frameH);
+        array<uint8>@ pixels = Graphics::CaptureScreenshot(size);
         g_frameRequested = false;
         g_client.Write(int(MessageType::SC_REQUESTED_FRAME_SYNC));
+        g_client.Write(int(size.x));
+        g_client.Write(int(size.y));
         g_client.Write(pixels);
         SendAndWait(MessageType::SC_REQUESTED_FRAME_SYNC);
     }
