@@ -83,6 +83,24 @@ def test_car_state_from_telemetry_uses_left_up_dir_as_orientation_columns() -> N
     assert cs.wheel_sliding.tolist() == [True, False, False, False]
 
 
+def test_lateral_axis_is_up_cross_dir_and_a_mirrored_record_is_detected() -> None:
+    v = np.zeros(T.N_FIELDS, np.float32)
+    h = 0.3
+    v[8:11] = (math.sin(h), 0, math.cos(h))  # dir
+    v[11:14] = (0, 1, 0)  # up
+    v[14:17] = (-math.cos(h), 0, math.sin(h))  # Left = -(Up x Dir): a left-handed world
+    rec = T.Telemetry(0, v)
+    cs = rec.car_state()
+    # hand-computed: (0,1,0) x (sin h, 0, cos h) = (cos h, 0, -sin h), whatever Left says
+    np.testing.assert_allclose(cs.orientation[:, 0], [math.cos(h), 0, -math.sin(h)], atol=1e-6)
+    assert np.linalg.det(cs.orientation) == pytest.approx(1.0, abs=1e-6)
+    assert rec.handedness() == -1
+    v[14:17] = (math.cos(h), 0, -math.sin(h))
+    assert T.Telemetry(0, v).handedness() == 1
+    v[14:17] = (0.5, 0, 0)  # not a unit vector: malformed
+    assert T.Telemetry(0, v).handedness() == 0
+
+
 def test_client_reconnects_after_a_plugin_reload(caplog: pytest.LogCaptureFixture) -> None:
     with FakeTM2020(fps=100) as game, T.TelemetryClient(port=game.port, retry_s=0.05) as client:
         first = client.wait_newer(None, 5.0)
@@ -250,7 +268,7 @@ def _drive(env, steps: int, action: int = 0) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["plugin_silent", "window_lost", "game_paused"])
+@pytest.mark.parametrize("fault", ["plugin_silent", "window_lost", "game_paused", "mirrored_record"])
 def test_fault_ends_the_episode_cleanly_and_the_next_one_runs(fault: str, caplog: pytest.LogCaptureFixture) -> None:
     with FakeTM2020(countdown_s=0.2, fps=60) as game:
         env = _env(game)
@@ -262,14 +280,14 @@ def test_fault_ends_the_episode_cleanly_and_the_next_one_runs(fault: str, caplog
             assert before[-1][4]["progress_m"] > 0.5  # the car moves
             with caplog.at_level(logging.WARNING):
                 {"plugin_silent": lambda: game.silence(1.5), "window_lost": lambda: game.lose_window(1.5),
-                 "game_paused": lambda: game.pause(1.5)}[fault]()
+                 "game_paused": lambda: game.pause(1.5), "mirrored_record": lambda: game.mirror(1.5)}[fault]()
                 steps = _drive(env, 100)
                 obs, r, te, tr, info = steps[-1]
                 assert info["fault"] == fault and tr and not te and r == 0.0
                 assert np.isfinite(obs["float"]).all()  # the last good observation, not garbage
                 assert game.inputs == NEUTRAL  # the car is not left accelerating
                 message = {"plugin_silent": "telemetry silent", "window_lost": "game window lost",
-                           "game_paused": "game paused"}[fault]
+                           "game_paused": "game paused", "mirrored_record": "mirrored or malformed car basis"}[fault]
                 assert message in caplog.text
                 obs, info = env.reset()  # waits for the game, then respawns
             assert "game is back" in caplog.text
@@ -295,6 +313,25 @@ def test_plugin_reload_mid_episode_is_invisible_to_the_learner() -> None:
             assert env.telemetry.connects == 2
         finally:
             env.close()
+
+
+def test_a_client_that_hangs_up_in_the_menus_is_dropped_at_once() -> None:
+    # while nothing is written (menus, loading) only IsHungUp() notices a closed client; the
+    # plugin checks it every frame, so the next client is served without waiting for a race
+    import socket
+
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        game.silence(30.0)  # the menus: no records
+        first = socket.create_connection(("127.0.0.1", game.port), timeout=2)
+        deadline = time.monotonic() + 5
+        while game.clients < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first.close()
+        second = socket.create_connection(("127.0.0.1", game.port), timeout=2)
+        while game.clients < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert game.clients == 2 and "client_hung_up" in [what for _, what in game.events]
+        second.close()
 
 
 def test_env_previous_action_slots_end_with_the_action_just_sent() -> None:

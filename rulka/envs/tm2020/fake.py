@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import select
 import socket
 import threading
 import time
@@ -78,6 +79,7 @@ class FakeTM2020:
         self._silent_until = 0.0
         self._window_lost_until = 0.0
         self._paused_until = 0.0
+        self._mirrored_until = 0.0
         self._drop = False
         self._stop = threading.Event()
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -180,6 +182,12 @@ class FakeTM2020:
         self._paused_until = time.monotonic() + seconds
         self._event(f"pause {seconds}")
 
+    def mirror(self, seconds: float) -> None:
+        """Send records whose Left is flipped for ``seconds`` (a mirrored basis: what a plugin
+        reading another vector, or a game that changed handedness, would send)."""
+        self._mirrored_until = time.monotonic() + seconds
+        self._event(f"mirror {seconds}")
+
     @property
     def paused(self) -> bool:
         return time.monotonic() < self._paused_until
@@ -237,7 +245,11 @@ class FakeTM2020:
             v[5:8] = (car.vx, 0.0, car.vz)
             v[8:11] = (s, 0.0, c)  # forward
             v[11:14] = (0.0, 1.0, 0.0)  # up
-            v[14:17] = (c, 0.0, -s)  # left (the simulator's lateral axis)
+            # vis.Left; the simulator's world is right-handed, so Left = Up x Dir here. The real
+            # game's sign is logged by the interface at the first record (docs/tm2020.md).
+            v[14:17] = (c, 0.0, -s)
+            if time.monotonic() < self._mirrored_until:
+                v[14:17] = (-c, 0.0, s)
             gas, brake, steer = self.inputs
             v[17:20] = (steer, gas, 1.0 if brake > 0 else 0.0)
             v[20] = 1.0 if self._finished else 0.0
@@ -278,6 +290,11 @@ class FakeTM2020:
             if now < next_t:
                 time.sleep(next_t - now)
             next_t = max(next_t + period, time.monotonic() - period)
+            if _hung_up(client):
+                # rulka's plugin asks Net::Socket::IsHungUp() every frame, in menus too (a write
+                # only fails in a race): OpenplanetCore.json 1.29.5 lists it
+                self._event("client_hung_up")
+                return
             if time.monotonic() < self._silent_until:
                 continue
             rec = T.encode_record(self._frame, self.record_values())
@@ -286,6 +303,17 @@ class FakeTM2020:
                 client.sendall(rec)
             except OSError:
                 return
+
+
+def _hung_up(client: socket.socket) -> bool:
+    """True when the peer closed the connection (what Openplanet's ``IsHungUp()`` reports)."""
+    readable, _, _ = select.select([client], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return client.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def _material(code: int) -> float:

@@ -40,6 +40,8 @@ FAULT_MESSAGES = {
     "(Openplanet F3 -> Developer -> reload)? Ending the episode; waiting for telemetry",
     "window_lost": "game window lost ({detail}): restore the Trackmania window. Ending the episode; waiting for it",
     "game_paused": "game paused (in-game menu open): close the menu. Ending the episode; waiting for the race",
+    "mirrored_record": "telemetry record with a mirrored or malformed car basis ({detail}): the plugin's "
+    "Left, Up, Dir disagree with the rest of the stream. Ending the episode; waiting for good records",
 }
 
 
@@ -86,7 +88,9 @@ class TM2020Interface(RealTimeGymInterface):
         self._last_info: dict[str, Any] = {}
         self._fault = ""
         self.closed = False  # set by the env's close(): no control reaches the game after it
-        self.faults: dict[str, int] = {"plugin_silent": 0, "window_lost": 0, "game_paused": 0}
+        self.faults: dict[str, int] = {"plugin_silent": 0, "window_lost": 0, "game_paused": 0, "mirrored_record": 0}
+        self.handedness = 0
+        """det([Left, Up, Dir]) sign of the stream, set by its first well-formed record."""
         self.resets = 0
 
     # ------------------------------------------------------------------ spaces
@@ -143,6 +147,13 @@ class TM2020Interface(RealTimeGymInterface):
             return "plugin_silent", f"{age:.1f}", rec, None
         if rec.paused:
             return "game_paused", "", rec, None
+        hand = rec.handedness()
+        if hand and not self.handedness:
+            self.handedness = hand
+            log.info("tm2020: the game's Left is %s(Up x Dir)", "" if hand > 0 else "-")
+        if hand != self.handedness:
+            why = "not orthonormal" if hand == 0 else f"handedness {hand:+d}, stream {self.handedness:+d}"
+            return "mirrored_record", why, rec, None
         try:
             frame = self.frames.grab()
         except WindowLost as exc:
