@@ -458,6 +458,85 @@ def test_a_finished_race_terminates_and_the_next_reset_restarts_it() -> None:
             env.close()
 
 
+def _drive_past_checkpoint(env, game, driver, limit: int = 3000) -> dict:
+    info = {}
+    for _ in range(limit):
+        _, _, te, tr, info = env.step(driver.action(game.car))
+        if game.checkpoints_passed >= 1 or te or tr:
+            break
+    assert game.checkpoints_passed == 1 and not info.get("finished")
+    return info
+
+
+def test_fake_respawn_keeps_the_clock_and_give_up_restarts_at_zero() -> None:
+    # TM2020 (game-interfaces.md, corrections): B / Backspace respawn at the last checkpoint with
+    # the race clock running; Delete gives up (restart at zero)
+    with FakeTM2020(countdown_s=0.2, fps=60, time_scale=4.0, checkpoint_fractions=(0.25,)) as game:
+        game.respawn()  # before the first checkpoint a respawn restarts the run
+        assert game.resets == 1 and game.respawns == 0
+        game.start_autopilot()
+        deadline = time.monotonic() + 30
+        while game.checkpoints_passed < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        game.stop_autopilot()
+        game.set_inputs(0.0, 0.0, 0.0)
+        assert game.checkpoints_passed == 1
+        t_before = game.record_values()[0]
+        game.respawn()
+        rec = game.record_values()
+        cp = game.track.centerline[game.track.start_index + game.checkpoints[0]]
+        assert rec[0] >= t_before > 0  # the clock runs on
+        assert math.hypot(rec[2] - cp[0], rec[4] - cp[2]) < 1e-3 and game.respawns == 1
+        game.give_up()
+        rec = game.record_values()
+        sx, sz, _ = game.track.start_pose
+        assert rec[0] == -200 and game.checkpoints_passed == 0  # countdown again, from zero
+        assert math.hypot(rec[2] - sx, rec[4] - sz) < 1e-3
+
+
+def test_an_episode_ended_past_a_checkpoint_is_followed_by_one_from_the_line() -> None:
+    from rulka.envs.sim.driver import ScriptedDriver
+
+    with FakeTM2020(countdown_s=0.2, fps=120, time_scale=4.0, checkpoint_fractions=(0.2,)) as game:
+        env = _env(game)
+        driver = ScriptedDriver(game.track)
+        try:
+            env.reset()
+            info = _drive_past_checkpoint(env, game, driver)
+            assert info["progress_m"] > 0.15 * env.pipeline.line.finish_progress
+            _, info = env.reset()  # the controller gives up: the next episode starts at the line
+            assert info["progress_m"] < 1.0 and game.checkpoints_passed == 0
+            assert 0 <= info["race_time_ms"] < 1000
+        finally:
+            env.close()
+
+
+def test_a_reset_that_respawned_would_never_see_a_start_past_a_checkpoint() -> None:
+    # the bug this replaces: resetting with B (a respawn) after a checkpoint keeps the clock
+    # running, so no start signal comes and the reset gives up with the bindings message
+    from rulka.envs.sim.driver import ScriptedDriver
+    from rulka.envs.tm2020.fake import FakeGamepad
+    from rulka.errors import UserError
+
+    class RespawningPad(FakeGamepad):
+        def _reset_button(self, down: bool) -> None:
+            if down:
+                self.game.respawn()
+
+    with FakeTM2020(countdown_s=0.2, fps=120, time_scale=4.0, checkpoint_fractions=(0.2,)) as game:
+        env = _env(game, reset_timeout_s=0.5)
+        driver = ScriptedDriver(game.track)
+        try:
+            env.reset()
+            _drive_past_checkpoint(env, game, driver)
+            env.interface.controller = RespawningPad(game)
+            with pytest.raises(UserError, match="does not restart on give up"):
+                env.reset()
+            assert game.respawns >= 3
+        finally:
+            env.close()
+
+
 def test_platform_specific_parts_fail_with_a_clear_message_elsewhere() -> None:
     from rulka.envs.tm2020.capture import LinuxCapture, WindowsCapture
     from rulka.envs.tm2020.control import GamepadController

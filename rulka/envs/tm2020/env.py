@@ -174,6 +174,9 @@ class TM2020Env(gym.Env):
         self._flags.clear()
         self._flags.extend([discrete_to_flags(DEFAULT_PREVIOUS_ACTION)] * self._flags.maxlen)
         parts, info = self.rt.reset(seed=seed, options=options)
+        error, self.interface.reset_error = self.interface.reset_error, None
+        if error is not None:
+            raise error
         self._last_step_t = None
         return self._dict_obs(parts), self._info(info)
 

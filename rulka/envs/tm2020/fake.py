@@ -7,8 +7,13 @@ wall clock, optionally ``time_scale`` times faster) and, like rulka's plugin:
 - listens on 127.0.0.1 (port 0 picks a free one: ``port`` tells which) for one client and writes
   one telemetry record per "rendered frame" at ``fps``, each in a single send; a failed send
   drops the client and it listens again;
-- restarts the race on the reset button: countdown of ``countdown_s`` (records flow with a
-  negative race time, the car is held), then go;
+- gives up on the reset button (keyboard Delete in the game, what every rulka controller sends):
+  the race restarts at zero, countdown of ``countdown_s`` (records flow with a negative race
+  time, the car is held), then go;
+- respawns on ``respawn()`` (gamepad B / keyboard Backspace in the game): back to the last
+  checkpoint passed with the race clock running, or a restart at zero before the first one
+  (/work/shared/game-interfaces.md, "Corrections": TM2020 reset; TMRL's B only restarts because
+  its track has no checkpoint);
 - sets the finished flag from the finish-line crossing until the next reset.
 
 ``FakeGamepad`` (a ``Controller``) sets the fake car's inputs; ``FakeWindow`` (a
@@ -54,6 +59,8 @@ class FakeTM2020:
         time_scale: game seconds per wall-clock second (1 = real time, like the game).
         countdown_s: game seconds between a reset and the start signal.
         window_size: (width, height) of the fake window in pixels.
+        checkpoint_fractions: checkpoints along the race line (fractions of its length), each
+            passed when the car's nearest race-line sample reaches it.
     """
 
     def __init__(
@@ -64,6 +71,7 @@ class FakeTM2020:
         time_scale: float = 1.0,
         countdown_s: float = 1.5,
         window_size: tuple[int, int] = (256, 128),
+        checkpoint_fractions: tuple[float, ...] = (),
     ) -> None:
         self.track = get_track(track) if isinstance(track, str) else track
         self.fps = float(fps)
@@ -71,6 +79,12 @@ class FakeTM2020:
         self.countdown_ms = int(round(countdown_s * 1000))
         self.window_size = (int(window_size[0]), int(window_size[1]))
         self.car = CarPhysics(self.track)
+        tr = self.track
+        self._line = tr.centerline[tr.start_index : tr.finish_index + 1, [0, 2]]
+        self.checkpoints = [int(round(f * (len(self._line) - 1))) for f in checkpoint_fractions]
+        self.checkpoints_passed = 0
+        self.respawns = 0
+        self._clock_offset_ms = 0
         self._controls = Controls()
         self._lock = threading.RLock()
         self._race_ms = -self.countdown_ms  # game ms since the start signal
@@ -128,14 +142,41 @@ class FakeTM2020:
         c = self._controls
         return (c.gas, c.brake, -c.steer)
 
-    def press_reset(self) -> None:
-        """Restart the race: car back on the start line, countdown, finished flag cleared."""
+    def give_up(self) -> None:
+        """Give up (keyboard Delete): car back on the start line, race time back to the
+        countdown, checkpoints and the finished flag cleared."""
         with self._lock:
             self.car.reset()
             self._race_ms = -self.countdown_ms
             self._finished = False
+            self.checkpoints_passed = 0
+            self._clock_offset_ms = 0
             self.resets += 1
             self._event("reset")
+
+    press_reset = give_up
+
+    def respawn(self) -> None:
+        """Respawn (gamepad B / keyboard Backspace): at the last checkpoint passed, standing,
+        with the race clock running on; before the first checkpoint it is a give up."""
+        with self._lock:
+            if not self.checkpoints_passed:
+                self.give_up()
+                return
+            idx = self.track.start_index + self.checkpoints[self.checkpoints_passed - 1]
+            x, _, z = self.track.centerline[idx]
+            self.car.reset(float(x), float(z), self.track.heading_at(idx))
+            self._clock_offset_ms = self._race_ms  # the car's own clock restarts; the race's does not
+            self.respawns += 1
+            self._event("respawn")
+
+    def _pass_checkpoints(self) -> None:
+        if self.checkpoints_passed >= len(self.checkpoints):
+            return
+        nearest = int(np.argmin((self._line[:, 0] - self.car.x) ** 2 + (self._line[:, 1] - self.car.z) ** 2))
+        while self.checkpoints_passed < len(self.checkpoints) and nearest >= self.checkpoints[self.checkpoints_passed]:
+            self.checkpoints_passed += 1
+            self._event(f"checkpoint {self.checkpoints_passed}")
 
     def start_autopilot(self) -> None:
         """Drive like a person would: the simulator's scripted driver holds the pad (for
@@ -227,9 +268,10 @@ class FakeTM2020:
                 continue
             self.car.step(self._controls, 1)
             self._race_ms += 10
+            self._pass_checkpoints()
             if self.car.finished:
                 self._finished = True
-                self._race_ms = int(self.car.finish_time_ms or self._race_ms)
+                self._race_ms = self._clock_offset_ms + int(self.car.finish_time_ms or self._race_ms)
                 self._event("finish")
 
     def record_values(self) -> np.ndarray:
@@ -333,8 +375,8 @@ class FakeGamepad(Controller):
         self.game.set_inputs(gas, brake, steer)
 
     def _reset_button(self, down: bool) -> None:
-        if down:
-            self.game.press_reset()
+        if down:  # every rulka controller's reset is the game's give up
+            self.game.give_up()
 
 
 class FakeWindow:

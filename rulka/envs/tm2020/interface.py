@@ -11,7 +11,7 @@ Faults never crash the worker and never feed bad transitions: when the plugin go
 window is lost or the game is paused, the step ends the episode (``info["fault"]`` names it,
 ``truncated_by_pipeline`` is set so the env reports it as truncated), the controls go neutral and
 a warning says what happened. The next ``reset`` waits until the game is back, logging what it
-waits for, then respawns.
+waits for, then gives up (restart at zero).
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ class TM2020Interface(RealTimeGymInterface):
         self._fault = ""
         self.closed = False  # set by the env's close(): no control reaches the game after it
         self.faults: dict[str, int] = {"plugin_silent": 0, "window_lost": 0, "game_paused": 0, "mirrored_record": 0}
+        self.reset_error: Exception | None = None
+        """An exception from the last reset, raised again by ``TM2020Env.reset``."""
         self.handedness = 0
         """det([Left, Up, Dir]) sign of the stream, set by its first well-formed record."""
         self.resets = 0
@@ -188,7 +190,8 @@ class TM2020Interface(RealTimeGymInterface):
             time.sleep(self.s.poll_s)
 
     def _respawn(self) -> Telemetry:
-        """Press respawn until a new race starts (start signal seen); return its first record."""
+        """Give up until a new race starts (start signal seen); return its first record. A
+        respawn would not do: past a checkpoint it keeps the clock running."""
         for attempt in range(3):
             before = self.telemetry.latest()
             t_before = before.race_time_ms if before is not None else 0
@@ -207,11 +210,12 @@ class TM2020Interface(RealTimeGymInterface):
                     saw_countdown = True
                 elif not rec.finished and not rec.paused and (saw_countdown or rt < t_before - 100):
                     return rec
-            log.warning("tm2020: no start signal %.0f s after respawn (attempt %d); pressing again",
+            log.warning("tm2020: no start signal %.0f s after give up (attempt %d); pressing again",
                         self.s.reset_timeout_s, attempt + 1)
             self._await_healthy()
-        raise UserError("tm2020: the race does not restart on respawn: check the gamepad/keyboard bindings "
-                        "(defaults needed: B / Delete respawns) and that the game window has focus")
+        raise UserError("tm2020: the race does not restart on give up: keyboard Delete must be bound to "
+                        "\"Give up\" (the game's default; Settings -> Controls) and the game window must have "
+                        "the keyboard focus")
 
     # ------------------------------------------------------------------ rtgym API
     def send_control(self, control: Any) -> None:
@@ -224,6 +228,17 @@ class TM2020Interface(RealTimeGymInterface):
         self._last_action = control
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+        # rtgym calls this in its own thread and waits for it: an exception there would end the
+        # thread and leave the caller waiting forever. It is kept for TM2020Env.reset to raise.
+        try:
+            return self._reset(seed, options)
+        except Exception as exc:  # noqa: BLE001 - re-raised by TM2020Env.reset
+            self.reset_error = exc
+            self.controller.neutral()
+            obs = [np.zeros(sp.shape, sp.dtype) for sp in self.get_observation_space().spaces]
+            return list(self._last_obs or obs), {"fault": "reset_failed"}
+
+    def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[list[Any], dict[str, Any]]:
         self.controller.neutral()
         rec, _ = self._await_healthy()
         if rec.finished:
@@ -270,5 +285,5 @@ class TM2020Interface(RealTimeGymInterface):
         return self._last_obs, float(reward), bool(terminated or truncated), info
 
     def wait(self) -> None:
-        """Between episodes: release the controls (the next reset respawns)."""
+        """Between episodes: release the controls (the next reset gives up: a restart at zero)."""
         self.controller.neutral()
