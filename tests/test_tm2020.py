@@ -553,3 +553,13 @@ def test_platform_specific_parts_fail_with_a_clear_message_elsewhere() -> None:
     except ImportError:
         with pytest.raises(UserError, match=r"pip install rulka\[trackmania\]"):
             GamepadController()
+
+
+def test_the_fake_reports_no_turbo_surface_like_tm2020() -> None:
+    # TM2020's EPlugSurfaceMaterialId 7 / 26 are Turbo_Deprecated (OpenplanetNext.json 1.29.5):
+    # a turbo pad reads as its asphalt, and the other surfaces keep their ids
+    from rulka.envs.sim import physics
+    from rulka.envs.tm2020.fake import _material
+
+    assert _material(physics.TURBO) == 16.0
+    assert _material(physics.DIRT) == 6.0 and _material(physics.GRASS) == 2.0

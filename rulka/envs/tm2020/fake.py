@@ -359,7 +359,11 @@ def _hung_up(client: socket.socket) -> bool:
 
 
 def _material(code: int) -> float:
-    return float(MATERIAL_ID.get(code, 16))
+    """The TM2020 material id under a wheel on a simulator cell. TM2020 turbo pads are no
+    surface material (EPlugSurfaceMaterialId 7 and 26 are Turbo_Deprecated in OpenplanetNext.json
+    1.29.5; the boost is vis.IsTurbo): a turbo cell reads as the Asphalt (16) it is laid on."""
+    mid = MATERIAL_ID.get(code, 16)
+    return 16.0 if mid in (7, 26) else float(mid)
 
 
 class FakeGamepad(Controller):
