@@ -563,3 +563,63 @@ def test_the_fake_reports_no_turbo_surface_like_tm2020() -> None:
 
     assert _material(physics.TURBO) == 16.0
     assert _material(physics.DIRT) == 6.0 and _material(physics.GRASS) == 2.0
+
+
+def test_tmrl_lidar_matches_tmrl_0_7_1_on_the_same_images() -> None:
+    # tests/data/tmrl_lidar_0.7.1.npz holds TMRL 0.7.1's own Lidar.lidar_20 on these images
+    # (regenerate: python tests/tmrl_lidar_reference.py <tmrl-0.7.1 wheel>)
+    import tmrl_lidar_reference as ref
+
+    from rulka.envs.tm2020.capture import TmrlLidar
+
+    with np.load(ref.DATA) as data:
+        expected = [data[f"arr_{i}"] for i in range(len(data.files))]
+    imgs = ref.images()
+    assert len(expected) == len(imgs) == 18
+    for img, want in zip(imgs, expected):
+        got = TmrlLidar(img.shape[1], img.shape[0], dark=55).measure(img)
+        np.testing.assert_array_equal(got, want)
+    # BGRA frames (what the capture hands over) give the same scan: alpha is ignored
+    bgra = np.concatenate([imgs[0], np.zeros(imgs[0].shape[:2] + (1,), np.uint8)], axis=2)
+    np.testing.assert_array_equal(TmrlLidar(256, 128).measure(bgra), expected[0])
+
+
+def test_tmrl_lidar_live_against_tmrl_when_it_is_available() -> None:
+    import os
+    from pathlib import Path
+
+    import tmrl_lidar_reference as ref
+
+    from rulka.envs.tm2020.capture import TmrlLidar
+
+    source = os.environ.get("RULKA_TMRL_SOURCE", "")  # a tmrl 0.7.1 wheel or package folder
+    if not source or not Path(source).exists():
+        pytest.skip("set RULKA_TMRL_SOURCE to TMRL 0.7.1's wheel to compare live")
+    tmrl_lidar = ref.load_tmrl_lidar(Path(source))
+    for img in ref.images():
+        want = tmrl_lidar(img).lidar_20(img, show=False)
+        np.testing.assert_array_equal(TmrlLidar(img.shape[1], img.shape[0]).measure(img), want)
+
+
+def test_lidar_tmrl_reaches_the_observation_and_points_the_other_way() -> None:
+    from rulka.envs.tm2020.capture import Lidar, TmrlLidar, make_lidar
+
+    img = np.full((128, 256, 3), 120, np.uint8)
+    img[:, :60] = 0  # a dark border on the left of the image only
+    rulka, tmrl = Lidar(256, 128).measure(img), TmrlLidar(256, 128).measure(img)
+    # rulka's first beam points left, TMRL's right: the short beam is first in one, last in the other
+    assert rulka[0] < rulka[-1] and tmrl[-1] < tmrl[0]
+    assert isinstance(make_lidar("tmrl", 256, 128, 55), TmrlLidar)
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        from rulka.envs.tm2020.env import TM2020Env
+
+        env = TM2020Env({"environment": {"backend": "tm2020", "tm2020": {"capture": "fake", "observation": "lidar",
+                                                                         "lidar": "tmrl", **FAST}},
+                         "nn": {"vis": {"no_image": True}}}, fake=game)
+        try:
+            obs, _ = env.reset()
+            assert isinstance(env.interface._lidar, TmrlLidar)
+            beams = obs["float"][-19:]
+            assert (beams >= 0).all() and beams.max() > 1  # raw pixel indexes, as TMRL gives them
+        finally:
+            env.close()

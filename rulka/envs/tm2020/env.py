@@ -117,6 +117,7 @@ class TM2020Env(gym.Env):
             continuous=bool(env.continuous_actions),
             lidar_history=tm.lidar_history,
             lidar_dark_threshold=tm.lidar_dark_threshold,
+            lidar=tm.lidar,
             telemetry_timeout_s=tm.telemetry_timeout_s,
             reset_timeout_s=tm.reset_timeout_s / time_scale if use_fake else tm.reset_timeout_s,
             recover_timeout_s=tm.recover_timeout_s,

@@ -28,7 +28,7 @@ from rtgym import RealTimeGymInterface
 
 from rulka.envs.actions import N_ACTIONS
 from rulka.envs.pipeline import TrackmaniaPipeline
-from rulka.envs.tm2020.capture import FrameSource, Lidar, WindowLost, to_image
+from rulka.envs.tm2020.capture import FrameSource, Lidar, TmrlLidar, WindowLost, make_lidar, to_image
 from rulka.envs.tm2020.control import Controller
 from rulka.envs.tm2020.telemetry import Telemetry, TelemetryClient
 from rulka.errors import UserError
@@ -53,6 +53,7 @@ class InterfaceSettings:
     continuous: bool = False
     lidar_history: int = 4
     lidar_dark_threshold: int = 55
+    lidar: str = "rulka"
     telemetry_timeout_s: float = 2.0
     reset_timeout_s: float = 10.0
     recover_timeout_s: float = 600.0
@@ -81,7 +82,7 @@ class TM2020Interface(RealTimeGymInterface):
         self.s = settings
         if settings.observation not in ("image", "lidar"):
             raise UserError(f"tm2020 observation must be image or lidar, got {settings.observation!r}")
-        self._lidar: Lidar | None = None
+        self._lidar: Lidar | TmrlLidar | None = None
         self._scans: deque[np.ndarray] = deque(maxlen=settings.lidar_history)
         self._last_action: Any = self.get_default_action()
         self._last_obs: list[Any] | None = None
@@ -125,7 +126,7 @@ class TM2020Interface(RealTimeGymInterface):
             w, h = self.s.image_size
             return to_image(frame, w, h, grayscale=True), None
         if self._lidar is None or (self._lidar.width, self._lidar.height) != (frame.shape[1], frame.shape[0]):
-            self._lidar = Lidar(frame.shape[1], frame.shape[0], dark=self.s.lidar_dark_threshold)
+            self._lidar = make_lidar(self.s.lidar, frame.shape[1], frame.shape[0], self.s.lidar_dark_threshold)
         scan = self._lidar.measure(frame)
         self._scans.append(scan)
         while len(self._scans) < self._scans.maxlen:
