@@ -106,6 +106,45 @@ def test_a_frame_captured_smaller_than_requested_is_an_error_not_a_wrong_image()
         env.close()
 
 
+def test_frames_are_clean_the_console_closed_and_the_pb_ghost_hidden(tmp_path):
+    # the fake draws TMInterface's console while it is open (it opens at launch) and the PB
+    # ghost when the map's personal-best autosave exists; rulka closes the one after a launch
+    # and renames the other away before loading the map, so the frames show only the track
+    from rulka.envs.tmnf.fake import draw_overlays
+    from rulka.envs.sim.camera import Camera
+
+    base = tmp_path / "TrackMania"
+    autosaves = base / "Tracks" / "Replays" / "Autosaves"
+    autosaves.mkdir(parents=True)
+    (autosaves / "Player_default.Replay.gbx").write_bytes(b"pb")
+    cfg = config_from_dict({
+        "environment": {"backend": "tmnf", "game_launch": "fake", "tmi_protection_timeout_s": 1,
+                        "timeout_during_run_ms": 3000},
+        "nn": {"vis": {"no_image": False, "image_size": {"width": 32, "height": 24}}},
+        "user": {"trackmania_base_path": str(base), "username": "Player"},
+    })
+    launcher = FakeLauncher(countdown_ms=-100, trackmania_base_path=str(base), username="Player")
+    env = TmnfEnv(cfg, launcher=launcher, port=0)
+    try:
+        obs, _ = env.reset()
+        for _ in range(3):
+            obs, *_ = env.step(0)
+        game = launcher.game
+        assert not game.console_open and not game.ghost_visible
+        assert [line for line in game.log if line == "cmd:toggle_console"] == ["cmd:toggle_console"]
+        assert not (autosaves / "Player_default.Replay.gbx").exists()
+        assert (autosaves / "Player_default.Replay.gbx.bak").read_bytes() == b"pb"
+        assert env.game.counters["ghosts_hidden"] == 1
+        clean = Camera(game._track, 32, 24).render(game._car.x, game._car.z, game._car.heading)
+        assert np.array_equal(obs["img"], clean)
+        # the overlays the fake would have drawn are visible: a frame with them is not clean
+        dirty = np.repeat(clean[..., None], 4, axis=2)
+        draw_overlays(dirty, console=True, ghost=True)
+        assert not np.array_equal(dirty[..., 0], clean)
+    finally:
+        env.close()
+
+
 def test_map_cycle_entries_reach_the_game_and_the_metrics(tmp_path):
     env, launcher = make_env()
     try:

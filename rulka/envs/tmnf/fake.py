@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,9 @@ class FakeGame:
         load_s: time to load a map (``Menus`` -> ``InRace``).
         checkpoint_fractions: checkpoint gates along the race line (the finish is added).
         faults: failure modes to inject.
+        trackmania_base_path, username: where the personal-best autosaves live
+            (``Tracks/Replays/Autosaves/<user>_<map>.Replay.gbx``): a map loaded while its
+            autosave exists shows the PB ghost in every frame.
         window_size: the game window's client size; a frame request larger than it is captured
             at the window's size (TMInterface's ``Graphics::CaptureScreenshot(vec2&inout size)``
             returns the size it captured, angel-lsp's as.predefined; the plugin reports it).
@@ -113,7 +117,8 @@ class FakeGame:
 
     def __init__(self, port: int = 0, countdown_ms: int = -1500, load_s: float = 0.02,
                  checkpoint_fractions: tuple[float, ...] = (1 / 3, 2 / 3), faults: FakeFaults | None = None,
-                 window_size: tuple[int, int] | None = None) -> None:
+                 window_size: tuple[int, int] | None = None, trackmania_base_path: str | None = None,
+                 username: str = "Player") -> None:
         self.requested_port = int(port)
         self.port = int(port)
         self.countdown_ms = int(countdown_ms)
@@ -121,6 +126,14 @@ class FakeGame:
         self.checkpoint_fractions = tuple(checkpoint_fractions)
         self.faults = faults or FakeFaults()
         self.window_size = window_size
+        self.trackmania_base_path = trackmania_base_path
+        self.username = username
+        # TMInterface shows its console when the game starts, over every frame, until
+        # toggle_console (Linesight's game_instance_manager.py toggles it after each launch)
+        self.console_open = True
+        # the personal-best autosave of the loaded map is replayed as a ghost car (Linesight's
+        # map_loader.py hide_personal_record_replay renames it away before loading)
+        self.ghost_visible = False
         self.log: list[str] = []
         self.counters: dict[str, int] = {"run_steps": 0, "frames": 0, "timeouts": 0, "connects": 0, "races": 0}
         self.state = "startup"
@@ -269,6 +282,10 @@ class FakeGame:
         self._car = CarPhysics(track)
         self._gates = _gates(track, self.checkpoint_fractions)
         self.map_name = name
+        if self.trackmania_base_path:
+            autosave = (Path(self.trackmania_base_path) / "Tracks" / "Replays" / "Autosaves"
+                        / f"{self.username}_{name}.Replay.gbx")
+            self.ghost_visible = autosave.exists()
         self.state = "loading"
         self._load_done = time.monotonic() + self.load_s
         return True
@@ -354,6 +371,7 @@ class FakeGame:
         bgra = np.empty((h, w, 4), dtype=np.uint8)
         bgra[..., :3] = gray[..., None]
         bgra[..., 3] = 255
+        draw_overlays(bgra, console=self.console_open, ghost=self.ghost_visible)
         bgra.reshape(-1)[3:16:4] = np.frombuffer(struct.pack("<i", self.race_time_ms), dtype=np.uint8)[:4]
         self._frame_request = None
         self.counters["frames"] += 1
@@ -536,8 +554,20 @@ class FakeGame:
         words = text.strip().split(None, 1)
         if not words:
             return
+        if words[0] == "toggle_console":
+            self.console_open = not self.console_open
         if words[0] == "map" and len(words) == 2:
             self._load_map(words[1].strip().strip('"').strip("'"))
+
+
+def draw_overlays(bgra: np.ndarray, console: bool, ghost: bool) -> None:
+    """What a real frame would carry besides the track: TMInterface's console (a dark panel over
+    the top third) and the PB ghost (a bright car-sized block ahead of the camera)."""
+    h, w = bgra.shape[:2]
+    if console:
+        bgra[: max(h // 3, 1), :, :3] = 24
+    if ghost:
+        bgra[h // 2 - max(h // 10, 1): h // 2, w // 2 - max(w // 12, 1): w // 2 + max(w // 12, 1), :3] = 250
 
 
 def main(argv: list[str] | None = None) -> int:

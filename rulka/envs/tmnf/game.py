@@ -21,6 +21,7 @@ on Windows. Kill only what we launched, never every ``TmForever.exe`` on the mac
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -234,6 +235,7 @@ class GameSettings:
     camera: int
     username: str
     profile: str
+    trackmania_base_path: str = ""
 
     @classmethod
     def from_config(cls, cfg: RulkaConfig) -> GameSettings:
@@ -249,6 +251,7 @@ class GameSettings:
             camera=env.game_camera_number,
             username=cfg.user.username,
             profile=cfg.user.windows_tmloader_profile_name,
+            trackmania_base_path=cfg.user.trackmania_base_path,
         )
 
 
@@ -258,6 +261,26 @@ def map_command(map_path: str) -> str:
     sep = "\\" if sys.platform == "win32" else "/"
     path = map_path.replace("\\", "/").replace("/", sep)
     return f'map "{path}"' if " " in path else f"map {path}"
+
+
+def hide_personal_best_replay(base_path: str, username: str, map_path: str) -> Path | None:
+    """Rename the personal-best autosave of ``map_path`` (``Tracks/Replays/Autosaves/<user>_<map
+    name>.Replay.gbx``) to ``.bak`` so the game shows no PB ghost: once the agent sets a record a
+    second car would otherwise drive in every frame (Linesight's ``map_loader.py``
+    ``hide_personal_record_replay``). Returns the renamed file, or None when there was none."""
+    if not base_path:
+        return None
+    name = Path(map_path.replace("\\", "/")).name
+    for suffix in (".Challenge.Gbx", ".Challenge.gbx", ".gbx", ".Gbx"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    replay = Path(base_path).expanduser() / "Tracks" / "Replays" / "Autosaves" / f"{username}_{name}.Replay.gbx"
+    if not replay.exists():
+        return None
+    hidden = replay.with_name(replay.name + ".bak")
+    os.replace(replay, hidden)
+    return hidden
 
 
 class GameInstance:
@@ -272,14 +295,19 @@ class GameInstance:
         self.launched_at = 0.0
         self.loaded_map: str | None = None
         self.wanted_map: str | None = None
-        self.counters = {"launches": 0, "restarts": 0, "reconnects": 0, "reboots": 0}
+        self.counters = {"launches": 0, "restarts": 0, "reconnects": 0, "reboots": 0, "ghosts_hidden": 0,
+                         "ghost_hide_errors": 0}
         self.fresh_connection = False
+        self._console_to_close = False
 
     # ---------------------------------------------------------------- process
     def _launch(self) -> None:
         self.process = self.launcher.launch(self.port)
         self.launched_at = time.monotonic()
         self.loaded_map = None
+        # TMInterface opens its console when the game starts; left open it is in every frame
+        # (Linesight's handshake sends toggle_console only after a launch)
+        self._console_to_close = True
         if self.process is not None:
             port = getattr(self.process, "port", None)  # a fake asked for port 0 picked its own
             if port:
@@ -331,6 +359,9 @@ class GameInstance:
 
     def _handshake(self, map_path: str) -> None:
         s, c = self.settings, self.client
+        if self._console_to_close:
+            c.execute_command("toggle_console")
+            self._console_to_close = False
         c.set_speed(1.0)
         c.set_on_step_period(s.ms_per_action)
         for command in ("set countdown_speed 80", f"set autologin {s.username}", "set unfocused_fps_limit false",
@@ -343,7 +374,13 @@ class GameInstance:
         self.fresh_connection = True
 
     def request_map(self, map_path: str) -> None:
-        """Load ``map_path`` (buffered; sent with the next echo)."""
+        """Load ``map_path`` (buffered; sent with the next echo), its PB ghost hidden first."""
+        try:
+            if hide_personal_best_replay(self.settings.trackmania_base_path, self.settings.username, map_path):
+                self.counters["ghosts_hidden"] += 1
+        except OSError as exc:
+            self.counters["ghost_hide_errors"] += 1
+            log.warning("could not hide the personal-best replay of %s (its ghost may show): %s", map_path, exc)
         self.client.execute_command(map_command(map_path))
         self.loaded_map = map_path
 
