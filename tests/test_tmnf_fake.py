@@ -3,6 +3,7 @@ and each failure mode of fact sheet E, with a worker and a trainer counting what
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -289,7 +290,7 @@ def test_a_crashed_game_process_is_relaunched_through_the_launch_script(tmp_path
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    env = TmnfEnv(tmnf_cfg(game_start_timeout_s=30, tmi_protection_timeout_s=15), launcher=ScriptLauncher(str(script)),
+    env = TmnfEnv(tmnf_cfg(game_start_timeout_s=30, tmi_protection_timeout_s=15), launcher=ScriptLauncher(str(script), settle_s=0.2, lock_path=str(tmp_path / "spawn.lock")),
                   port=port)
     try:
         env.reset()
@@ -356,3 +357,27 @@ def test_checkpoint_gates_span_every_drivable_cell_across_the_track(track_name):
                     break
                 assert lateral <= half, (track_name, side * lateral, half)
                 lateral += 0.25
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the spawn lock is for Wine launches on Linux")
+def test_wine_launches_are_serialised_by_the_spawn_lock(tmp_path):
+    # two workers launching at once: the second spawn waits until the first has settled
+    import stat
+
+    from rulka.envs.tmnf.game import ScriptLauncher
+
+    stamps = tmp_path / "stamps"
+    script = tmp_path / "launch_game.sh"
+    script.write_text(f"#!/bin/sh\n{sys.executable} -c 'import time; print(time.monotonic())' >> {stamps}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    launchers = [ScriptLauncher(str(script), settle_s=0.6, lock_path=str(tmp_path / "spawn.lock")) for _ in range(2)]
+    procs = []
+    threads = [threading.Thread(target=lambda lch=lch, p=p: procs.append(lch.launch(p))) for lch, p in zip(launchers, (1, 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    for p in procs:
+        p.proc.wait(10)
+    first, second = sorted(float(x) for x in stamps.read_text().split())
+    assert second - first >= 0.5  # without the lock both start within a few milliseconds

@@ -25,6 +25,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,15 +150,34 @@ class TMLoaderLauncher:
 
 @dataclass
 class ScriptLauncher:
-    """Linux (Wine) or anything else: run the user's launch script with the port as its argument."""
+    """Linux (Wine) or anything else: run the user's launch script with the port as its argument.
+
+    On Linux the launch holds a spawn lock (a file lock shared by every worker on the machine)
+    from the spawn until ``settle_s`` later, so two Wine games never start at the same time
+    (Linesight's ``game_instance_manager.py`` holds one while a game starts: concurrent Wine and
+    TMLoader/ModLoader starts interfere)."""
 
     script: str
+    settle_s: float = 5.0
+    lock_path: str = ""
 
     def launch(self, port: int) -> GameProcess:
         path = Path(self.script).expanduser()
         if not path.is_file():
             raise UserError(f"game launch script {path} does not exist (user.linux_launch_game_path)")
-        return _PopenProcess(subprocess.Popen([str(path), str(port)]))
+        if sys.platform == "win32":
+            return _PopenProcess(subprocess.Popen([str(path), str(port)]))
+        import fcntl  # POSIX only: this branch never runs on a Windows worker
+
+        lock = Path(self.lock_path or Path(tempfile.gettempdir()) / "rulka-tmnf-spawn.lock")
+        with open(lock, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                proc = _PopenProcess(subprocess.Popen([str(path), str(port)]))
+                time.sleep(self.settle_s)
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+        return proc
 
 
 class AttachLauncher:
