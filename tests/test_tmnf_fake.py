@@ -186,13 +186,17 @@ def run_worker_against_trainer(env, episodes, max_s=120):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault, restarted", [
-    (FakeFaults(hang_at_ms=700), True),  # frozen (minimised) game: timeout, killed, relaunched
+    # frozen game: timeout, un-minimise and reconnect, timeout again: killed, relaunched
+    (FakeFaults(hang_at_ms=700), True),
     (FakeFaults(close_at_ms=700), False),  # connection closed mid-race: reconnect to the live game
-    (FakeFaults(menus_at_ms=700), True),  # dropped to the menus mid-race: timeout, relaunched, map reloaded
+    # dropped to the menus mid-race: timeout, un-minimised, reconnected, map reloaded (no relaunch)
+    (FakeFaults(menus_at_ms=700), "unminimised"),
+    # minimised mid-race (the game pauses): timeout, un-minimised, reconnected (no relaunch)
+    (FakeFaults(minimise_at_ms=700), "unminimised"),
     (FakeFaults(slow_frame_at_ms=700, slow_frame_s=0.4), False),  # slow render inside the timeout: nothing lost
-    (FakeFaults(slow_frame_at_ms=700, slow_frame_s=2.0), True),  # a render slower than the timeout
+    (FakeFaults(slow_frame_at_ms=700, slow_frame_s=2.0), "unminimised"),  # a render slower than the timeout
     (FakeFaults(split_writes=True, refuse_for_s=0.5, startup_for_s=0.5), False),  # late start, split writes
-], ids=["hang", "close_mid_race", "menus", "slow_frame", "frame_timeout", "late_start_split_writes"])
+], ids=["hang", "close_mid_race", "menus", "minimised", "slow_frame", "frame_timeout", "late_start_split_writes"])
 def test_worker_recovers_from_each_failure_and_the_trainer_gets_every_segment(fault, restarted):
     image = fault.slow_frame_at_ms is not None
     launcher = FakeLauncher(faults=fault, countdown_ms=-100)
@@ -205,11 +209,14 @@ def test_worker_recovers_from_each_failure_and_the_trainer_gets_every_segment(fa
     mem = trainer.memory.segments
     assert sum(s.num_transitions for s in mem) == worker.stats.steps
     assert sum(s.episode_done for s in mem) == 3
-    fired = [f for f in ("hang", "close", "menus", "slow_frame") if f in fault.fired]
-    if fault.hang_at_ms or fault.close_at_ms or fault.menus_at_ms or fault.slow_frame_at_ms:
+    fired = [f for f in ("hang", "close", "menus", "slow_frame", "minimise") if f in fault.fired]
+    if fault.hang_at_ms or fault.close_at_ms or fault.menus_at_ms or fault.slow_frame_at_ms or fault.minimise_at_ms:
         assert fired, "the fault never fired"
     lost = env.counters["game_lost"]
-    if restarted:
+    if restarted == "unminimised":
+        assert lost >= 1 and env.game.counters["unminimised"] >= 1 and env.game.counters["restarts"] == 0
+        assert env.game.counters["launches"] == 1
+    elif restarted:
         assert env.game.counters["restarts"] >= 1 and lost >= 1
         ends = [s.info for s in mem if s.episode_done]
         assert ends[0]["finished"] is False  # the episode cut by the failure ended truncated
@@ -381,3 +388,13 @@ def test_wine_launches_are_serialised_by_the_spawn_lock(tmp_path):
         p.proc.wait(10)
     first, second = sorted(float(x) for x in stamps.read_text().split())
     assert second - first >= 0.5  # without the lock both start within a few milliseconds
+
+
+def test_the_window_is_focused_once_per_launch_after_the_first_action():
+    env, launcher = make_env()
+    try:
+        _, info, steps, _ = drive_scripted(env, launcher)
+        drive_scripted(env, launcher)  # a second rollout on the same game: no second focus
+        assert steps > 1 and launcher.game.focus_calls == 1 and env.game.counters["focused"] == 1
+    finally:
+        env.close()

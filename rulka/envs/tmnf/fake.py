@@ -65,6 +65,9 @@ class FakeFaults:
     """Do not listen for this long after start (game still launching)."""
     startup_for_s: float = 0.0
     """Stay in ``StartUp`` this long: the connect message is deferred until ``Menus``."""
+    minimise_at_ms: int | None = None
+    """Minimise the window once the race time reaches this: the game pauses (no ticks, no
+    callbacks, no accepts) until ``restore_window`` (Linesight's docs, first_training.rst)."""
     hang_at_ms: int | None = None
     """Freeze (no ticks, no reads, no writes) once the race time reaches this."""
     close_at_ms: int | None = None
@@ -158,6 +161,8 @@ class FakeGame:
         self._finish_prevented = False
         self._load_done = 0.0
         self._frozen = False
+        self.minimised = False
+        self.focus_calls = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
@@ -214,10 +219,19 @@ class FakeGame:
                 if s is not None:
                     s.close()
 
+    def restore_window(self) -> None:
+        """Un-minimise (ShowWindow SW_SHOWNORMAL / xdotool windowmap in the real game)."""
+        self.minimised = False
+        self.log.append("window:restored")
+
+    def focus_window(self) -> None:
+        self.focus_calls += 1
+        self.log.append("window:focused")
+
     # ------------------------------------------------------------------ one loop iteration
     def _frame(self) -> None:
         now = time.monotonic() - self._t0
-        if self._frozen:
+        if self._frozen or self.minimised:
             self._stop.wait(0.01)
             return
         if self._listener is None:
@@ -315,6 +329,10 @@ class FakeGame:
             return
         self.race_time_ms += 10
         t = self.race_time_ms
+        if f.minimise_at_ms is not None and t >= f.minimise_at_ms and f.fire("minimise"):
+            self.minimised = True
+            self.log.append("fault:minimise")
+            return
         if f.hang_at_ms is not None and t >= f.hang_at_ms and f.fire("hang"):
             self._frozen = True
             self.log.append("fault:hang")

@@ -20,6 +20,7 @@ on Windows. Kill only what we launched, never every ``TmForever.exe`` on the mac
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import socket
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rulka.envs.tmnf.client import GameClosed, GameConnectionError, TMIClient
+from rulka.envs.tmnf.client import GameClosed, GameConnectionError, GameTimeout, TMIClient
 from rulka.envs.tmnf.protocol import OnConnect
 from rulka.errors import UserError
 
@@ -44,6 +45,9 @@ SLOT_LOCK_OFFSET = 100  # instance i is claimed by binding 127.0.0.1:(base_port 
 
 
 class GameProcess(Protocol):
+    """A launched game. It may also have ``restore_window()`` (un-minimise) and
+    ``focus_window()``; those without them are skipped."""
+
     def alive(self) -> bool: ...
 
     def kill(self) -> None: ...
@@ -125,6 +129,33 @@ class _WindowsGame:
         out = subprocess.run(["tasklist", "/FI", f"PID eq {pid}", "/NH"], capture_output=True, text=True).stdout
         return str(pid) in out
 
+    def _windows(self) -> list[int]:
+        """Top-level window handles of the game process (user32, Windows only)."""
+        pid = self._find()
+        if pid is None:
+            return []
+        user32 = ctypes.windll.user32  # type: ignore[attr-defined]
+        found: list[int] = []
+        proc = ctypes.WINFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_void_p)
+
+        def visit(hwnd: Any, _: Any) -> bool:
+            owner = ctypes.c_ulong()
+            user32.GetWindowThreadProcessId(hwnd, ctypes.byref(owner))
+            if owner.value == pid:
+                found.append(hwnd)
+            return True
+
+        user32.EnumWindows(proc(visit), 0)
+        return found
+
+    def restore_window(self) -> None:
+        for hwnd in self._windows():
+            ctypes.windll.user32.ShowWindow(hwnd, 1)  # type: ignore[attr-defined]  # SW_SHOWNORMAL
+
+    def focus_window(self) -> None:
+        for hwnd in self._windows():
+            ctypes.windll.user32.SetForegroundWindow(hwnd)  # type: ignore[attr-defined]
+
     def kill(self) -> None:
         pid = self._find()
         if pid is not None:
@@ -197,6 +228,12 @@ class _FakeProcess:
 
     def kill(self) -> None:
         self.game.stop()
+
+    def restore_window(self) -> None:
+        self.game.restore_window()
+
+    def focus_window(self) -> None:
+        self.game.focus_window()
 
 
 class FakeLauncher:
@@ -316,9 +353,11 @@ class GameInstance:
         self.loaded_map: str | None = None
         self.wanted_map: str | None = None
         self.counters = {"launches": 0, "restarts": 0, "reconnects": 0, "reboots": 0, "ghosts_hidden": 0,
-                         "ghost_hide_errors": 0}
+                         "ghost_hide_errors": 0, "unminimised": 0, "focused": 0}
         self.fresh_connection = False
         self._console_to_close = False
+        self._focus_pending = False
+        self._restored_since_ok = False
 
     # ---------------------------------------------------------------- process
     def _launch(self) -> None:
@@ -328,6 +367,7 @@ class GameInstance:
         # TMInterface opens its console when the game starts; left open it is in every frame
         # (Linesight's handshake sends toggle_console only after a launch)
         self._console_to_close = True
+        self._focus_pending = True  # once per launch, after the first action (Linesight)
         if self.process is not None:
             port = getattr(self.process, "port", None)  # a fake asked for port 0 picked its own
             if port:
@@ -392,6 +432,22 @@ class GameInstance:
             self.request_map(map_path)
         c.respond(OnConnect.id)
         self.fresh_connection = True
+        self._restored_since_ok = False
+
+    def after_action(self) -> None:
+        """Called after each action is sent: focuses the window once per launch, after the first
+        action (Linesight forces focus once, late, not while another instance starts)."""
+        if not self._focus_pending:
+            return
+        self._focus_pending = False
+        focus = getattr(self.process, "focus_window", None)
+        if focus is None:
+            return
+        try:
+            focus()
+            self.counters["focused"] += 1
+        except Exception as exc:  # noqa: BLE001 - window APIs vary; focus is a convenience
+            log.warning("could not focus the game window on port %d: %s", self.port, exc)
 
     def request_map(self, map_path: str) -> None:
         """Load ``map_path`` (buffered; sent with the next echo), its PB ghost hidden first."""
@@ -409,6 +465,20 @@ class GameInstance:
         a timeout (frozen, minimised, stuck in a menu) or a dead game restarts it."""
         if isinstance(exc, GameClosed) and (self.process is None or self.process.alive()):
             self.client.close(polite=False)
+            return
+        restore = getattr(self.process, "restore_window", None)
+        if isinstance(exc, GameTimeout) and restore is not None and not self._restored_since_ok and self.process.alive():
+            # A minimised game pauses and says nothing: un-minimise it and reconnect rather than
+            # kill and relaunch (Linesight's ensure_not_minimized after a timeout). A second
+            # timeout before a handshake succeeds restarts the game.
+            self._restored_since_ok = True
+            self.client.close(polite=False)
+            try:
+                restore()
+                self.counters["unminimised"] += 1
+                log.warning("the game on port %d timed out: un-minimised its window; reconnecting", self.port)
+            except Exception as werr:  # noqa: BLE001 - window APIs vary; the restart below still works
+                log.warning("could not un-minimise the game window on port %d: %s", self.port, werr)
             return
         if isinstance(exc, GameConnectionError) or self.process is not None:
             self.restart(str(exc).splitlines()[0])
