@@ -2,11 +2,17 @@
 Openplanet plugin, a fake window and a fake gamepad.
 
 ``FakeTM2020`` runs the built-in simulator's car in real time (10 ms physics ticks paced by the
-wall clock, optionally ``time_scale`` times faster) and, like rulka's plugin:
+wall clock, optionally ``time_scale`` times faster) and, like rulka's plugin (sources: section
+keys of /work/shared/game-interfaces.md; "OP" = Openplanet 1.29.5's dumps vendored in
+tests/angelscript/vendor/):
 
 - listens on 127.0.0.1 (port 0 picks a free one: ``port`` tells which) for one client and writes
   one telemetry record per "rendered frame" at ``fps``, each in a single send; a failed send
-  drops the client and it listens again;
+  drops the client and it listens again; a client that hung up is dropped at once, in menus too
+  (F.2, D.1; OP ``Net::Socket::IsHungUp``);
+- reports the car's Dir / Up / Left with Left = Up x Dir (the simulator's world is right-handed;
+  the game's sign is checked per stream by the interface), and turbo pads as asphalt (OP
+  ``EPlugSurfaceMaterialId``: 7 and 26 are ``Turbo_Deprecated``);
 - gives up on the reset button (keyboard Delete in the game, what every rulka controller sends):
   the race restarts at zero, countdown of ``countdown_s`` (records flow with a negative race
   time, the car is held), then go;

@@ -1,23 +1,32 @@
 """A fake TMNF + TMInterface game: rulka's simulator behind the plugin's socket and message set.
 
 ``FakeGame`` listens on 127.0.0.1 like rulka's plugin does inside the game (fact sheet F.1) and
-behaves as the real plugin does where our client can tell:
+behaves as the real plugin does where our client can tell. Each modelled behaviour names its
+source (section keys of /work/shared/game-interfaces.md; "TMI-API" = TMInterface 2's
+declarations vendored in tests/angelscript/vendor/tminterface2.as.predefined; "LS" = Linesight):
 
 - one client at a time; a new connection replaces the old one; ``SC_ON_CONNECT_SYNC`` right after
-  accept, or when the game leaves ``StartUp``;
+  accept, or when the game leaves ``StartUp`` (A.3, A.6; LS Python_Link.as ``Render`` /
+  ``OnGameStateChanged``);
 - every game message blocks the game inside a callback that executes the client's commands in
   order until the client echoes the same id; commands sent outside a callback wait in the socket;
   the plugin's timeout is the *total* time of one wait (then the client is dropped, the timeout
-  goes back to 2000 ms and the frame request is cleared);
+  goes back to 2000 ms and the frame request is cleared) (A.7, A.12);
 - 10 ms ticks of the simulator's car physics, a countdown with negative race times, run steps when
   ``race_time % period == 0`` (and every tick after the finish), checkpoint events at gates along
   the track and at the finish (``current == target``), the finish ending the race unless the
   client prevented it inside that callback (``C_PREVENT_SIMULATION_FINISH`` or a rewind to a blob
-  whose last checkpoint time is -1);
-- state blobs in the A.10 layout; frames rendered by the simulator's camera at the requested size
-  as BGRA, with the race time written into the alpha bytes of the first 4 pixels (tests check that
-  frame and state agree);
-- console commands ``map <sim track>``, ``set``, ``cam``, ``toggle_console`` (logged in ``log``).
+  whose last checkpoint time is -1) (A.8, A.9; LS ``OnRunStep``, ``OnCheckpointCountChanged``);
+- state blobs in the A.10 layout (at least 8356 + 4n + 8m bytes: corrections); frames rendered by
+  the simulator's camera at the requested size as BGRA, with the race time written into the alpha
+  bytes of the first 4 pixels (tests check that frame and state agree), captured at most at the
+  window's size and sent with the size captured (TMI-API ``CaptureScreenshot(vec2&inout)``);
+- console commands ``map <sim track>``, ``set``, ``cam``, ``toggle_console`` (logged in ``log``;
+  A.6, A.9); the console is open from launch until ``toggle_console`` and the PB ghost shows while
+  the map's autosave exists, both drawn into the frames (corrections: Linesight's hygiene;
+  LS ``game_instance_manager.py``, ``map_loader.py``);
+- a minimised window pauses the game until ``restore_window`` (A.2; LS docs first_training.rst,
+  ``ensure_not_minimized``).
 
 Game speed scales ticks per wall-clock second (speed 1 = 100 ticks/s; 0 pauses physics while
 frames still render). Failure modes are injected through ``FakeFaults`` (each fires once per
