@@ -83,6 +83,24 @@ def test_car_state_from_telemetry_uses_left_up_dir_as_orientation_columns() -> N
     assert cs.wheel_sliding.tolist() == [True, False, False, False]
 
 
+def test_lateral_axis_is_up_cross_dir_and_a_mirrored_record_is_detected() -> None:
+    v = np.zeros(T.N_FIELDS, np.float32)
+    h = 0.3
+    v[8:11] = (math.sin(h), 0, math.cos(h))  # dir
+    v[11:14] = (0, 1, 0)  # up
+    v[14:17] = (-math.cos(h), 0, math.sin(h))  # Left = -(Up x Dir): a left-handed world
+    rec = T.Telemetry(0, v)
+    cs = rec.car_state()
+    # hand-computed: (0,1,0) x (sin h, 0, cos h) = (cos h, 0, -sin h), whatever Left says
+    np.testing.assert_allclose(cs.orientation[:, 0], [math.cos(h), 0, -math.sin(h)], atol=1e-6)
+    assert np.linalg.det(cs.orientation) == pytest.approx(1.0, abs=1e-6)
+    assert rec.handedness() == -1
+    v[14:17] = (math.cos(h), 0, -math.sin(h))
+    assert T.Telemetry(0, v).handedness() == 1
+    v[14:17] = (0.5, 0, 0)  # not a unit vector: malformed
+    assert T.Telemetry(0, v).handedness() == 0
+
+
 def test_client_reconnects_after_a_plugin_reload(caplog: pytest.LogCaptureFixture) -> None:
     with FakeTM2020(fps=100) as game, T.TelemetryClient(port=game.port, retry_s=0.05) as client:
         first = client.wait_newer(None, 5.0)
@@ -250,7 +268,7 @@ def _drive(env, steps: int, action: int = 0) -> list[tuple]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["plugin_silent", "window_lost", "game_paused"])
+@pytest.mark.parametrize("fault", ["plugin_silent", "window_lost", "game_paused", "mirrored_record"])
 def test_fault_ends_the_episode_cleanly_and_the_next_one_runs(fault: str, caplog: pytest.LogCaptureFixture) -> None:
     with FakeTM2020(countdown_s=0.2, fps=60) as game:
         env = _env(game)
@@ -262,14 +280,14 @@ def test_fault_ends_the_episode_cleanly_and_the_next_one_runs(fault: str, caplog
             assert before[-1][4]["progress_m"] > 0.5  # the car moves
             with caplog.at_level(logging.WARNING):
                 {"plugin_silent": lambda: game.silence(1.5), "window_lost": lambda: game.lose_window(1.5),
-                 "game_paused": lambda: game.pause(1.5)}[fault]()
+                 "game_paused": lambda: game.pause(1.5), "mirrored_record": lambda: game.mirror(1.5)}[fault]()
                 steps = _drive(env, 100)
                 obs, r, te, tr, info = steps[-1]
                 assert info["fault"] == fault and tr and not te and r == 0.0
                 assert np.isfinite(obs["float"]).all()  # the last good observation, not garbage
                 assert game.inputs == NEUTRAL  # the car is not left accelerating
                 message = {"plugin_silent": "telemetry silent", "window_lost": "game window lost",
-                           "game_paused": "game paused"}[fault]
+                           "game_paused": "game paused", "mirrored_record": "mirrored or malformed car basis"}[fault]
                 assert message in caplog.text
                 obs, info = env.reset()  # waits for the game, then respawns
             assert "game is back" in caplog.text
@@ -295,6 +313,25 @@ def test_plugin_reload_mid_episode_is_invisible_to_the_learner() -> None:
             assert env.telemetry.connects == 2
         finally:
             env.close()
+
+
+def test_a_client_that_hangs_up_in_the_menus_is_dropped_at_once() -> None:
+    # while nothing is written (menus, loading) only IsHungUp() notices a closed client; the
+    # plugin checks it every frame, so the next client is served without waiting for a race
+    import socket
+
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        game.silence(30.0)  # the menus: no records
+        first = socket.create_connection(("127.0.0.1", game.port), timeout=2)
+        deadline = time.monotonic() + 5
+        while game.clients < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first.close()
+        second = socket.create_connection(("127.0.0.1", game.port), timeout=2)
+        while game.clients < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert game.clients == 2 and "client_hung_up" in [what for _, what in game.events]
+        second.close()
 
 
 def test_env_previous_action_slots_end_with_the_action_just_sent() -> None:
@@ -421,6 +458,85 @@ def test_a_finished_race_terminates_and_the_next_reset_restarts_it() -> None:
             env.close()
 
 
+def _drive_past_checkpoint(env, game, driver, limit: int = 3000) -> dict:
+    info = {}
+    for _ in range(limit):
+        _, _, te, tr, info = env.step(driver.action(game.car))
+        if game.checkpoints_passed >= 1 or te or tr:
+            break
+    assert game.checkpoints_passed == 1 and not info.get("finished")
+    return info
+
+
+def test_fake_respawn_keeps_the_clock_and_give_up_restarts_at_zero() -> None:
+    # TM2020 (game-interfaces.md, corrections): B / Backspace respawn at the last checkpoint with
+    # the race clock running; Delete gives up (restart at zero)
+    with FakeTM2020(countdown_s=0.2, fps=60, time_scale=4.0, checkpoint_fractions=(0.25,)) as game:
+        game.respawn()  # before the first checkpoint a respawn restarts the run
+        assert game.resets == 1 and game.respawns == 0
+        game.start_autopilot()
+        deadline = time.monotonic() + 30
+        while game.checkpoints_passed < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        game.stop_autopilot()
+        game.set_inputs(0.0, 0.0, 0.0)
+        assert game.checkpoints_passed == 1
+        t_before = game.record_values()[0]
+        game.respawn()
+        rec = game.record_values()
+        cp = game.track.centerline[game.track.start_index + game.checkpoints[0]]
+        assert rec[0] >= t_before > 0  # the clock runs on
+        assert math.hypot(rec[2] - cp[0], rec[4] - cp[2]) < 1e-3 and game.respawns == 1
+        game.give_up()
+        rec = game.record_values()
+        sx, sz, _ = game.track.start_pose
+        assert rec[0] == -200 and game.checkpoints_passed == 0  # countdown again, from zero
+        assert math.hypot(rec[2] - sx, rec[4] - sz) < 1e-3
+
+
+def test_an_episode_ended_past_a_checkpoint_is_followed_by_one_from_the_line() -> None:
+    from rulka.envs.sim.driver import ScriptedDriver
+
+    with FakeTM2020(countdown_s=0.2, fps=120, time_scale=4.0, checkpoint_fractions=(0.2,)) as game:
+        env = _env(game)
+        driver = ScriptedDriver(game.track)
+        try:
+            env.reset()
+            info = _drive_past_checkpoint(env, game, driver)
+            assert info["progress_m"] > 0.15 * env.pipeline.line.finish_progress
+            _, info = env.reset()  # the controller gives up: the next episode starts at the line
+            assert info["progress_m"] < 1.0 and game.checkpoints_passed == 0
+            assert 0 <= info["race_time_ms"] < 1000
+        finally:
+            env.close()
+
+
+def test_a_reset_that_respawned_would_never_see_a_start_past_a_checkpoint() -> None:
+    # the bug this replaces: resetting with B (a respawn) after a checkpoint keeps the clock
+    # running, so no start signal comes and the reset gives up with the bindings message
+    from rulka.envs.sim.driver import ScriptedDriver
+    from rulka.envs.tm2020.fake import FakeGamepad
+    from rulka.errors import UserError
+
+    class RespawningPad(FakeGamepad):
+        def _reset_button(self, down: bool) -> None:
+            if down:
+                self.game.respawn()
+
+    with FakeTM2020(countdown_s=0.2, fps=120, time_scale=4.0, checkpoint_fractions=(0.2,)) as game:
+        env = _env(game, reset_timeout_s=0.5)
+        driver = ScriptedDriver(game.track)
+        try:
+            env.reset()
+            _drive_past_checkpoint(env, game, driver)
+            env.interface.controller = RespawningPad(game)
+            with pytest.raises(UserError, match="does not restart on give up"):
+                env.reset()
+            assert game.respawns >= 3
+        finally:
+            env.close()
+
+
 def test_platform_specific_parts_fail_with_a_clear_message_elsewhere() -> None:
     from rulka.envs.tm2020.capture import LinuxCapture, WindowsCapture
     from rulka.envs.tm2020.control import GamepadController
@@ -437,3 +553,73 @@ def test_platform_specific_parts_fail_with_a_clear_message_elsewhere() -> None:
     except ImportError:
         with pytest.raises(UserError, match=r"pip install rulka\[trackmania\]"):
             GamepadController()
+
+
+def test_the_fake_reports_no_turbo_surface_like_tm2020() -> None:
+    # TM2020's EPlugSurfaceMaterialId 7 / 26 are Turbo_Deprecated (OpenplanetNext.json 1.29.5):
+    # a turbo pad reads as its asphalt, and the other surfaces keep their ids
+    from rulka.envs.sim import physics
+    from rulka.envs.tm2020.fake import _material
+
+    assert _material(physics.TURBO) == 16.0
+    assert _material(physics.DIRT) == 6.0 and _material(physics.GRASS) == 2.0
+
+
+def test_tmrl_lidar_matches_tmrl_0_7_1_on_the_same_images() -> None:
+    # tests/data/tmrl_lidar_0.7.1.npz holds TMRL 0.7.1's own Lidar.lidar_20 on these images
+    # (regenerate: python tests/tmrl_lidar_reference.py <tmrl-0.7.1 wheel>)
+    import tmrl_lidar_reference as ref
+
+    from rulka.envs.tm2020.capture import TmrlLidar
+
+    with np.load(ref.DATA) as data:
+        expected = [data[f"arr_{i}"] for i in range(len(data.files))]
+    imgs = ref.images()
+    assert len(expected) == len(imgs) == 18
+    for img, want in zip(imgs, expected):
+        got = TmrlLidar(img.shape[1], img.shape[0], dark=55).measure(img)
+        np.testing.assert_array_equal(got, want)
+    # BGRA frames (what the capture hands over) give the same scan: alpha is ignored
+    bgra = np.concatenate([imgs[0], np.zeros(imgs[0].shape[:2] + (1,), np.uint8)], axis=2)
+    np.testing.assert_array_equal(TmrlLidar(256, 128).measure(bgra), expected[0])
+
+
+def test_tmrl_lidar_live_against_tmrl_when_it_is_available() -> None:
+    import os
+    from pathlib import Path
+
+    import tmrl_lidar_reference as ref
+
+    from rulka.envs.tm2020.capture import TmrlLidar
+
+    source = os.environ.get("RULKA_TMRL_SOURCE", "")  # a tmrl 0.7.1 wheel or package folder
+    if not source or not Path(source).exists():
+        pytest.skip("set RULKA_TMRL_SOURCE to TMRL 0.7.1's wheel to compare live")
+    tmrl_lidar = ref.load_tmrl_lidar(Path(source))
+    for img in ref.images():
+        want = tmrl_lidar(img).lidar_20(img, show=False)
+        np.testing.assert_array_equal(TmrlLidar(img.shape[1], img.shape[0]).measure(img), want)
+
+
+def test_lidar_tmrl_reaches_the_observation_and_points_the_other_way() -> None:
+    from rulka.envs.tm2020.capture import Lidar, TmrlLidar, make_lidar
+
+    img = np.full((128, 256, 3), 120, np.uint8)
+    img[:, :60] = 0  # a dark border on the left of the image only
+    rulka, tmrl = Lidar(256, 128).measure(img), TmrlLidar(256, 128).measure(img)
+    # rulka's first beam points left, TMRL's right: the short beam is first in one, last in the other
+    assert rulka[0] < rulka[-1] and tmrl[-1] < tmrl[0]
+    assert isinstance(make_lidar("tmrl", 256, 128, 55), TmrlLidar)
+    with FakeTM2020(countdown_s=0.2, fps=60) as game:
+        from rulka.envs.tm2020.env import TM2020Env
+
+        env = TM2020Env({"environment": {"backend": "tm2020", "tm2020": {"capture": "fake", "observation": "lidar",
+                                                                         "lidar": "tmrl", **FAST}},
+                         "nn": {"vis": {"no_image": True}}}, fake=game)
+        try:
+            obs, _ = env.reset()
+            assert isinstance(env.interface._lidar, TmrlLidar)
+            beams = obs["float"][-19:]
+            assert (beams >= 0).all() and beams.max() > 1  # raw pixel indexes, as TMRL gives them
+        finally:
+            env.close()

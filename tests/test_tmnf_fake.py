@@ -3,6 +3,7 @@ and each failure mode of fact sheet E, with a worker and a trainer counting what
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -17,6 +18,7 @@ from rulka.envs.sim.tracks import get_track
 from rulka.envs.tmnf.env import TmnfEnv
 from rulka.envs.tmnf.fake import FakeFaults
 from rulka.envs.tmnf.game import FakeLauncher
+from rulka.errors import UserError
 from rulka.net.local import LocalHub
 from rulka.trainer.trainer import Trainer
 from rulka.worker.worker import Worker
@@ -92,6 +94,58 @@ def test_frames_are_the_requested_size_grayscale_and_match_the_state():
         env.close()
 
 
+def test_a_frame_captured_smaller_than_requested_is_an_error_not_a_wrong_image():
+    # the fake's window is smaller than the 32x24 frame: it captures 20x24, as TMInterface's
+    # CaptureScreenshot(vec2&inout) would, and the client refuses it with the reason
+    launcher = FakeLauncher(countdown_ms=-100, window_size=(20, 24))
+    env = TmnfEnv(tmnf_cfg(True), launcher=launcher, port=0)
+    try:
+        with pytest.raises(UserError, match="captured a 20x24 frame where 32x24 was requested"):
+            env.reset()
+        assert launcher.game.counters["frames"] >= 1  # frames were captured, and all refused
+    finally:
+        env.close()
+
+
+def test_frames_are_clean_the_console_closed_and_the_pb_ghost_hidden(tmp_path):
+    # the fake draws TMInterface's console while it is open (it opens at launch) and the PB
+    # ghost when the map's personal-best autosave exists; rulka closes the one after a launch
+    # and renames the other away before loading the map, so the frames show only the track
+    from rulka.envs.tmnf.fake import draw_overlays
+    from rulka.envs.sim.camera import Camera
+
+    base = tmp_path / "TrackMania"
+    autosaves = base / "Tracks" / "Replays" / "Autosaves"
+    autosaves.mkdir(parents=True)
+    (autosaves / "Player_default.Replay.gbx").write_bytes(b"pb")
+    cfg = config_from_dict({
+        "environment": {"backend": "tmnf", "game_launch": "fake", "tmi_protection_timeout_s": 1,
+                        "timeout_during_run_ms": 3000},
+        "nn": {"vis": {"no_image": False, "image_size": {"width": 32, "height": 24}}},
+        "user": {"trackmania_base_path": str(base), "username": "Player"},
+    })
+    launcher = FakeLauncher(countdown_ms=-100, trackmania_base_path=str(base), username="Player")
+    env = TmnfEnv(cfg, launcher=launcher, port=0)
+    try:
+        obs, _ = env.reset()
+        for _ in range(3):
+            obs, *_ = env.step(0)
+        game = launcher.game
+        assert not game.console_open and not game.ghost_visible
+        assert [line for line in game.log if line == "cmd:toggle_console"] == ["cmd:toggle_console"]
+        assert not (autosaves / "Player_default.Replay.gbx").exists()
+        assert (autosaves / "Player_default.Replay.gbx.bak").read_bytes() == b"pb"
+        assert env.game.counters["ghosts_hidden"] == 1
+        clean = Camera(game._track, 32, 24).render(game._car.x, game._car.z, game._car.heading)
+        assert np.array_equal(obs["img"], clean)
+        # the overlays the fake would have drawn are visible: a frame with them is not clean
+        dirty = np.repeat(clean[..., None], 4, axis=2)
+        draw_overlays(dirty, console=True, ghost=True)
+        assert not np.array_equal(dirty[..., 0], clean)
+    finally:
+        env.close()
+
+
 def test_map_cycle_entries_reach_the_game_and_the_metrics(tmp_path):
     env, launcher = make_env()
     try:
@@ -132,13 +186,17 @@ def run_worker_against_trainer(env, episodes, max_s=120):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault, restarted", [
-    (FakeFaults(hang_at_ms=700), True),  # frozen (minimised) game: timeout, killed, relaunched
+    # frozen game: timeout, un-minimise and reconnect, timeout again: killed, relaunched
+    (FakeFaults(hang_at_ms=700), True),
     (FakeFaults(close_at_ms=700), False),  # connection closed mid-race: reconnect to the live game
-    (FakeFaults(menus_at_ms=700), True),  # dropped to the menus mid-race: timeout, relaunched, map reloaded
+    # dropped to the menus mid-race: timeout, un-minimised, reconnected, map reloaded (no relaunch)
+    (FakeFaults(menus_at_ms=700), "unminimised"),
+    # minimised mid-race (the game pauses): timeout, un-minimised, reconnected (no relaunch)
+    (FakeFaults(minimise_at_ms=700), "unminimised"),
     (FakeFaults(slow_frame_at_ms=700, slow_frame_s=0.4), False),  # slow render inside the timeout: nothing lost
-    (FakeFaults(slow_frame_at_ms=700, slow_frame_s=2.0), True),  # a render slower than the timeout
+    (FakeFaults(slow_frame_at_ms=700, slow_frame_s=2.0), "unminimised"),  # a render slower than the timeout
     (FakeFaults(split_writes=True, refuse_for_s=0.5, startup_for_s=0.5), False),  # late start, split writes
-], ids=["hang", "close_mid_race", "menus", "slow_frame", "frame_timeout", "late_start_split_writes"])
+], ids=["hang", "close_mid_race", "menus", "minimised", "slow_frame", "frame_timeout", "late_start_split_writes"])
 def test_worker_recovers_from_each_failure_and_the_trainer_gets_every_segment(fault, restarted):
     image = fault.slow_frame_at_ms is not None
     launcher = FakeLauncher(faults=fault, countdown_ms=-100)
@@ -151,11 +209,14 @@ def test_worker_recovers_from_each_failure_and_the_trainer_gets_every_segment(fa
     mem = trainer.memory.segments
     assert sum(s.num_transitions for s in mem) == worker.stats.steps
     assert sum(s.episode_done for s in mem) == 3
-    fired = [f for f in ("hang", "close", "menus", "slow_frame") if f in fault.fired]
-    if fault.hang_at_ms or fault.close_at_ms or fault.menus_at_ms or fault.slow_frame_at_ms:
+    fired = [f for f in ("hang", "close", "menus", "slow_frame", "minimise") if f in fault.fired]
+    if fault.hang_at_ms or fault.close_at_ms or fault.menus_at_ms or fault.slow_frame_at_ms or fault.minimise_at_ms:
         assert fired, "the fault never fired"
     lost = env.counters["game_lost"]
-    if restarted:
+    if restarted == "unminimised":
+        assert lost >= 1 and env.game.counters["unminimised"] >= 1 and env.game.counters["restarts"] == 0
+        assert env.game.counters["launches"] == 1
+    elif restarted:
         assert env.game.counters["restarts"] >= 1 and lost >= 1
         ends = [s.info for s in mem if s.episode_done]
         assert ends[0]["finished"] is False  # the episode cut by the failure ended truncated
@@ -236,7 +297,7 @@ def test_a_crashed_game_process_is_relaunched_through_the_launch_script(tmp_path
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    env = TmnfEnv(tmnf_cfg(game_start_timeout_s=30, tmi_protection_timeout_s=15), launcher=ScriptLauncher(str(script)),
+    env = TmnfEnv(tmnf_cfg(game_start_timeout_s=30, tmi_protection_timeout_s=15), launcher=ScriptLauncher(str(script), settle_s=0.2, lock_path=str(tmp_path / "spawn.lock")),
                   port=port)
     try:
         env.reset()
@@ -303,3 +364,37 @@ def test_checkpoint_gates_span_every_drivable_cell_across_the_track(track_name):
                     break
                 assert lateral <= half, (track_name, side * lateral, half)
                 lateral += 0.25
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the spawn lock is for Wine launches on Linux")
+def test_wine_launches_are_serialised_by_the_spawn_lock(tmp_path):
+    # two workers launching at once: the second spawn waits until the first has settled
+    import stat
+
+    from rulka.envs.tmnf.game import ScriptLauncher
+
+    stamps = tmp_path / "stamps"
+    script = tmp_path / "launch_game.sh"
+    script.write_text(f"#!/bin/sh\n{sys.executable} -c 'import time; print(time.monotonic())' >> {stamps}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    launchers = [ScriptLauncher(str(script), settle_s=0.6, lock_path=str(tmp_path / "spawn.lock")) for _ in range(2)]
+    procs = []
+    threads = [threading.Thread(target=lambda lch=lch, p=p: procs.append(lch.launch(p))) for lch, p in zip(launchers, (1, 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    for p in procs:
+        p.proc.wait(10)
+    first, second = sorted(float(x) for x in stamps.read_text().split())
+    assert second - first >= 0.5  # without the lock both start within a few milliseconds
+
+
+def test_the_window_is_focused_once_per_launch_after_the_first_action():
+    env, launcher = make_env()
+    try:
+        _, info, steps, _ = drive_scripted(env, launcher)
+        drive_scripted(env, launcher)  # a second rollout on the same game: no second focus
+        assert steps > 1 and launcher.game.focus_calls == 1 and env.game.counters["focused"] == 1
+    finally:
+        env.close()

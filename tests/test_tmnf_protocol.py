@@ -70,7 +70,7 @@ def test_client_commands_have_the_fact_sheet_layout(kind, args, raw):
     (P.RunStep(50), b"\x01\0\0\0\x32\0\0\0"),
     (P.CheckpointCountChanged(2, 3), b"\x02\0\0\0\x02\0\0\0\x03\0\0\0"),
     (P.LapCountChanged(1, 3), b"\x03\0\0\0\x01\0\0\0\x03\0\0\0"),
-    (P.RequestedFrame(bytes(range(8)), 2, 1), b"\x04\0\0\0" + bytes(range(8))),
+    (P.RequestedFrame(bytes(range(8)), 2, 1), b"\x04\0\0\0\x02\0\0\0\x01\0\0\0" + bytes(range(8))),
     (P.OnConnect(), b"\x05\0\0\0"),
 ])
 def test_game_messages_round_trip(msg, raw):
@@ -205,3 +205,22 @@ def test_config_accepts_tmnf_with_maps_and_lines_or_the_fake():
     config_from_dict({"environment": {"backend": "tmnf"}, "map_cycle": {"entries": [
         {"short_name": "a", "map_path": "A01-Race.Challenge.Gbx", "reference_line_path": "maps/A01.npy"}]}})
     config_from_dict({"environment": {"backend": "tmnf", "game_launch": "fake", "track": "hairpins"}})
+
+
+def test_the_frame_size_the_game_captured_is_checked_against_the_request():
+    # CaptureScreenshot(vec2&inout size) may capture less than asked (a smaller window); the
+    # plugin sends the size it got before the pixels
+    small = P.encode_game_message(P.RequestedFrame(bytes(16 * 12 * 4), 16, 12))
+    good = P.encode_game_message(P.RequestedFrame(bytes(range(32)), 4, 2))
+    peer = _Peer([small, good])
+    c = TMIClient(peer.port, protection_timeout_s=2)
+    c.connect(wait_s=2)
+    c.request_frame(32, 24)
+    with pytest.raises(P.ProtocolError, match="captured a 16x12 frame where 32x24 was requested"):
+        c.receive()
+    assert c.frame_size_mismatches == 1
+    c.request_frame(4, 2)  # the stream stayed in step: the next frame reads cleanly
+    assert c.receive() == P.RequestedFrame(bytes(range(32)), 4, 2)
+    c.close()
+    with pytest.raises(P.ProtocolError, match="has no size"):
+        P.decode_game_message(M.SC_REQUESTED_FRAME_SYNC, b"\0\0", (1, 1))

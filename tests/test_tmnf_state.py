@@ -101,8 +101,20 @@ def test_bad_blobs_are_refused_with_the_reason():
     blob = hand_made_blob()
     with pytest.raises(BadStateBlob, match="at least 8356"):
         decode_state(bytes(blob[:100]))
-    with pytest.raises(BadStateBlob, match="should be"):
+    with pytest.raises(BadStateBlob, match="should be at least"):
         decode_state(bytes(blob[:-4]))  # truncated: the cp arrays no longer fit
     struct.pack_into("<i", blob, 8348, 10**6)
     with pytest.raises(BadStateBlob, match="does not fit"):
         decode_state(bytes(blob))
+
+
+def test_trailing_bytes_after_the_checkpoint_arrays_are_accepted_and_kept():
+    # TMInterface's blob is at least 8356 + 4n + 8m bytes; Linesight ignores what follows.
+    blob = bytes(hand_made_blob())
+    longer = blob + b"\x01\x02\x03\x04\x05"
+    state = decode_state(longer)
+    assert state.cp_times == decode_state(blob).cp_times
+    assert state.car.position.tolist() == decode_state(blob).car.position.tolist()
+    stopped = prevent_finish(longer)
+    assert stopped[-5:] == b"\x01\x02\x03\x04\x05" and len(stopped) == len(longer)
+    assert decode_state(stopped).cp_times[-1] == (-1, 0)

@@ -108,6 +108,8 @@ class Tm2020Config(Section):
     """LIDAR scans (this one and the previous ones) in the float inputs (observation: lidar)."""
     lidar_dark_threshold: Annotated[int, Field(ge=1, le=255)] = 55
     """A LIDAR beam stops at the first pixel darker than this on all channels (road borders)."""
+    lidar: Literal["rulka", "tmrl"] = "rulka"
+    """Which LIDAR (observation: lidar): rulka (origin at the bottom, beams left to right, lengths / frame diagonal) or tmrl (TMRL 0.7.1's own: origin at 44/49 of the height, beams right to left, raw pixel indexes from 20 px out)."""
     start_obs_capture_ms: NonNegativeInt = 40
     """rtgym start_obs_capture: ms into each action step at which telemetry and the frame are read."""
     time_step_timeout_factor: PositiveFloat = 1.0

@@ -18,13 +18,17 @@ slots                 name                    content
                                               oldest first; "accelerate" before the first one
 4                     wheel_sliding/{w}       wheel slides (FL, FR, RL, RR)
 4                     wheel_contact/{w}       wheel touches the ground
-4                     wheel_damper/{w}        suspension compression
+4                     wheel_damper/{w}        suspension compression; per game: TMNF and the
+                                              simulator report damper absorption (about
+                                              0.005-0.15), TM2020 its *DamperLen, a length
 1                     gearbox_state           non-zero while shifting
 1                     gear                    engine gear
 1                     rpm                     engine rpm
 1                     gearbox_counter         steps since the gearbox started shifting (0 idle)
 4 * n_categories      material/{w}/{cat}      per wheel, one-hot surface category; "other" and
-                                              airborne wheels are all zeros
+                                              airborne wheels are all zeros. TM2020 has no
+                                              turbo surface (its ids 7 and 26 are
+                                              Turbo_Deprecated), so "turbo" stays 0 there
 3                     angular_velocity/{a}    in the car frame (lateral, up, forward)
 3                     velocity/{a}            in the car frame
 3                     world_up/{a}            world up (0, 1, 0) in the car frame

@@ -108,6 +108,60 @@ class Lidar:
         return (self._steps[first] / self.max_len).astype(np.float32)
 
 
+class TmrlLidar:
+    """TMRL 0.7.1's LIDAR (``tmrl/custom/tm/utils/tools.py``, ``Lidar.lidar_20``), for users who
+    bring TMRL's LIDAR data or habits (``environment.tm2020.lidar: tmrl``).
+
+    What differs from rulka's ``Lidar``: the origin is row ``44 * h // 49``, column ``w // 2``;
+    beam ``k`` leaves at ``90 + 10 k`` degrees with row step ``cos`` and column step ``sin``, so the
+    first beam points right (rulka's points left); pixels are visited from 20 pixels out, at
+    ``int()``-truncated positions, and a beam ends before the top row, the left column or the last
+    column; the value is the raw index of the first dark pixel along those visited pixels (20
+    pixels less than the distance), or the last index when none is dark. float32 ``(N_BEAMS,)``.
+    """
+
+    MIN_DIST = 20
+
+    def __init__(self, width: int, height: int, dark: int = 55) -> None:
+        self.width, self.height, self.dark = int(width), int(height), int(dark)
+        row0, col0 = 44 * self.height // 49, self.width // 2
+        self._rows: list[np.ndarray] = []
+        self._cols: list[np.ndarray] = []
+        for a in LIDAR_ANGLES_DEG:
+            dr, dc = math.cos(math.radians(a)), math.sin(math.radians(a))
+            rows, cols = [], []
+            dist = self.MIN_DIST
+            while True:
+                r, c = int(row0 + dist * dr), int(col0 + dist * dc)
+                if r <= 0 or c <= 0 or c >= self.width - 1:
+                    break
+                rows.append(r)
+                cols.append(c)
+                dist += 1
+            if not rows:
+                raise ValueError(f"TMRL's lidar needs a larger frame than {width}x{height}")
+            self._rows.append(np.asarray(rows, dtype=np.int64))
+            self._cols.append(np.asarray(cols, dtype=np.int64))
+
+    def measure(self, frame: np.ndarray) -> np.ndarray:
+        if frame.shape[0] != self.height or frame.shape[1] != self.width:
+            raise ValueError(f"lidar expects a {self.width}x{self.height} frame, got {frame.shape[1]}x{frame.shape[0]}")
+        out = np.empty(N_BEAMS, dtype=np.float32)
+        for k, (rows, cols) in enumerate(zip(self._rows, self._cols)):
+            pix = frame[rows, cols]
+            dark = np.all(pix[..., :3] < self.dark, axis=-1) if pix.ndim == 2 else pix < self.dark
+            hits = np.flatnonzero(dark)
+            out[k] = hits[0] if hits.size else len(rows) - 1
+        return out
+
+
+def make_lidar(kind: str, width: int, height: int, dark: int) -> Lidar | TmrlLidar:
+    """``rulka`` (the default) or ``tmrl`` (docs/tm2020.md says why rulka's is the default)."""
+    if kind == "tmrl":
+        return TmrlLidar(width, height, dark=dark)
+    return Lidar(width, height, dark=dark)
+
+
 # ---------------------------------------------------------------------- Windows
 class WindowsCapture:
     """The client area of the top-level window titled ``title`` (exactly), through GDI.

@@ -92,7 +92,8 @@ class Controller:
             self.last = NEUTRAL
 
     def press_reset(self, hold_s: float = 0.1) -> None:
-        """Restart the race (gamepad B / keyboard Delete with the default bindings)."""
+        """Give up: restart the race at zero (keyboard Delete, the game's default binding; the
+        gamepad controller sends the same key, since the pad's B respawns at a checkpoint)."""
         self.neutral()
         self._reset_button(True)
         time.sleep(hold_s)
@@ -145,7 +146,6 @@ class GamepadController(Controller):
     """A virtual Xbox 360 pad through vgamepad (ViGEmBus on Windows, uinput on Linux)."""
 
     name = "gamepad"
-    BUTTON_B = 0x2000  # XUSB_GAMEPAD_B: respawn/restart with the default bindings
     BUTTON_A = 0x1000
 
     def __init__(self) -> None:
@@ -160,6 +160,8 @@ class GamepadController(Controller):
                 f"virtual gamepad unavailable ({exc}): install ViGEmBus (Windows) or grant write access to "
                 "/dev/uinput (Linux); the game's gamepad bindings must be the defaults"
             ) from None
+        if sys.platform != "win32" and not shutil.which("xdotool"):
+            raise UserError("gamepad control on Linux gives up with the Delete key through xdotool: install xdotool")
         self._vg = vgamepad
         super().__init__()
 
@@ -171,7 +173,10 @@ class GamepadController(Controller):
         pad.update()
 
     def _reset_button(self, down: bool) -> None:
-        self._button(self._vg.XUSB_BUTTON.XUSB_GAMEPAD_B, down)
+        # Give up, never respawn: the pad's B respawns at the last checkpoint with the clock
+        # running (game-interfaces.md, corrections). The game reads the keyboard alongside the
+        # pad, and keyboard Delete is the default "Give up" binding, so the pad gives up with it.
+        _press_key("reset", down)
 
     def _confirm_button(self, down: bool) -> None:
         self._button(self._vg.XUSB_BUTTON.XUSB_GAMEPAD_A, down)
@@ -188,13 +193,22 @@ class GamepadController(Controller):
 # key E0 53 (TMRL writes it 0xD3), sent as 0x53 with KEYEVENTF_EXTENDEDKEY
 _SCAN = {"gas": 0x11, "brake": 0x1F, "left": 0x1E, "right": 0x20, "confirm": 0x1C, "reset": 0x53}
 _EXTENDED = {"reset"}
-_XKEYS = {"gas": "Up", "brake": "Down", "left": "Left", "right": "Right", "reset": "BackSpace", "confirm": "Return"}
+# reset is Delete, TM2020's default "Give up" (BackSpace respawns at the last checkpoint)
+_XKEYS = {"gas": "Up", "brake": "Down", "left": "Left", "right": "Right", "reset": "Delete", "confirm": "Return"}
+
+
+def _press_key(key: str, down: bool) -> None:
+    """Press or release one of the keys above on this platform."""
+    if sys.platform == "win32":
+        KeyboardController._press_windows(key, down)
+    else:
+        KeyboardController._press_xdotool(key, down)
 
 
 class KeyboardController(Controller):
     """Keys instead of a pad (binary: gas/brake when > 0, steer beyond +-0.5). The game window
     must have the keyboard focus. Windows: SendInput scan codes (W S A D, Delete); Linux:
-    xdotool (arrow keys, BackSpace)."""
+    xdotool (arrow keys, Delete). The reset key is the game's give up (Delete)."""
 
     name = "keyboard"
 

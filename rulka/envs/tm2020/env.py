@@ -117,6 +117,7 @@ class TM2020Env(gym.Env):
             continuous=bool(env.continuous_actions),
             lidar_history=tm.lidar_history,
             lidar_dark_threshold=tm.lidar_dark_threshold,
+            lidar=tm.lidar,
             telemetry_timeout_s=tm.telemetry_timeout_s,
             reset_timeout_s=tm.reset_timeout_s / time_scale if use_fake else tm.reset_timeout_s,
             recover_timeout_s=tm.recover_timeout_s,
@@ -174,6 +175,9 @@ class TM2020Env(gym.Env):
         self._flags.clear()
         self._flags.extend([discrete_to_flags(DEFAULT_PREVIOUS_ACTION)] * self._flags.maxlen)
         parts, info = self.rt.reset(seed=seed, options=options)
+        error, self.interface.reset_error = self.interface.reset_error, None
+        if error is not None:
+            raise error
         self._last_step_t = None
         return self._dict_obs(parts), self._info(info)
 

@@ -2,13 +2,24 @@
 Openplanet plugin, a fake window and a fake gamepad.
 
 ``FakeTM2020`` runs the built-in simulator's car in real time (10 ms physics ticks paced by the
-wall clock, optionally ``time_scale`` times faster) and, like rulka's plugin:
+wall clock, optionally ``time_scale`` times faster) and, like rulka's plugin (sources: section
+keys of /work/shared/game-interfaces.md; "OP" = Openplanet 1.29.5's dumps vendored in
+tests/angelscript/vendor/):
 
 - listens on 127.0.0.1 (port 0 picks a free one: ``port`` tells which) for one client and writes
   one telemetry record per "rendered frame" at ``fps``, each in a single send; a failed send
-  drops the client and it listens again;
-- restarts the race on the reset button: countdown of ``countdown_s`` (records flow with a
-  negative race time, the car is held), then go;
+  drops the client and it listens again; a client that hung up is dropped at once, in menus too
+  (F.2, D.1; OP ``Net::Socket::IsHungUp``);
+- reports the car's Dir / Up / Left with Left = Up x Dir (the simulator's world is right-handed;
+  the game's sign is checked per stream by the interface), and turbo pads as asphalt (OP
+  ``EPlugSurfaceMaterialId``: 7 and 26 are ``Turbo_Deprecated``);
+- gives up on the reset button (keyboard Delete in the game, what every rulka controller sends):
+  the race restarts at zero, countdown of ``countdown_s`` (records flow with a negative race
+  time, the car is held), then go;
+- respawns on ``respawn()`` (gamepad B / keyboard Backspace in the game): back to the last
+  checkpoint passed with the race clock running, or a restart at zero before the first one
+  (/work/shared/game-interfaces.md, "Corrections": TM2020 reset; TMRL's B only restarts because
+  its track has no checkpoint);
 - sets the finished flag from the finish-line crossing until the next reset.
 
 ``FakeGamepad`` (a ``Controller``) sets the fake car's inputs; ``FakeWindow`` (a
@@ -24,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import select
 import socket
 import threading
 import time
@@ -53,6 +65,8 @@ class FakeTM2020:
         time_scale: game seconds per wall-clock second (1 = real time, like the game).
         countdown_s: game seconds between a reset and the start signal.
         window_size: (width, height) of the fake window in pixels.
+        checkpoint_fractions: checkpoints along the race line (fractions of its length), each
+            passed when the car's nearest race-line sample reaches it.
     """
 
     def __init__(
@@ -63,6 +77,7 @@ class FakeTM2020:
         time_scale: float = 1.0,
         countdown_s: float = 1.5,
         window_size: tuple[int, int] = (256, 128),
+        checkpoint_fractions: tuple[float, ...] = (),
     ) -> None:
         self.track = get_track(track) if isinstance(track, str) else track
         self.fps = float(fps)
@@ -70,6 +85,12 @@ class FakeTM2020:
         self.countdown_ms = int(round(countdown_s * 1000))
         self.window_size = (int(window_size[0]), int(window_size[1]))
         self.car = CarPhysics(self.track)
+        tr = self.track
+        self._line = tr.centerline[tr.start_index : tr.finish_index + 1, [0, 2]]
+        self.checkpoints = [int(round(f * (len(self._line) - 1))) for f in checkpoint_fractions]
+        self.checkpoints_passed = 0
+        self.respawns = 0
+        self._clock_offset_ms = 0
         self._controls = Controls()
         self._lock = threading.RLock()
         self._race_ms = -self.countdown_ms  # game ms since the start signal
@@ -78,6 +99,7 @@ class FakeTM2020:
         self._silent_until = 0.0
         self._window_lost_until = 0.0
         self._paused_until = 0.0
+        self._mirrored_until = 0.0
         self._drop = False
         self._stop = threading.Event()
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -126,14 +148,41 @@ class FakeTM2020:
         c = self._controls
         return (c.gas, c.brake, -c.steer)
 
-    def press_reset(self) -> None:
-        """Restart the race: car back on the start line, countdown, finished flag cleared."""
+    def give_up(self) -> None:
+        """Give up (keyboard Delete): car back on the start line, race time back to the
+        countdown, checkpoints and the finished flag cleared."""
         with self._lock:
             self.car.reset()
             self._race_ms = -self.countdown_ms
             self._finished = False
+            self.checkpoints_passed = 0
+            self._clock_offset_ms = 0
             self.resets += 1
             self._event("reset")
+
+    press_reset = give_up
+
+    def respawn(self) -> None:
+        """Respawn (gamepad B / keyboard Backspace): at the last checkpoint passed, standing,
+        with the race clock running on; before the first checkpoint it is a give up."""
+        with self._lock:
+            if not self.checkpoints_passed:
+                self.give_up()
+                return
+            idx = self.track.start_index + self.checkpoints[self.checkpoints_passed - 1]
+            x, _, z = self.track.centerline[idx]
+            self.car.reset(float(x), float(z), self.track.heading_at(idx))
+            self._clock_offset_ms = self._race_ms  # the car's own clock restarts; the race's does not
+            self.respawns += 1
+            self._event("respawn")
+
+    def _pass_checkpoints(self) -> None:
+        if self.checkpoints_passed >= len(self.checkpoints):
+            return
+        nearest = int(np.argmin((self._line[:, 0] - self.car.x) ** 2 + (self._line[:, 1] - self.car.z) ** 2))
+        while self.checkpoints_passed < len(self.checkpoints) and nearest >= self.checkpoints[self.checkpoints_passed]:
+            self.checkpoints_passed += 1
+            self._event(f"checkpoint {self.checkpoints_passed}")
 
     def start_autopilot(self) -> None:
         """Drive like a person would: the simulator's scripted driver holds the pad (for
@@ -180,6 +229,12 @@ class FakeTM2020:
         self._paused_until = time.monotonic() + seconds
         self._event(f"pause {seconds}")
 
+    def mirror(self, seconds: float) -> None:
+        """Send records whose Left is flipped for ``seconds`` (a mirrored basis: what a plugin
+        reading another vector, or a game that changed handedness, would send)."""
+        self._mirrored_until = time.monotonic() + seconds
+        self._event(f"mirror {seconds}")
+
     @property
     def paused(self) -> bool:
         return time.monotonic() < self._paused_until
@@ -219,9 +274,10 @@ class FakeTM2020:
                 continue
             self.car.step(self._controls, 1)
             self._race_ms += 10
+            self._pass_checkpoints()
             if self.car.finished:
                 self._finished = True
-                self._race_ms = int(self.car.finish_time_ms or self._race_ms)
+                self._race_ms = self._clock_offset_ms + int(self.car.finish_time_ms or self._race_ms)
                 self._event("finish")
 
     def record_values(self) -> np.ndarray:
@@ -237,7 +293,11 @@ class FakeTM2020:
             v[5:8] = (car.vx, 0.0, car.vz)
             v[8:11] = (s, 0.0, c)  # forward
             v[11:14] = (0.0, 1.0, 0.0)  # up
-            v[14:17] = (c, 0.0, -s)  # left (the simulator's lateral axis)
+            # vis.Left; the simulator's world is right-handed, so Left = Up x Dir here. The real
+            # game's sign is logged by the interface at the first record (docs/tm2020.md).
+            v[14:17] = (c, 0.0, -s)
+            if time.monotonic() < self._mirrored_until:
+                v[14:17] = (-c, 0.0, s)
             gas, brake, steer = self.inputs
             v[17:20] = (steer, gas, 1.0 if brake > 0 else 0.0)
             v[20] = 1.0 if self._finished else 0.0
@@ -278,6 +338,11 @@ class FakeTM2020:
             if now < next_t:
                 time.sleep(next_t - now)
             next_t = max(next_t + period, time.monotonic() - period)
+            if _hung_up(client):
+                # rulka's plugin asks Net::Socket::IsHungUp() every frame, in menus too (a write
+                # only fails in a race): OpenplanetCore.json 1.29.5 lists it
+                self._event("client_hung_up")
+                return
             if time.monotonic() < self._silent_until:
                 continue
             rec = T.encode_record(self._frame, self.record_values())
@@ -288,8 +353,23 @@ class FakeTM2020:
                 return
 
 
+def _hung_up(client: socket.socket) -> bool:
+    """True when the peer closed the connection (what Openplanet's ``IsHungUp()`` reports)."""
+    readable, _, _ = select.select([client], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return client.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 def _material(code: int) -> float:
-    return float(MATERIAL_ID.get(code, 16))
+    """The TM2020 material id under a wheel on a simulator cell. TM2020 turbo pads are no
+    surface material (EPlugSurfaceMaterialId 7 and 26 are Turbo_Deprecated in OpenplanetNext.json
+    1.29.5; the boost is vis.IsTurbo): a turbo cell reads as the Asphalt (16) it is laid on."""
+    mid = MATERIAL_ID.get(code, 16)
+    return 16.0 if mid in (7, 26) else float(mid)
 
 
 class FakeGamepad(Controller):
@@ -305,8 +385,8 @@ class FakeGamepad(Controller):
         self.game.set_inputs(gas, brake, steer)
 
     def _reset_button(self, down: bool) -> None:
-        if down:
-            self.game.press_reset()
+        if down:  # every rulka controller's reset is the game's give up
+            self.game.give_up()
 
 
 class FakeWindow:

@@ -11,7 +11,7 @@ Faults never crash the worker and never feed bad transitions: when the plugin go
 window is lost or the game is paused, the step ends the episode (``info["fault"]`` names it,
 ``truncated_by_pipeline`` is set so the env reports it as truncated), the controls go neutral and
 a warning says what happened. The next ``reset`` waits until the game is back, logging what it
-waits for, then respawns.
+waits for, then gives up (restart at zero).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rtgym import RealTimeGymInterface
 
 from rulka.envs.actions import N_ACTIONS
 from rulka.envs.pipeline import TrackmaniaPipeline
-from rulka.envs.tm2020.capture import FrameSource, Lidar, WindowLost, to_image
+from rulka.envs.tm2020.capture import FrameSource, Lidar, TmrlLidar, WindowLost, make_lidar, to_image
 from rulka.envs.tm2020.control import Controller
 from rulka.envs.tm2020.telemetry import Telemetry, TelemetryClient
 from rulka.errors import UserError
@@ -40,6 +40,8 @@ FAULT_MESSAGES = {
     "(Openplanet F3 -> Developer -> reload)? Ending the episode; waiting for telemetry",
     "window_lost": "game window lost ({detail}): restore the Trackmania window. Ending the episode; waiting for it",
     "game_paused": "game paused (in-game menu open): close the menu. Ending the episode; waiting for the race",
+    "mirrored_record": "telemetry record with a mirrored or malformed car basis ({detail}): the plugin's "
+    "Left, Up, Dir disagree with the rest of the stream. Ending the episode; waiting for good records",
 }
 
 
@@ -51,6 +53,7 @@ class InterfaceSettings:
     continuous: bool = False
     lidar_history: int = 4
     lidar_dark_threshold: int = 55
+    lidar: str = "rulka"
     telemetry_timeout_s: float = 2.0
     reset_timeout_s: float = 10.0
     recover_timeout_s: float = 600.0
@@ -79,14 +82,18 @@ class TM2020Interface(RealTimeGymInterface):
         self.s = settings
         if settings.observation not in ("image", "lidar"):
             raise UserError(f"tm2020 observation must be image or lidar, got {settings.observation!r}")
-        self._lidar: Lidar | None = None
+        self._lidar: Lidar | TmrlLidar | None = None
         self._scans: deque[np.ndarray] = deque(maxlen=settings.lidar_history)
         self._last_action: Any = self.get_default_action()
         self._last_obs: list[Any] | None = None
         self._last_info: dict[str, Any] = {}
         self._fault = ""
         self.closed = False  # set by the env's close(): no control reaches the game after it
-        self.faults: dict[str, int] = {"plugin_silent": 0, "window_lost": 0, "game_paused": 0}
+        self.faults: dict[str, int] = {"plugin_silent": 0, "window_lost": 0, "game_paused": 0, "mirrored_record": 0}
+        self.reset_error: Exception | None = None
+        """An exception from the last reset, raised again by ``TM2020Env.reset``."""
+        self.handedness = 0
+        """det([Left, Up, Dir]) sign of the stream, set by its first well-formed record."""
         self.resets = 0
 
     # ------------------------------------------------------------------ spaces
@@ -119,7 +126,7 @@ class TM2020Interface(RealTimeGymInterface):
             w, h = self.s.image_size
             return to_image(frame, w, h, grayscale=True), None
         if self._lidar is None or (self._lidar.width, self._lidar.height) != (frame.shape[1], frame.shape[0]):
-            self._lidar = Lidar(frame.shape[1], frame.shape[0], dark=self.s.lidar_dark_threshold)
+            self._lidar = make_lidar(self.s.lidar, frame.shape[1], frame.shape[0], self.s.lidar_dark_threshold)
         scan = self._lidar.measure(frame)
         self._scans.append(scan)
         while len(self._scans) < self._scans.maxlen:
@@ -143,6 +150,13 @@ class TM2020Interface(RealTimeGymInterface):
             return "plugin_silent", f"{age:.1f}", rec, None
         if rec.paused:
             return "game_paused", "", rec, None
+        hand = rec.handedness()
+        if hand and not self.handedness:
+            self.handedness = hand
+            log.info("tm2020: the game's Left is %s(Up x Dir)", "" if hand > 0 else "-")
+        if hand != self.handedness:
+            why = "not orthonormal" if hand == 0 else f"handedness {hand:+d}, stream {self.handedness:+d}"
+            return "mirrored_record", why, rec, None
         try:
             frame = self.frames.grab()
         except WindowLost as exc:
@@ -177,7 +191,8 @@ class TM2020Interface(RealTimeGymInterface):
             time.sleep(self.s.poll_s)
 
     def _respawn(self) -> Telemetry:
-        """Press respawn until a new race starts (start signal seen); return its first record."""
+        """Give up until a new race starts (start signal seen); return its first record. A
+        respawn would not do: past a checkpoint it keeps the clock running."""
         for attempt in range(3):
             before = self.telemetry.latest()
             t_before = before.race_time_ms if before is not None else 0
@@ -196,11 +211,12 @@ class TM2020Interface(RealTimeGymInterface):
                     saw_countdown = True
                 elif not rec.finished and not rec.paused and (saw_countdown or rt < t_before - 100):
                     return rec
-            log.warning("tm2020: no start signal %.0f s after respawn (attempt %d); pressing again",
+            log.warning("tm2020: no start signal %.0f s after give up (attempt %d); pressing again",
                         self.s.reset_timeout_s, attempt + 1)
             self._await_healthy()
-        raise UserError("tm2020: the race does not restart on respawn: check the gamepad/keyboard bindings "
-                        "(defaults needed: B / Delete respawns) and that the game window has focus")
+        raise UserError("tm2020: the race does not restart on give up: keyboard Delete must be bound to "
+                        "\"Give up\" (the game's default; Settings -> Controls) and the game window must have "
+                        "the keyboard focus")
 
     # ------------------------------------------------------------------ rtgym API
     def send_control(self, control: Any) -> None:
@@ -213,6 +229,17 @@ class TM2020Interface(RealTimeGymInterface):
         self._last_action = control
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+        # rtgym calls this in its own thread and waits for it: an exception there would end the
+        # thread and leave the caller waiting forever. It is kept for TM2020Env.reset to raise.
+        try:
+            return self._reset(seed, options)
+        except Exception as exc:  # noqa: BLE001 - re-raised by TM2020Env.reset
+            self.reset_error = exc
+            self.controller.neutral()
+            obs = [np.zeros(sp.shape, sp.dtype) for sp in self.get_observation_space().spaces]
+            return list(self._last_obs or obs), {"fault": "reset_failed"}
+
+    def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[list[Any], dict[str, Any]]:
         self.controller.neutral()
         rec, _ = self._await_healthy()
         if rec.finished:
@@ -259,5 +286,5 @@ class TM2020Interface(RealTimeGymInterface):
         return self._last_obs, float(reward), bool(terminated or truncated), info
 
     def wait(self) -> None:
-        """Between episodes: release the controls (the next reset respawns)."""
+        """Between episodes: release the controls (the next reset gives up: a restart at zero)."""
         self.controller.neutral()

@@ -49,13 +49,13 @@ FIELDS: tuple[str, ...] = (
     "vx", "vy", "vz",  # vis.WorldVel
     "dir_x", "dir_y", "dir_z",  # vis.Dir (forward)
     "up_x", "up_y", "up_z",  # vis.Up
-    "left_x", "left_y", "left_z",  # vis.Left
+    "left_x", "left_y", "left_z",  # vis.Left (checked, not used: the lateral axis is Up x Dir)
     "input_steer", "input_gas", "input_brake",
     "finished",  # 1 while the UI shows the finish sequence
     "gear", "rpm",
     "mat_fl", "mat_fr", "mat_rl", "mat_rr",  # ground contact material id per wheel (80: none)
     "slip_fl", "slip_fr", "slip_rl", "slip_rr",  # slip coefficient per wheel (0..1)
-    "damper_fl", "damper_fr", "damper_rl", "damper_rr",  # damper length per wheel
+    "damper_fl", "damper_fr", "damper_rl", "damper_rr",  # vis.*DamperLen: a length (m), not TMNF's absorption
     "paused",  # 1 while the in-game menu is open (the race clock stops)
     "distance",  # CSmScriptPlayer.Distance, metres driven
 )
@@ -65,6 +65,8 @@ _HEADER = struct.Struct("<4sHHI")
 _BODY = struct.Struct("<" + "f" * N_FIELDS)
 RECORD_SIZE = _HEADER.size + _BODY.size
 NO_CONTACT_MATERIAL = 80  # EPlugSurfaceMaterialId value the game reports for a wheel in the air
+BASIS_TOLERANCE = 0.05
+"""How far Left, Up, Dir may be from an orthonormal basis (float32, game rounding)."""
 
 
 class TelemetryError(Exception):
@@ -102,11 +104,29 @@ class Telemetry:
     def is_finite(self) -> bool:
         return bool(np.isfinite(self.values).all())
 
+    def handedness(self) -> int:
+        """+1 when the game's Left is Up x Dir, -1 when it is -(Up x Dir) (what a left-handed
+        world gives), 0 when Left, Up, Dir are not an orthonormal basis (a malformed record).
+
+        The sign of det([Left, Up, Dir]) must not change within a stream: a record whose sign
+        differs from the stream's is mirrored (the interface ends the episode and counts it)."""
+        v = self.values.astype(np.float64)
+        m = np.column_stack([v[14:17], v[11:14], v[8:11]])
+        if not np.isfinite(m).all() or not np.allclose(m.T @ m, np.eye(3), atol=BASIS_TOLERANCE):
+            return 0
+        return 1 if np.linalg.det(m) > 0 else -1
+
     def car_state(self, slip_threshold: float = 0.5) -> CarState:
         """The ``CarState`` the observation pipeline reads.
 
-        Orientation columns are the game's Left, Up, Dir vectors (the ``CarState`` convention:
-        lateral, up, forward). TM2020 exposes no angular velocity through this path: it is 0.
+        Orientation columns are lateral, up, forward, with lateral derived as Up x Dir: the
+        ``CarState`` definition, whatever the handedness of the game's world (the game's own
+        ``Left`` would mirror the lateral axis if it is left-handed; ``handedness`` checks it).
+        TM2020 exposes no angular velocity through this path: it is 0.
+
+        Per-game meanings the pipeline sees: ``wheel_damper_absorb`` holds TM2020's
+        ``*DamperLen`` (a suspension length) where TMNF reports absorption; turbo is not a
+        surface material in TM2020 (it is ``vis.IsTurbo``, not sent), docs/tm2020.md.
         Wheel material ids are TM2020's ``EPlugSurfaceMaterialId`` values, passed through as they
         are; a wheel is in contact unless it reports ``NO_CONTACT_MATERIAL``.
         """
@@ -114,7 +134,7 @@ class Telemetry:
         mats = v[23:27].round().astype(np.int64)
         return CarState(
             position=v[2:5],
-            orientation=np.column_stack([v[14:17], v[11:14], v[8:11]]),
+            orientation=np.column_stack([np.cross(v[11:14], v[8:11]), v[11:14], v[8:11]]),
             velocity=v[5:8],
             wheel_material=mats,
             wheel_contact=mats != NO_CONTACT_MATERIAL,

@@ -116,7 +116,7 @@ def record_line(
     from rulka.envs.record_line import LineRecorder, save_recorded_line
 
     say = on_progress or (lambda msg: log.info("%s", msg))
-    say("waiting for a race to start: respawn (Delete / B) and drive one lap to the finish")
+    say("waiting for a race to start: give up (Delete) and drive one lap to the finish")
     deadline = time.monotonic() + start_timeout_s
     last_frame = None
     recorder: LineRecorder | None = None

@@ -12,6 +12,7 @@ Only portable socket calls are used (``settimeout``, ``TCP_NODELAY``): the worke
 from __future__ import annotations
 
 import socket
+import struct
 import time
 
 from rulka.envs.tmnf import protocol as P
@@ -78,6 +79,8 @@ class TMIClient:
         self._out = bytearray()
         self.bytes_in = 0
         self.messages_in = 0
+        self.frame_size_mismatches = 0
+        """Frames the game captured at another size than requested (each raised ProtocolError)."""
 
     # -------------------------------------------------------------------- connection
     def connect(self, wait_s: float, profile: str = "default", alive: object = None) -> None:
@@ -195,8 +198,16 @@ class TMIClient:
                 self._drop()
                 raise P.ProtocolError("the game sent a frame that was never requested")
             w, h = self.frame_size
-            payload = self.read_exact(w * h * 4, "reading a frame")
+            header = self.read_exact(8, "reading a frame's size")
+            gw, gh = struct.unpack("<ii", header)
+            if not (0 < gw <= P.MAX_FRAME_SIDE and 0 < gh <= P.MAX_FRAME_SIDE):
+                self._drop()
+                raise P.ProtocolError(f"the game sent a frame of size {gw}x{gh} (out of range)")
+            # read what was captured (the stream stays in step), then check it is what we asked
+            payload = header + self.read_exact(gw * gh * 4, "reading a frame")
             self.frame_size = None
+            if (gw, gh) != (w, h):
+                self.frame_size_mismatches += 1
         else:
             self._drop()
             raise P.ProtocolError(f"unknown message id {msg_id} from the game (stale plugin? `rulka tm install-plugin`)")

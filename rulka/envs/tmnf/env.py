@@ -300,6 +300,7 @@ class TmnfEnv(gym.Env):
         assert self._setup is not None and self._pending is not None
         accelerate, brake, left, right = (bool(v) for v in action_to_flags(action))
         c.set_input_state(left, right, accelerate, brake)
+        self.game.after_action()
         if self._pending == P.MessageType.SC_REQUESTED_FRAME_SYNC:
             c.set_speed(s.running_speed)
         c.respond(self._pending)

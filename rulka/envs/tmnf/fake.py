@@ -1,23 +1,32 @@
 """A fake TMNF + TMInterface game: rulka's simulator behind the plugin's socket and message set.
 
 ``FakeGame`` listens on 127.0.0.1 like rulka's plugin does inside the game (fact sheet F.1) and
-behaves as the real plugin does where our client can tell:
+behaves as the real plugin does where our client can tell. Each modelled behaviour names its
+source (section keys of /work/shared/game-interfaces.md; "TMI-API" = TMInterface 2's
+declarations vendored in tests/angelscript/vendor/tminterface2.as.predefined; "LS" = Linesight):
 
 - one client at a time; a new connection replaces the old one; ``SC_ON_CONNECT_SYNC`` right after
-  accept, or when the game leaves ``StartUp``;
+  accept, or when the game leaves ``StartUp`` (A.3, A.6; LS Python_Link.as ``Render`` /
+  ``OnGameStateChanged``);
 - every game message blocks the game inside a callback that executes the client's commands in
   order until the client echoes the same id; commands sent outside a callback wait in the socket;
   the plugin's timeout is the *total* time of one wait (then the client is dropped, the timeout
-  goes back to 2000 ms and the frame request is cleared);
+  goes back to 2000 ms and the frame request is cleared) (A.7, A.12);
 - 10 ms ticks of the simulator's car physics, a countdown with negative race times, run steps when
   ``race_time % period == 0`` (and every tick after the finish), checkpoint events at gates along
   the track and at the finish (``current == target``), the finish ending the race unless the
   client prevented it inside that callback (``C_PREVENT_SIMULATION_FINISH`` or a rewind to a blob
-  whose last checkpoint time is -1);
-- state blobs in the A.10 layout; frames rendered by the simulator's camera at the requested size
-  as BGRA, with the race time written into the alpha bytes of the first 4 pixels (tests check that
-  frame and state agree);
-- console commands ``map <sim track>``, ``set``, ``cam``, ``toggle_console`` (logged in ``log``).
+  whose last checkpoint time is -1) (A.8, A.9; LS ``OnRunStep``, ``OnCheckpointCountChanged``);
+- state blobs in the A.10 layout (at least 8356 + 4n + 8m bytes: corrections); frames rendered by
+  the simulator's camera at the requested size as BGRA, with the race time written into the alpha
+  bytes of the first 4 pixels (tests check that frame and state agree), captured at most at the
+  window's size and sent with the size captured (TMI-API ``CaptureScreenshot(vec2&inout)``);
+- console commands ``map <sim track>``, ``set``, ``cam``, ``toggle_console`` (logged in ``log``;
+  A.6, A.9); the console is open from launch until ``toggle_console`` and the PB ghost shows while
+  the map's autosave exists, both drawn into the frames (corrections: Linesight's hygiene;
+  LS ``game_instance_manager.py``, ``map_loader.py``);
+- a minimised window pauses the game until ``restore_window`` (A.2; LS docs first_training.rst,
+  ``ensure_not_minimized``).
 
 Game speed scales ticks per wall-clock second (speed 1 = 100 ticks/s; 0 pauses physics while
 frames still render). Failure modes are injected through ``FakeFaults`` (each fires once per
@@ -39,6 +48,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +74,9 @@ class FakeFaults:
     """Do not listen for this long after start (game still launching)."""
     startup_for_s: float = 0.0
     """Stay in ``StartUp`` this long: the connect message is deferred until ``Menus``."""
+    minimise_at_ms: int | None = None
+    """Minimise the window once the race time reaches this: the game pauses (no ticks, no
+    callbacks, no accepts) until ``restore_window`` (Linesight's docs, first_training.rst)."""
     hang_at_ms: int | None = None
     """Freeze (no ticks, no reads, no writes) once the race time reaches this."""
     close_at_ms: int | None = None
@@ -106,16 +119,33 @@ class FakeGame:
         load_s: time to load a map (``Menus`` -> ``InRace``).
         checkpoint_fractions: checkpoint gates along the race line (the finish is added).
         faults: failure modes to inject.
+        trackmania_base_path, username: where the personal-best autosaves live
+            (``Tracks/Replays/Autosaves/<user>_<map>.Replay.gbx``): a map loaded while its
+            autosave exists shows the PB ghost in every frame.
+        window_size: the game window's client size; a frame request larger than it is captured
+            at the window's size (TMInterface's ``Graphics::CaptureScreenshot(vec2&inout size)``
+            returns the size it captured, angel-lsp's as.predefined; the plugin reports it).
     """
 
     def __init__(self, port: int = 0, countdown_ms: int = -1500, load_s: float = 0.02,
-                 checkpoint_fractions: tuple[float, ...] = (1 / 3, 2 / 3), faults: FakeFaults | None = None) -> None:
+                 checkpoint_fractions: tuple[float, ...] = (1 / 3, 2 / 3), faults: FakeFaults | None = None,
+                 window_size: tuple[int, int] | None = None, trackmania_base_path: str | None = None,
+                 username: str = "Player") -> None:
         self.requested_port = int(port)
         self.port = int(port)
         self.countdown_ms = int(countdown_ms)
         self.load_s = float(load_s)
         self.checkpoint_fractions = tuple(checkpoint_fractions)
         self.faults = faults or FakeFaults()
+        self.window_size = window_size
+        self.trackmania_base_path = trackmania_base_path
+        self.username = username
+        # TMInterface shows its console when the game starts, over every frame, until
+        # toggle_console (Linesight's game_instance_manager.py toggles it after each launch)
+        self.console_open = True
+        # the personal-best autosave of the loaded map is replayed as a ghost car (Linesight's
+        # map_loader.py hide_personal_record_replay renames it away before loading)
+        self.ghost_visible = False
         self.log: list[str] = []
         self.counters: dict[str, int] = {"run_steps": 0, "frames": 0, "timeouts": 0, "connects": 0, "races": 0}
         self.state = "startup"
@@ -140,6 +170,8 @@ class FakeGame:
         self._finish_prevented = False
         self._load_done = 0.0
         self._frozen = False
+        self.minimised = False
+        self.focus_calls = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
@@ -196,10 +228,19 @@ class FakeGame:
                 if s is not None:
                     s.close()
 
+    def restore_window(self) -> None:
+        """Un-minimise (ShowWindow SW_SHOWNORMAL / xdotool windowmap in the real game)."""
+        self.minimised = False
+        self.log.append("window:restored")
+
+    def focus_window(self) -> None:
+        self.focus_calls += 1
+        self.log.append("window:focused")
+
     # ------------------------------------------------------------------ one loop iteration
     def _frame(self) -> None:
         now = time.monotonic() - self._t0
-        if self._frozen:
+        if self._frozen or self.minimised:
             self._stop.wait(0.01)
             return
         if self._listener is None:
@@ -264,6 +305,10 @@ class FakeGame:
         self._car = CarPhysics(track)
         self._gates = _gates(track, self.checkpoint_fractions)
         self.map_name = name
+        if self.trackmania_base_path:
+            autosave = (Path(self.trackmania_base_path) / "Tracks" / "Replays" / "Autosaves"
+                        / f"{self.username}_{name}.Replay.gbx")
+            self.ghost_visible = autosave.exists()
         self.state = "loading"
         self._load_done = time.monotonic() + self.load_s
         return True
@@ -293,6 +338,10 @@ class FakeGame:
             return
         self.race_time_ms += 10
         t = self.race_time_ms
+        if f.minimise_at_ms is not None and t >= f.minimise_at_ms and f.fire("minimise"):
+            self.minimised = True
+            self.log.append("fault:minimise")
+            return
         if f.hang_at_ms is not None and t >= f.hang_at_ms and f.fire("hang"):
             self._frozen = True
             self.log.append("fault:hang")
@@ -336,6 +385,8 @@ class FakeGame:
     def _send_frame(self) -> None:
         assert self._frame_request is not None and self._car is not None and self._track is not None
         w, h = self._frame_request
+        if self.window_size is not None:  # CaptureScreenshot's inout size: what was captured
+            w, h = min(w, self.window_size[0]), min(h, self.window_size[1])
         f = self.faults
         if f.slow_frame_at_ms is not None and self.race_time_ms >= f.slow_frame_at_ms and f.fire("slow_frame"):
             self.log.append("fault:slow_frame")
@@ -347,10 +398,11 @@ class FakeGame:
         bgra = np.empty((h, w, 4), dtype=np.uint8)
         bgra[..., :3] = gray[..., None]
         bgra[..., 3] = 255
+        draw_overlays(bgra, console=self.console_open, ghost=self.ghost_visible)
         bgra.reshape(-1)[3:16:4] = np.frombuffer(struct.pack("<i", self.race_time_ms), dtype=np.uint8)[:4]
         self._frame_request = None
         self.counters["frames"] += 1
-        self._callback(struct.pack("<i", M.SC_REQUESTED_FRAME_SYNC) + bgra.tobytes(), M.SC_REQUESTED_FRAME_SYNC)
+        self._callback(struct.pack("<iii", M.SC_REQUESTED_FRAME_SYNC, w, h) + bgra.tobytes(), M.SC_REQUESTED_FRAME_SYNC)
 
     # ------------------------------------------------------------------ state blobs
     def game_state(self) -> S.GameState:
@@ -529,8 +581,20 @@ class FakeGame:
         words = text.strip().split(None, 1)
         if not words:
             return
+        if words[0] == "toggle_console":
+            self.console_open = not self.console_open
         if words[0] == "map" and len(words) == 2:
             self._load_map(words[1].strip().strip('"').strip("'"))
+
+
+def draw_overlays(bgra: np.ndarray, console: bool, ghost: bool) -> None:
+    """What a real frame would carry besides the track: TMInterface's console (a dark panel over
+    the top third) and the PB ghost (a bright car-sized block ahead of the camera)."""
+    h, w = bgra.shape[:2]
+    if console:
+        bgra[: max(h // 3, 1), :, :3] = 24
+    if ghost:
+        bgra[h // 2 - max(h // 10, 1): h // 2, w // 2 - max(w // 12, 1): w // 2 + max(w // 12, 1), :3] = 250
 
 
 def main(argv: list[str] | None = None) -> int:

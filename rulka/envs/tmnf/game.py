@@ -20,16 +20,19 @@ on Windows. Kill only what we launched, never every ``TmForever.exe`` on the mac
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rulka.envs.tmnf.client import GameClosed, GameConnectionError, TMIClient
+from rulka.envs.tmnf.client import GameClosed, GameConnectionError, GameTimeout, TMIClient
 from rulka.envs.tmnf.protocol import OnConnect
 from rulka.errors import UserError
 
@@ -42,6 +45,9 @@ SLOT_LOCK_OFFSET = 100  # instance i is claimed by binding 127.0.0.1:(base_port 
 
 
 class GameProcess(Protocol):
+    """A launched game. It may also have ``restore_window()`` (un-minimise) and
+    ``focus_window()``; those without them are skipped."""
+
     def alive(self) -> bool: ...
 
     def kill(self) -> None: ...
@@ -123,6 +129,33 @@ class _WindowsGame:
         out = subprocess.run(["tasklist", "/FI", f"PID eq {pid}", "/NH"], capture_output=True, text=True).stdout
         return str(pid) in out
 
+    def _windows(self) -> list[int]:
+        """Top-level window handles of the game process (user32, Windows only)."""
+        pid = self._find()
+        if pid is None:
+            return []
+        user32 = ctypes.windll.user32  # type: ignore[attr-defined]
+        found: list[int] = []
+        proc = ctypes.WINFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_void_p)
+
+        def visit(hwnd: Any, _: Any) -> bool:
+            owner = ctypes.c_ulong()
+            user32.GetWindowThreadProcessId(hwnd, ctypes.byref(owner))
+            if owner.value == pid:
+                found.append(hwnd)
+            return True
+
+        user32.EnumWindows(proc(visit), 0)
+        return found
+
+    def restore_window(self) -> None:
+        for hwnd in self._windows():
+            ctypes.windll.user32.ShowWindow(hwnd, 1)  # type: ignore[attr-defined]  # SW_SHOWNORMAL
+
+    def focus_window(self) -> None:
+        for hwnd in self._windows():
+            ctypes.windll.user32.SetForegroundWindow(hwnd)  # type: ignore[attr-defined]
+
     def kill(self) -> None:
         pid = self._find()
         if pid is not None:
@@ -148,15 +181,34 @@ class TMLoaderLauncher:
 
 @dataclass
 class ScriptLauncher:
-    """Linux (Wine) or anything else: run the user's launch script with the port as its argument."""
+    """Linux (Wine) or anything else: run the user's launch script with the port as its argument.
+
+    On Linux the launch holds a spawn lock (a file lock shared by every worker on the machine)
+    from the spawn until ``settle_s`` later, so two Wine games never start at the same time
+    (Linesight's ``game_instance_manager.py`` holds one while a game starts: concurrent Wine and
+    TMLoader/ModLoader starts interfere)."""
 
     script: str
+    settle_s: float = 5.0
+    lock_path: str = ""
 
     def launch(self, port: int) -> GameProcess:
         path = Path(self.script).expanduser()
         if not path.is_file():
             raise UserError(f"game launch script {path} does not exist (user.linux_launch_game_path)")
-        return _PopenProcess(subprocess.Popen([str(path), str(port)]))
+        if sys.platform == "win32":
+            return _PopenProcess(subprocess.Popen([str(path), str(port)]))
+        import fcntl  # POSIX only: this branch never runs on a Windows worker
+
+        lock = Path(self.lock_path or Path(tempfile.gettempdir()) / "rulka-tmnf-spawn.lock")
+        with open(lock, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                proc = _PopenProcess(subprocess.Popen([str(path), str(port)]))
+                time.sleep(self.settle_s)
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+        return proc
 
 
 class AttachLauncher:
@@ -176,6 +228,12 @@ class _FakeProcess:
 
     def kill(self) -> None:
         self.game.stop()
+
+    def restore_window(self) -> None:
+        self.game.restore_window()
+
+    def focus_window(self) -> None:
+        self.game.focus_window()
 
 
 class FakeLauncher:
@@ -234,6 +292,7 @@ class GameSettings:
     camera: int
     username: str
     profile: str
+    trackmania_base_path: str = ""
 
     @classmethod
     def from_config(cls, cfg: RulkaConfig) -> GameSettings:
@@ -249,6 +308,7 @@ class GameSettings:
             camera=env.game_camera_number,
             username=cfg.user.username,
             profile=cfg.user.windows_tmloader_profile_name,
+            trackmania_base_path=cfg.user.trackmania_base_path,
         )
 
 
@@ -258,6 +318,26 @@ def map_command(map_path: str) -> str:
     sep = "\\" if sys.platform == "win32" else "/"
     path = map_path.replace("\\", "/").replace("/", sep)
     return f'map "{path}"' if " " in path else f"map {path}"
+
+
+def hide_personal_best_replay(base_path: str, username: str, map_path: str) -> Path | None:
+    """Rename the personal-best autosave of ``map_path`` (``Tracks/Replays/Autosaves/<user>_<map
+    name>.Replay.gbx``) to ``.bak`` so the game shows no PB ghost: once the agent sets a record a
+    second car would otherwise drive in every frame (Linesight's ``map_loader.py``
+    ``hide_personal_record_replay``). Returns the renamed file, or None when there was none."""
+    if not base_path:
+        return None
+    name = Path(map_path.replace("\\", "/")).name
+    for suffix in (".Challenge.Gbx", ".Challenge.gbx", ".gbx", ".Gbx"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    replay = Path(base_path).expanduser() / "Tracks" / "Replays" / "Autosaves" / f"{username}_{name}.Replay.gbx"
+    if not replay.exists():
+        return None
+    hidden = replay.with_name(replay.name + ".bak")
+    os.replace(replay, hidden)
+    return hidden
 
 
 class GameInstance:
@@ -272,14 +352,22 @@ class GameInstance:
         self.launched_at = 0.0
         self.loaded_map: str | None = None
         self.wanted_map: str | None = None
-        self.counters = {"launches": 0, "restarts": 0, "reconnects": 0, "reboots": 0}
+        self.counters = {"launches": 0, "restarts": 0, "reconnects": 0, "reboots": 0, "ghosts_hidden": 0,
+                         "ghost_hide_errors": 0, "unminimised": 0, "focused": 0}
         self.fresh_connection = False
+        self._console_to_close = False
+        self._focus_pending = False
+        self._restored_since_ok = False
 
     # ---------------------------------------------------------------- process
     def _launch(self) -> None:
         self.process = self.launcher.launch(self.port)
         self.launched_at = time.monotonic()
         self.loaded_map = None
+        # TMInterface opens its console when the game starts; left open it is in every frame
+        # (Linesight's handshake sends toggle_console only after a launch)
+        self._console_to_close = True
+        self._focus_pending = True  # once per launch, after the first action (Linesight)
         if self.process is not None:
             port = getattr(self.process, "port", None)  # a fake asked for port 0 picked its own
             if port:
@@ -331,6 +419,9 @@ class GameInstance:
 
     def _handshake(self, map_path: str) -> None:
         s, c = self.settings, self.client
+        if self._console_to_close:
+            c.execute_command("toggle_console")
+            self._console_to_close = False
         c.set_speed(1.0)
         c.set_on_step_period(s.ms_per_action)
         for command in ("set countdown_speed 80", f"set autologin {s.username}", "set unfocused_fps_limit false",
@@ -341,9 +432,31 @@ class GameInstance:
             self.request_map(map_path)
         c.respond(OnConnect.id)
         self.fresh_connection = True
+        self._restored_since_ok = False
+
+    def after_action(self) -> None:
+        """Called after each action is sent: focuses the window once per launch, after the first
+        action (Linesight forces focus once, late, not while another instance starts)."""
+        if not self._focus_pending:
+            return
+        self._focus_pending = False
+        focus = getattr(self.process, "focus_window", None)
+        if focus is None:
+            return
+        try:
+            focus()
+            self.counters["focused"] += 1
+        except Exception as exc:  # noqa: BLE001 - window APIs vary; focus is a convenience
+            log.warning("could not focus the game window on port %d: %s", self.port, exc)
 
     def request_map(self, map_path: str) -> None:
-        """Load ``map_path`` (buffered; sent with the next echo)."""
+        """Load ``map_path`` (buffered; sent with the next echo), its PB ghost hidden first."""
+        try:
+            if hide_personal_best_replay(self.settings.trackmania_base_path, self.settings.username, map_path):
+                self.counters["ghosts_hidden"] += 1
+        except OSError as exc:
+            self.counters["ghost_hide_errors"] += 1
+            log.warning("could not hide the personal-best replay of %s (its ghost may show): %s", map_path, exc)
         self.client.execute_command(map_command(map_path))
         self.loaded_map = map_path
 
@@ -352,6 +465,20 @@ class GameInstance:
         a timeout (frozen, minimised, stuck in a menu) or a dead game restarts it."""
         if isinstance(exc, GameClosed) and (self.process is None or self.process.alive()):
             self.client.close(polite=False)
+            return
+        restore = getattr(self.process, "restore_window", None)
+        if isinstance(exc, GameTimeout) and restore is not None and not self._restored_since_ok and self.process.alive():
+            # A minimised game pauses and says nothing: un-minimise it and reconnect rather than
+            # kill and relaunch (Linesight's ensure_not_minimized after a timeout). A second
+            # timeout before a handshake succeeds restarts the game.
+            self._restored_since_ok = True
+            self.client.close(polite=False)
+            try:
+                restore()
+                self.counters["unminimised"] += 1
+                log.warning("the game on port %d timed out: un-minimised its window; reconnecting", self.port)
+            except Exception as werr:  # noqa: BLE001 - window APIs vary; the restart below still works
+                log.warning("could not un-minimise the game window on port %d: %s", self.port, werr)
             return
         if isinstance(exc, GameConnectionError) or self.process is not None:
             self.restart(str(exc).splitlines()[0])

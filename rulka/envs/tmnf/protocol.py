@@ -110,7 +110,9 @@ class LapCountChanged:
 
 @dataclass(frozen=True)
 class RequestedFrame:
-    """``SC_REQUESTED_FRAME_SYNC``: ``height x width x 4`` BGRA bytes, rows top first."""
+    """``SC_REQUESTED_FRAME_SYNC``: int32 width, int32 height (the size the game actually
+    captured: ``Graphics::CaptureScreenshot`` takes it ``inout``), then ``height x width x 4`` BGRA
+    bytes, rows top first."""
 
     data: bytes
     width: int
@@ -128,6 +130,13 @@ class OnConnect:
 GameMessage = RunStep | CheckpointCountChanged | LapCountChanged | RequestedFrame | OnConnect
 
 
+def frame_size_message(captured: tuple[int, int], requested: tuple[int, int]) -> str:
+    """The error when the game captured another size than was requested."""
+    return (f"the game captured a {captured[0]}x{captured[1]} frame where {requested[0]}x{requested[1]} was "
+            f"requested: is the game window smaller than the frame (minimised, or resized)? Make the window "
+            f"at least that large or lower the frame size")
+
+
 def decode_game_message(msg_id: int, payload: bytes, frame_size: tuple[int, int] | None) -> GameMessage:
     """The typed message for ``msg_id`` and its ``payload`` (the bytes after the id)."""
     if msg_id == M.SC_RUN_STEP_SYNC:
@@ -142,9 +151,14 @@ def decode_game_message(msg_id: int, payload: bytes, frame_size: tuple[int, int]
         if frame_size is None:
             raise ProtocolError("the game sent a frame that was never requested")
         w, h = frame_size
-        if len(payload) != w * h * 4:
-            raise ProtocolError(f"frame of {len(payload)} bytes, expected {w}x{h}x4")
-        return RequestedFrame(payload, w, h)
+        if len(payload) < 8:
+            raise ProtocolError(f"frame message of {len(payload)} bytes has no size")
+        got = _II.unpack_from(payload)
+        if got != (w, h):
+            raise ProtocolError(frame_size_message(got, (w, h)))
+        if len(payload) != 8 + w * h * 4:
+            raise ProtocolError(f"frame of {len(payload) - 8} bytes, expected {w}x{h}x4")
+        return RequestedFrame(payload[8:], w, h)
     raise ProtocolError(f"unknown message id {msg_id} from the game")
 
 
@@ -155,7 +169,7 @@ def encode_game_message(msg: GameMessage) -> bytes:
     if isinstance(msg, (CheckpointCountChanged, LapCountChanged)):
         return struct.pack("<iii", msg.id, msg.current, msg.target)
     if isinstance(msg, RequestedFrame):
-        return _I32.pack(M.SC_REQUESTED_FRAME_SYNC) + msg.data
+        return struct.pack("<iii", M.SC_REQUESTED_FRAME_SYNC, msg.width, msg.height) + msg.data
     if isinstance(msg, OnConnect):
         return _I32.pack(M.SC_ON_CONNECT_SYNC)
     raise TypeError(f"not a game message: {msg!r}")

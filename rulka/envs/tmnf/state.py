@@ -82,16 +82,18 @@ def _cp_arrays(blob: bytes) -> tuple[int, int, int]:
     if not 0 <= n <= MAX_CHECKPOINTS or len(blob) < BASE_LENGTH + 4 * n:
         raise BadStateBlob(f"state blob: checkpoint state count {n} does not fit {len(blob)} bytes")
     (m,) = struct.unpack_from("<i", blob, OFF_CP_STATES_LEN + 4 + 4 * n)
-    if not 0 <= m <= MAX_CHECKPOINTS or len(blob) != blob_length(n, m):
+    # At least, not exactly: bytes after the checkpoint arrays are kept and ignored, as Linesight
+    # reads the blob (a newer TMInterface may append fields); prevent_finish passes them through.
+    if not 0 <= m <= MAX_CHECKPOINTS or len(blob) < blob_length(n, m):
         raise BadStateBlob(
             f"state blob of {len(blob)} bytes; with {n} checkpoint states and {m} times it should be "
-            f"{blob_length(n, m) if 0 <= m <= MAX_CHECKPOINTS else 'impossible'}"
+            f"at least {blob_length(n, m) if 0 <= m <= MAX_CHECKPOINTS else 'impossible'}"
         )
     return n, m, OFF_CP_STATES_LEN + 8 + 4 * n
 
 
 def decode_state(blob: bytes) -> GameState:
-    """Parse a blob; ``BadStateBlob`` when its length does not match its checkpoint arrays."""
+    """Parse a blob; ``BadStateBlob`` when it is too short for its checkpoint arrays."""
     blob = bytes(blob)
     n, m, off_times = _cp_arrays(blob)
     f = struct.unpack_from

@@ -4,7 +4,8 @@
 // a race, one record per rendered frame:
 //   "RLK2" | uint16 version=1 | uint16 field count | uint32 frame counter | float32 fields
 // in the order of rulka/envs/tm2020/telemetry.py FIELDS. Nothing is written in menus or while
-// loading. A failed write drops the client and the plugin listens again.
+// loading. A client that hung up (checked every frame, in menus too) or a failed write drops
+// the client and the plugin listens again.
 
 [Setting name="Port" description="TCP port rulka connects to (environment.tm2020.plugin_port)"]
 uint S_Port = 9010;
@@ -119,6 +120,10 @@ void Main() {
                 @g_client = accepted;
                 print("rulka: client connected");
             }
+        } else if (g_client.IsHungUp()) {
+            // checked every frame, menus included: a write only fails in a race, and CanWrite()
+            // does not notice a closed peer (Openplanet's Net::Socket::IsHungUp, OpenplanetCore.json)
+            DropClient("client hung up");
         } else {
             CSmScriptPlayer@ api;
             CSceneVehicleVisState@ vis;

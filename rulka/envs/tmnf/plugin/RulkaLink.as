@@ -56,7 +56,7 @@ void Main()
     // queued after the /configstring commands, so custom_port is set when it runs
     CommandList startup;
     startup.Content = "rulka_listen";
-    startup.Process(CommandListProcessOption::QueueAndProcess);
+    startup.Process();  // default QueueAndExecute, as Linesight's Python_Link.as calls it
 }
 
 void OnListenCommand(int fromTime, int toTime, const string&in commandLine, const array<string>&in args)
@@ -98,7 +98,7 @@ bool WaitForResponse(int expected)
         }
         int id = g_client.ReadInt32();
         if (id == expected) return true;
-        if (id == C_SHUTDOWN) { DropClient("shutdown"); return false; }
+        if (id == MessageType::C_SHUTDOWN) { DropClient("shutdown"); return false; }
         HandleCommand(id);
     }
     return false;
@@ -113,12 +113,12 @@ void HandleCommand(int id)
 {
     SimulationManager@ sim = GetSimulationManager();
     switch (id) {
-        case C_SET_SPEED: {
+        case MessageType::C_SET_SPEED: {
             float speed = g_client.ReadFloat();
             sim.SetSpeed(speed);
             break;
         }
-        case C_REWIND_TO_STATE: {
+        case MessageType::C_REWIND_TO_STATE: {
             int n = g_client.ReadInt32();
             array<uint8> data = g_client.ReadBytes(n);
             if (sim.InRace) {
@@ -127,16 +127,16 @@ void HandleCommand(int id)
             }
             break;
         }
-        case C_REWIND_TO_CURRENT_STATE:
+        case MessageType::C_REWIND_TO_CURRENT_STATE:
             if (sim.InRace) sim.RewindToState(sim.SaveState());
             break;
-        case C_GET_SIMULATION_STATE: {
+        case MessageType::C_GET_SIMULATION_STATE: {
             array<uint8> data = sim.SaveState().ToArray();
             g_client.Write(int(data.Length));
             g_client.Write(data);
             break;
         }
-        case C_SET_INPUT_STATE: {
+        case MessageType::C_SET_INPUT_STATE: {
             uint8 left = g_client.ReadUint8();
             uint8 right = g_client.ReadUint8();
             uint8 up = g_client.ReadUint8();
@@ -149,51 +149,47 @@ void HandleCommand(int id)
             }
             break;
         }
-        case C_GIVE_UP:
+        case MessageType::C_GIVE_UP:
             if (sim.InRace) sim.GiveUp();
             break;
-        case C_PREVENT_SIMULATION_FINISH:
+        case MessageType::C_PREVENT_SIMULATION_FINISH:
             if (sim.InRace) sim.PreventSimulationFinish();
             break;
-        case C_EXECUTE_COMMAND: {
+        case MessageType::C_EXECUTE_COMMAND: {
             int n = g_client.ReadInt32();
-            array<uint8> raw = g_client.ReadBytes(n);
-            string text = "";
-            text.resize(n);
-            for (int i = 0; i < n; i++) text[i] = raw[i];
-            ExecuteCommand(text);
+            ExecuteCommand(g_client.ReadString(uint(n)));
             break;
         }
-        case C_SET_TIMEOUT:
+        case MessageType::C_SET_TIMEOUT:
             g_timeoutMs = int(g_client.ReadUint32());
             break;
-        case C_RACE_FINISHED: {
+        case MessageType::C_RACE_FINISHED: {
             bool done = sim.PlayerInfo.RaceFinished || sim.TickTime > sim.RaceTime;
             g_client.Write(done ? 1 : 0);
             break;
         }
-        case C_REQUEST_FRAME:
+        case MessageType::C_REQUEST_FRAME:
             g_frameW = g_client.ReadInt32();
             g_frameH = g_client.ReadInt32();
             g_frameRequested = true;
             break;
-        case C_RESET_CAMERA:
+        case MessageType::C_RESET_CAMERA:
             sim.ResetCamera();
             break;
-        case C_SET_ON_STEP_PERIOD:
+        case MessageType::C_SET_ON_STEP_PERIOD:
             g_stepPeriodMs = g_client.ReadInt32();
             if (g_stepPeriodMs < 10) g_stepPeriodMs = 10;
             break;
-        case C_UNREQUEST_FRAME:
+        case MessageType::C_UNREQUEST_FRAME:
             g_frameRequested = false;
             break;
-        case C_TOGGLE_INTERFACE:
+        case MessageType::C_TOGGLE_INTERFACE:
             ToggleRaceInterface(g_client.ReadInt32() != 0);
             break;
-        case C_IS_IN_MENUS:
+        case MessageType::C_IS_IN_MENUS:
             g_client.Write(GetCurrentGameState() == TM::GameState::Menus ? 1 : 0);
             break;
-        case C_GET_INPUTS: {
+        case MessageType::C_GET_INPUTS: {
             string text = sim.InputEvents.ToCommandsText();
             g_client.Write(int(text.Length));
             g_client.Write(text);
@@ -218,16 +214,21 @@ void Render()
         if (GetCurrentGameState() == TM::GameState::StartUp) {
             g_connectPending = true;
         } else {
-            g_client.Write(int(SC_ON_CONNECT_SYNC));
-            SendAndWait(SC_ON_CONNECT_SYNC);
+            g_client.Write(int(MessageType::SC_ON_CONNECT_SYNC));
+            SendAndWait(MessageType::SC_ON_CONNECT_SYNC);
         }
     }
     if (g_client !is null && g_frameRequested) {
-        array<uint8>@ pixels = Graphics::CaptureScreenshot(vec2(g_frameW, g_frameH));
+        // CaptureScreenshot takes the size inout: it comes back as the size actually captured
+        // (smaller when the window is), which goes out first so the client can check it.
+        vec2 size(g_frameW, g_frameH);
+        array<uint8>@ pixels = Graphics::CaptureScreenshot(size);
         g_frameRequested = false;
-        g_client.Write(int(SC_REQUESTED_FRAME_SYNC));
+        g_client.Write(int(MessageType::SC_REQUESTED_FRAME_SYNC));
+        g_client.Write(int(size.x));
+        g_client.Write(int(size.y));
         g_client.Write(pixels);
-        SendAndWait(SC_REQUESTED_FRAME_SYNC);
+        SendAndWait(MessageType::SC_REQUESTED_FRAME_SYNC);
     }
 }
 
@@ -235,8 +236,8 @@ void OnGameStateChanged(TM::GameState state)
 {
     if (g_connectPending && g_client !is null && state == TM::GameState::Menus) {
         g_connectPending = false;
-        g_client.Write(int(SC_ON_CONNECT_SYNC));
-        SendAndWait(SC_ON_CONNECT_SYNC);
+        g_client.Write(int(MessageType::SC_ON_CONNECT_SYNC));
+        SendAndWait(MessageType::SC_ON_CONNECT_SYNC);
     }
 }
 
@@ -245,28 +246,28 @@ void OnRunStep(SimulationManager@ sim)
     if (g_client is null) return;
     int raceTime = sim.RaceTime;
     if (raceTime % g_stepPeriodMs == 0 || sim.TickTime > raceTime) {
-        g_client.Write(int(SC_RUN_STEP_SYNC));
+        g_client.Write(int(MessageType::SC_RUN_STEP_SYNC));
         g_client.Write(raceTime);
-        SendAndWait(SC_RUN_STEP_SYNC);
+        SendAndWait(MessageType::SC_RUN_STEP_SYNC);
     }
 }
 
 void OnCheckpointCountChanged(SimulationManager@ sim, int current, int target)
 {
     if (g_client is null) return;
-    g_client.Write(int(SC_CHECKPOINT_COUNT_CHANGED_SYNC));
+    g_client.Write(int(MessageType::SC_CHECKPOINT_COUNT_CHANGED_SYNC));
     g_client.Write(current);
     g_client.Write(target);
-    SendAndWait(SC_CHECKPOINT_COUNT_CHANGED_SYNC);
+    SendAndWait(MessageType::SC_CHECKPOINT_COUNT_CHANGED_SYNC);
 }
 
 void OnLapCountChanged(SimulationManager@ sim, int current, int target)
 {
     if (g_client is null) return;
-    g_client.Write(int(SC_LAP_COUNT_CHANGED_SYNC));
+    g_client.Write(int(MessageType::SC_LAP_COUNT_CHANGED_SYNC));
     g_client.Write(current);
     g_client.Write(target);
-    SendAndWait(SC_LAP_COUNT_CHANGED_SYNC);
+    SendAndWait(MessageType::SC_LAP_COUNT_CHANGED_SYNC);
 }
 
 PluginInfo@ GetPluginInfo()
