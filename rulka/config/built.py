@@ -26,19 +26,10 @@ NOT_BUILT: frozenset[str] = frozenset(
     {
         # environment: multi-action blocks
         "environment.rl_action_offsets_ms",
-        # nn: fusion trunks, transformer stems and heads, pretrained init, freezing
-        "nn.fusion_mode",
-        "nn.init_from_pretrained",
-        "nn.encoder",
-        "nn.vis.transformer",
-        "nn.vis.freeze",
-        "nn.float.freeze",
-        "nn.iqn.freeze",
+        # nn: transformer decoder heads and where they attach (the fusion trunks, ViT stem,
+        # freeze flags and pretrained init are built: rulka.nn.fusion, rulka.nn.freeze)
         "nn.decoder.shared_input",
-        "nn.decoder.shared_trunk_freeze",
-        "nn.decoder.advantage.freeze",
         "nn.decoder.advantage.transformer",
-        "nn.decoder.value.freeze",
         "nn.decoder.value.transformer",
         # nn.training: target self-loss clamp and the network resets
         "nn.training.target_self_loss_clamp_ratio",
@@ -92,7 +83,13 @@ def not_built_keys(cfg: RulkaConfig) -> list[str]:
 
 
 def check_built(cfg: RulkaConfig) -> None:
-    """Raise ConfigError naming every key set away from its default that no code acts on yet."""
+    """Raise ConfigError naming every key set away from its default that no code acts on yet, and
+    every ``nn`` key the configured topology does not read (``rulka.nn.fusion.inert_keys``)."""
+    from rulka.nn.fusion import inert_keys
+
+    inert = inert_keys(cfg)
+    if inert:
+        raise ConfigError("config: " + "; ".join(inert))
     keys = not_built_keys(cfg)
     if not keys:
         return
