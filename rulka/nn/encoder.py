@@ -12,6 +12,7 @@ before they shared it, and old checkpoints and weights still load.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, TypeVar
 
 import torch
@@ -39,9 +40,9 @@ class EncoderSpec:
     use_spectral_norm: bool = False
     float_mean: list[float] | None = None  # per-feature normalisation; default 0 / 1
     float_std: list[float] | None = None
-    # nn.fusion_mode, nn.vis.transformer and nn.encoder as plain data (rulka.nn.fusion); None: the
-    # plain encoder (CNN or no image, fusion_mode none)
-    topology: dict[str, Any] | None = None
+    # nn.fusion_mode, nn.vis.transformer and nn.encoder as JSON text (rulka.nn.fusion; a string, so
+    # the actor spec stays a shallow tree on the wire); None: the plain encoder (CNN or no image)
+    topology: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -70,7 +71,7 @@ class ImageFloatEncoder(nn.Module):
     def _build_encoder(self, spec: EncoderSpec, *, layer_norm: bool = False) -> int:
         """Create the image head, float MLP, fusion trunk (``spec.topology``) and normalisation
         buffers; return the feature width."""
-        topo = spec.topology or {}
+        topo = json.loads(spec.topology) if spec.topology else {}
         vt = topo.get("vis_transformer")
         if spec.uses_image and vt is not None:
             self.img_head = make_vision_transformer(spec.image_height, spec.image_width, vt)

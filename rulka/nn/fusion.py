@@ -32,13 +32,14 @@ of ``nn.encoder.transformer``, final LayerNorm, mean over tokens), ``mlp`` (flat
 ``fusion_mlp`` MLP), ``cnn`` (``fusion_cnn``'s 1-D convolutions along the tokens, mean over
 tokens) or ``hf_embedding`` (a Hugging Face encoder fed ``inputs_embeds``; ``rulka[hf]``).
 
-Everything that fixes the shapes is the plain-data ``topology`` dict that
+Everything that fixes the shapes is the ``topology`` (JSON text) that
 :func:`topology_from_config` writes into the network spec, so a worker rebuilds the same network
 from the actor spec it receives with the weights.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,8 +60,8 @@ def default_fusion_encoder(mode: str, encoder: Mapping[str, Any]) -> str:
     return "linear" if mode == "vision_transformer" else "native_transformer"
 
 
-def topology_from_config(cfg: Any) -> dict[str, Any] | None:
-    """The plain-data topology of ``cfg.nn`` for the network spec; None for the plain encoder
+def topology_from_config(cfg: Any) -> str | None:
+    """The topology of ``cfg.nn`` for the network spec, as JSON text; None for the plain encoder
     (``fusion_mode: none`` with a CNN stem or no image), which keeps older specs unchanged."""
     from rulka.config.sections import FusionCnnConfig, FusionMlpConfig, HfEmbeddingConfig
 
@@ -79,8 +80,8 @@ def topology_from_config(cfg: Any) -> dict[str, Any] | None:
         "float_token_layout": enc.float_token_layout,
     }
     encoder["fusion_encoder"] = enc.fusion_encoder or default_fusion_encoder(nn_cfg.fusion_mode, encoder)
-    return {"fusion_mode": nn_cfg.fusion_mode, "vis_transformer": None if vt is None else vt.model_dump(),
-            "encoder": encoder}
+    return json.dumps({"fusion_mode": nn_cfg.fusion_mode, "vis_transformer": None if vt is None else vt.model_dump(),
+                       "encoder": encoder}, sort_keys=True)
 
 
 def float_hidden_dim(cfg: Any) -> int:
