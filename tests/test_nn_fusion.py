@@ -156,5 +156,5 @@ def test_a_float_only_fusion_network_keeps_torch_on_the_worker():
 def test_unified_needs_equal_widths_and_a_clear_error_otherwise():
     from rulka.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="unified needs `vis.transformer.d_model`"):
+    with pytest.raises(ConfigError, match="unified needs `nn.vis.transformer.d_model`"):
         config_from_dict({"nn": dict(fusion_nn("unified"), encoder={"transformer": dict(SMALL, d_model=64)})})
