@@ -137,7 +137,6 @@ def test_defaults_are_built() -> None:
         ({"performance": {"gpu_collectors_count": 2}}, "performance.gpu_collectors_count"),
         ({"worker": {"actor_kwargs": {"a": 1}}}, "worker.actor_kwargs"),
         ({"grpo": {"grpo_num_minibatches": 2}}, "grpo.grpo_num_minibatches"),
-        ({"nn": {"training": {"single_reset_flag": 1}}}, "nn.training.single_reset_flag"),
     ],
 )
 def test_a_non_default_not_built_key_is_refused_by_name(data: dict, key: str) -> None:

@@ -31,13 +31,8 @@ NOT_BUILT: frozenset[str] = frozenset(
         "nn.decoder.shared_input",
         "nn.decoder.advantage.transformer",
         "nn.decoder.value.transformer",
-        # nn.training: target self-loss clamp and the network resets
+        # nn.training: target self-loss clamp (the resets are built: rulka.agents.iqn.reset)
         "nn.training.target_self_loss_clamp_ratio",
-        "nn.training.single_reset_flag",
-        "nn.training.reset_every_n_frames_generated",
-        "nn.training.additional_transition_after_reset",
-        "nn.training.last_layer_reset_factor",
-        "nn.training.overall_reset_mul_factor",
         # training: decoupled weight decay
         "training.weight_decay_lr_ratio",
         "exploration.multi_action_exploration",

@@ -701,6 +701,9 @@ class Trainer:
             return False
         t0 = time.perf_counter()
         self._last_train_metrics = self.agent.train(batch)
+        credit = getattr(self.agent, "take_sample_credit", None)  # IQN resets: re-learn from replay
+        if credit is not None and self.limiter is not None:
+            self.limiter.samples -= int(credit())
         self._train_s += time.perf_counter() - t0
         self.updates += 1
         self._window["updates"] += 1

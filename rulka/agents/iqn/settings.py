@@ -10,7 +10,8 @@ from rulka.agents.iqn.agent import IQNAgent, IQNHyper
 from rulka.agents.iqn.network import IQNNetworkSpec, float_normalisation
 from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.config.sections import VisCnnConfig
-from rulka.nn.freeze import prepare_network
+from rulka.agents.iqn.reset import IQNResetter, ResetSettings
+from rulka.nn.freeze import freeze_prefixes, prepare_network
 from rulka.nn.fusion import float_hidden_dim, topology_from_config
 
 
@@ -146,6 +147,7 @@ def make_agent(cfg: ConfigLike = None, device: str | None = None, seed: int | No
                      seed=seed if seed is not None else cfg.training.seed)
     agent.batch_size = cfg.training.batch_size
     agent.prepared = prepare_network(cfg, agent.online, agent.optimizer, "iqn", copies=[agent.target])
+    agent.resetter = IQNResetter(ResetSettings.from_config(cfg), freeze_prefixes(cfg, "iqn"))
     return agent
 
 
