@@ -23,7 +23,7 @@ from rulka import __version__
 from rulka.errors import UserError
 
 # sub-command module names under rulka.cli, in the order --help lists them
-SUBCOMMANDS = ["run", "config", "keys", "sim", "tm", "eval", "dpo", "status", "plot", "verify"]
+SUBCOMMANDS = ["run", "config", "keys", "sim", "tm", "eval", "dpo", "pretrain", "status", "plot", "verify"]
 
 
 def build_parser() -> argparse.ArgumentParser:
