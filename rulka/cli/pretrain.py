@@ -65,6 +65,9 @@ def cmd_bc(args: argparse.Namespace) -> int:
     steps = load_steps(episode_files(args.episodes), with_images=not cfg.nn.vis.no_image)
     res = train_bc(cfg, steps, updates=args.updates, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     save_pretrained(args.out, res.network.state_dict(), network=res.kind, spec=res.spec, source="bc")
+    from rulka.nn.hf import save_hf_parts
+
+    save_hf_parts(res.network, args.out)  # hf_transformer_vis/, hf_transformer_fusion/ (save_pretrained layout)
     summary = {"steps": len(steps), "episodes": steps.episodes, "first_loss": round(res.first_loss, 4),
                "last_loss": round(res.last_loss, 4), "train_accuracy": round(res.train_accuracy, 4),
                "held_out_accuracy": round(res.held_out_accuracy, 4)}

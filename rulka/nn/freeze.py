@@ -107,10 +107,19 @@ def drop_frozen(optimizer: torch.optim.Optimizer) -> int:
 
 def prepare_network(cfg: Any, net: nn.Module, optimizer: torch.optim.Optimizer, kind: NetworkKind,
                     copies: Iterable[nn.Module | None] = ()) -> dict[str, Any]:
-    """Load ``nn.init_from_pretrained`` into ``net`` and its ``copies`` (IQN's target, GRPO/DPO's
-    reference), then apply the freeze flags to ``net`` and take the frozen tensors out of the
+    """Load the Hugging Face backbones' pretrained weights (``rulka.nn.hf``), then
+    ``nn.init_from_pretrained``, into ``net`` and its ``copies`` (IQN's target, GRPO/DPO's
+    reference); then apply the freeze flags to ``net`` and take the frozen tensors out of the
     optimizer. Returns what it did (``loaded``: tensor names, ``frozen``: active prefixes)."""
-    info: dict[str, Any] = {"loaded": [], "frozen": {}}
+    info: dict[str, Any] = {"loaded": [], "frozen": {}, "hub_tensors": 0}
+    if any(type(m).__name__ in ("HfVisionBackbone", "HfEmbeddingTrunk") for m in net.modules()):
+        from rulka.nn.hf import load_hub_weights
+
+        info["hub_tensors"] = load_hub_weights(net)  # the pretrained HF weights, then rulka's own
+        for other in copies:
+            if other is not None:
+                other.load_state_dict(net.state_dict())
+        log.info("Hugging Face backbones: %d pretrained tensors loaded", info["hub_tensors"])
     folder = str(cfg.nn.init_from_pretrained or "").strip()
     if folder:
         info["loaded"] = load_pretrained(net, folder)

@@ -80,8 +80,13 @@ def topology_from_config(cfg: Any) -> str | None:
         "float_token_layout": enc.float_token_layout,
     }
     encoder["fusion_encoder"] = enc.fusion_encoder or default_fusion_encoder(nn_cfg.fusion_mode, encoder)
-    return json.dumps({"fusion_mode": nn_cfg.fusion_mode, "vis_transformer": None if vt is None else vt.model_dump(),
-                       "encoder": encoder}, sort_keys=True)
+    topology = {"fusion_mode": nn_cfg.fusion_mode, "vis_transformer": None if vt is None else vt.model_dump(),
+                "encoder": encoder}
+    if (vt is not None and vt.use_hf_backbone) or (nn_cfg.fusion_mode != "none" and encoder["fusion_encoder"] == "hf_embedding"):
+        from rulka.nn.hf import add_hf_configs
+
+        add_hf_configs(topology)  # the model configs travel with the topology: workers never download
+    return json.dumps(topology, sort_keys=True)
 
 
 def float_hidden_dim(cfg: Any) -> int:
@@ -291,6 +296,8 @@ def inert_keys(cfg: Any) -> list[str]:
             for key in ("n_layers", "n_heads", "ff_mult", "dropout"):
                 if getattr(slot, key) != getattr(default_slot, key):
                     out.append(f"`nn.encoder.transformer.{key}` is read only by fusion_encoder native_transformer")
+        if slot.use_hf_backbone and kind != "hf_embedding":
+            out.append("`nn.encoder.transformer.use_hf_backbone` is read only by fusion_encoder hf_embedding")
         for key, wanted in (("fusion_mlp", "mlp"), ("fusion_cnn", "cnn"), ("hf_embedding", "hf_embedding")):
             if getattr(enc, key) is not None and kind != wanted:
                 out.append(f"`nn.encoder.{key}` is read only by fusion_encoder {wanted}")
