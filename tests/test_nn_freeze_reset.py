@@ -85,6 +85,21 @@ def test_policy_freeze_flags_and_algorithm_specific_flags():
         make_iqn({"decoder": {"dense_hidden_dimension": 32, "shared_trunk_freeze": True}})
 
 
+def test_validation_refuses_flags_for_learners_they_do_not_apply_to():
+    from rulka.config.built import check_built
+
+    with pytest.raises(ConfigError, match="`nn.iqn.freeze` does not apply to training.algorithm ppo"):
+        check_built(config_from_dict({"training": {"algorithm": "ppo"}, "nn": {"iqn": {"freeze": True}}}))
+    with pytest.raises(ConfigError, match="`nn.vis.freeze` does not apply to training.algorithm sac"):
+        check_built(config_from_dict({"training": {"algorithm": "sac"}, "environment": {"continuous_actions": True},
+                                      "nn": {"vis": {"no_image": True, "freeze": True}}}))
+    with pytest.raises(ConfigError, match="`nn.training.overall_reset_mul_factor` .IQN resets. does not apply"):
+        check_built(config_from_dict({"training": {"algorithm": "grpo"},
+                                      "nn": {"training": {"overall_reset_mul_factor": 0.5}}}))
+    check_built(config_from_dict({"training": {"algorithm": "iqn"}, "nn": {"iqn": {"freeze": True},
+                                                                          "training": {"overall_reset_mul_factor": 0.5}}}))
+
+
 def test_compiled_names_are_normalised():
     net = IQNNetwork(make_iqn().spec)
     compiled = torch.compile(net)  # parameters named _orig_mod.<name>

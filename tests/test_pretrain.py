@@ -106,3 +106,14 @@ def test_visual_pretrain_trains_and_writes_the_image_stem(tmp_path):
     assert agent.prepared["loaded"] == sorted(saved) and agent.prepared["frozen"] == {"img_head.": len(saved)}  # 4 convs: weight + bias
     state = agent.online.state_dict()
     assert all(torch.equal(state[k], v) for k, v in saved.items())
+
+
+def test_step_returns_by_hand():
+    from rulka.pretrain.data import step_returns
+
+    rewards = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    potentials = np.full(5, 0.5)
+    # horizon 2, gamma 0.5: r_t + 0.5 r_{t+1} - phi(s_t), cut at the episode's end
+    np.testing.assert_allclose(step_returns(rewards, potentials, 2, 0.5), [1.5, 3.0, 4.5, 3.5])
+    # no horizon, no potential: to the end, undiscounted
+    np.testing.assert_allclose(step_returns(rewards, None, None, 1.0), [10.0, 9.0, 7.0, 4.0])

@@ -58,11 +58,12 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def cmd_bc(args: argparse.Namespace) -> int:
     from rulka.nn.pretrained import save_pretrained
-    from rulka.pretrain.bc import train_bc
+    from rulka.pretrain.bc import bc_return_settings, train_bc
     from rulka.pretrain.data import episode_files, load_steps
 
     cfg = _config(args.config)
-    steps = load_steps(episode_files(args.episodes), with_images=not cfg.nn.vis.no_image)
+    horizon, gamma = bc_return_settings(cfg)
+    steps = load_steps(episode_files(args.episodes), with_images=not cfg.nn.vis.no_image, horizon=horizon, gamma=gamma)
     res = train_bc(cfg, steps, updates=args.updates, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     save_pretrained(args.out, res.network.state_dict(), network=res.kind, spec=res.spec, source="bc")
     from rulka.nn.hf import save_hf_parts

@@ -137,3 +137,33 @@ def prepare_network(cfg: Any, net: nn.Module, optimizer: torch.optim.Optimizer, 
                  ", ".join(f"{p} ({n} tensors)" for p, n in counts.items()) or "none",
                  f"; not in this network: {', '.join(missing)}" if missing else "")
     return info
+
+
+RESET_KEYS = ("single_reset_flag", "reset_every_n_frames_generated", "additional_transition_after_reset",
+              "last_layer_reset_factor", "overall_reset_mul_factor")
+
+
+def inert_keys(cfg: Any) -> list[str]:
+    """Freeze flags, pretrained init, network topology and IQN reset knobs set away from their
+    defaults for a learner they do not apply to (``rulka.config.built.check_built`` refuses them)."""
+    from rulka.config.sections import NnTrainingConfig
+
+    out: list[str] = []
+    algorithm = cfg.training.algorithm
+    kind = network_kind(cfg)
+    for path, (iqn, policy) in FREEZE_FLAGS.items():
+        if cfg.get(path) and (kind is None or not (iqn if kind == "iqn" else policy)):
+            out.append(f"`{path}` does not apply to training.algorithm {algorithm}")
+    nn_cfg = cfg.nn
+    if kind is None:
+        if nn_cfg.init_from_pretrained:
+            out.append(f"`nn.init_from_pretrained` is read by IQN and PPO/GRPO/DPO, not training.algorithm {algorithm}")
+        if nn_cfg.fusion_mode != "none" or (nn_cfg.vis.transformer is not None and not nn_cfg.vis.no_image):
+            out.append(f"the fusion modes and transformer stems are built for IQN and PPO/GRPO/DPO, "
+                       f"not training.algorithm {algorithm}")
+    if kind != "iqn":
+        default = NnTrainingConfig()
+        for key in RESET_KEYS:
+            if getattr(nn_cfg.training, key) != getattr(default, key):
+                out.append(f"`nn.training.{key}` (IQN resets) does not apply to training.algorithm {algorithm}")
+    return out

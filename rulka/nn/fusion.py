@@ -262,9 +262,10 @@ def inert_keys(cfg: Any) -> list[str]:
     with the reason (``rulka.config.built.check_built`` refuses them, so none validates "ok" and
     does nothing)."""
     from rulka.config.sections import EncoderConfig, TransformersConfig
+    from rulka.nn.freeze import inert_keys as learner_inert_keys
 
     nn_cfg = cfg.nn
-    out: list[str] = []
+    out: list[str] = learner_inert_keys(cfg)
     mode, enc = nn_cfg.fusion_mode, nn_cfg.encoder
     if mode == "none":
         if enc.model_dump() != EncoderConfig().model_dump():

@@ -3,9 +3,13 @@
 The network is exactly the one ``training.algorithm`` trains (same spec, same parameter names):
 the actor-critic's policy logits for PPO / GRPO / DPO, and for IQN the mean Q over ``nn.iqn.n``
 sampled quantile fractions used as logits. The loss is the cross-entropy of the recorded action.
-Softmax ignores a shift shared by all actions, so cloning shapes the advantage head (and the
-encoder under it) and leaves the value scale to RL. IQN sees the float slot 0 (the mini-race time)
-as its actor does, set to 0. One tenth of the steps (at least one) is held out to report accuracy.
+Softmax ignores a shift shared by all actions, so for IQN a second term pins the scale that RL
+will see: the squared error between the expert action's mean Q and the recorded return of that
+step (``rulka.pretrain.data.step_returns`` over one mini-race, with the run's first discount), with
+weight ``value_coef``. Without it the cloned Q-values sit far from the returns (measured: mean Q
+near -160 where returns are about 1) and the first TD updates undo the clone. IQN sees the float
+slot 0 (the mini-race time) as its actor does, set to 0. One tenth of the steps (at least one) is
+held out to report accuracy.
 """
 
 from __future__ import annotations
@@ -63,8 +67,18 @@ def logits(net: nn.Module, kind: str, img: torch.Tensor | None, flt: torch.Tenso
     return net(img, flt)[0]
 
 
+def bc_return_settings(cfg: Any) -> tuple[int | None, float]:
+    """(horizon, gamma) of the returns IQN's targets estimate: one mini-race (None for a gym env,
+    the whole episode) and the first discount of ``training.gamma_schedule``."""
+    from rulka.agents.iqn.settings import uses_mini_races
+
+    knots = cfg.scaled_knots("training.gamma_schedule") or [[0, 1.0]]
+    gamma = float(list(knots)[0][1])
+    return (int(cfg.temporal_mini_race_duration_actions) if uses_mini_races(cfg) else None), gamma
+
+
 def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 256, lr: float = 1e-3,
-             seed: int = 0, log_every: int = 500) -> BCResult:
+             seed: int = 0, log_every: int = 500, value_coef: float = 1.0) -> BCResult:
     """Fit the config's network to the recorded actions (see the module docstring)."""
     from rulka.agents.iqn.settings import uses_mini_races
 
@@ -92,10 +106,20 @@ def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 2
         img = None if images is None else torch.from_numpy(images[idx])
         return img, torch.from_numpy(floats[idx]), torch.from_numpy(steps.actions[idx])
 
+    returns = None
+    if kind == "iqn" and value_coef > 0:
+        if steps.returns is None:
+            raise UserError("IQN behaviour cloning needs the recorded returns (load_steps computes them)")
+        returns = torch.from_numpy(steps.returns)
     first = last = float("nan")
     for u in range(updates):
-        img, flt, act = tensors(rng.choice(train, size=min(batch_size, len(train)), replace=False))
-        loss = nn.functional.cross_entropy(logits(net, kind, img, flt, n_taus), act)
+        idx = rng.choice(train, size=min(batch_size, len(train)), replace=False)
+        img, flt, act = tensors(idx)
+        out = logits(net, kind, img, flt, n_taus)
+        loss = nn.functional.cross_entropy(out, act)
+        if returns is not None:
+            chosen = out.gather(1, act[:, None])[:, 0]
+            loss = loss + value_coef * nn.functional.mse_loss(chosen, returns[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -85,14 +85,34 @@ class Steps:
     actions: np.ndarray  # (N,) int64
     images: np.ndarray | None  # (N, H, W) uint8 or None
     episodes: int
+    returns: np.ndarray | None = None  # (N,) float32: see ``step_returns``
 
     def __len__(self) -> int:
         return len(self.actions)
 
 
-def load_steps(files: Iterable[Path], *, with_images: bool) -> Steps:
-    """The (observation, action) pairs of the episode files (see the module docstring)."""
-    floats, actions, images = [], [], []
+def step_returns(rewards: np.ndarray, potentials: np.ndarray | None, horizon: int | None, gamma: float) -> np.ndarray:
+    """The return IQN's targets estimate from each step of one episode: the rewards of the next
+    ``horizon`` steps (None: to the episode's end), discounted by ``gamma``, minus the shaping
+    potential of the step's observation (the replay adds ``gamma^n phi(s') - phi(s)`` to n-step
+    rewards, and a mini-race's end is terminal, so ``phi(s')`` never enters a whole-horizon sum)."""
+    t = len(rewards)
+    h = t if horizon is None else int(horizon)
+    disc = gamma ** np.arange(h, dtype=np.float64)
+    out = np.empty(t, np.float64)
+    for i in range(t):
+        r = rewards[i:i + h].astype(np.float64)
+        out[i] = float(r @ disc[: len(r)])
+    if potentials is not None:
+        out -= potentials[:t]
+    return out.astype(np.float32)
+
+
+def load_steps(files: Iterable[Path], *, with_images: bool, horizon: int | None = None,
+               gamma: float = 1.0) -> Steps:
+    """The (observation, action) pairs of the episode files (see the module docstring), with
+    each step's return (``step_returns``)."""
+    floats, actions, images, returns = [], [], [], []
     n = 0
     for path in files:
         for seg in read_episode(path):
@@ -100,6 +120,9 @@ def load_steps(files: Iterable[Path], *, with_images: bool) -> Steps:
             flt_key = "obs/float" if "obs/float" in seg.arrays else "obs/x"
             floats.append(np.asarray(seg.arrays[flt_key], np.float32)[: len(a)])
             actions.append(a)
+            pot = seg.arrays.get("obs/potential")
+            returns.append(step_returns(np.asarray(seg.arrays["reward"], np.float32),
+                                        None if pot is None else np.asarray(pot, np.float64), horizon, gamma))
             if with_images:
                 if "obs/img" not in seg.arrays:
                     raise UserError(f"{path}: the episodes carry no image (record with nn.vis.no_image: false)")
@@ -107,4 +130,5 @@ def load_steps(files: Iterable[Path], *, with_images: bool) -> Steps:
         n += 1
     if not actions:
         raise UserError("the episode files hold no step")
-    return Steps(np.concatenate(floats), np.concatenate(actions), np.concatenate(images) if with_images else None, n)
+    return Steps(np.concatenate(floats), np.concatenate(actions), np.concatenate(images) if with_images else None, n,
+                 np.concatenate(returns))
