@@ -24,6 +24,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.targets import dig as _dig
+from bench.targets import targets_table
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 
@@ -209,14 +212,6 @@ def format_number(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _dig(obj: Any, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(obj, dict) or key not in obj:
-            return None
-        obj = obj[key]
-    return obj
-
-
 def peer_comparison(results: dict[str, dict[str, Any]]) -> list[str]:
     """rulka and TMRL side by side, from the peer_tmrl and transport figures (when present)."""
     peer = _last_ok(results.get("peer_tmrl"))
@@ -317,7 +312,8 @@ def _last_ok(res: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str, command: str) -> str:
-    """BENCHMARKS.md: machine, a summary row per script, then each script's figures."""
+    """BENCHMARKS.md: every target and whether it holds, the machine, a summary row per script,
+    then each script's figures."""
     lines = [
         "# rulka benchmarks",
         "",
@@ -326,6 +322,9 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
         "the others).",
         "",
         "The machine is shared and noisy; compare figures taken in the same run.",
+    ]
+    lines += targets_table(lambda name: _last_ok(results.get(name)), BENCH_DIR, SCRIPTS)
+    lines += [
         "",
         "## Machine",
         "",
@@ -431,6 +430,23 @@ def previous_results(path: Path) -> dict[str, dict[str, Any]]:
     return data if isinstance(data, dict) else {}
 
 
+def previous_machine(path: Path) -> dict[str, str]:
+    """The "Machine" table of an earlier BENCHMARKS.md, as text (empty when absent)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    machine: dict[str, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            inside = line == "## Machine"
+        elif inside and line.startswith("| ") and not line.startswith("| |"):
+            key, _, value = line.strip("| ").partition(" | ")
+            machine[key] = value
+    return machine
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -472,7 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not results:
             parser.error(f"{args.out} holds no earlier results to rewrite")
         when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        args.out.write_text(render_markdown(results, machine_info(), when, "python -m bench --rewrite"),
+        machine = previous_machine(args.out) or machine_info()  # the machine the figures came from
+        args.out.write_text(render_markdown(results, machine, when, "python -m bench --rewrite"),
                             encoding="utf-8")
         return 0
     only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]

@@ -90,6 +90,15 @@ class ListMemory(Memory):
         self.loaded_keys = [k for k in path.read_text().split("\n") if k] if path.exists() else []
 
 
+class UnallocatableMemory(ListMemory):
+    """A memory sized beyond the machine (what ``capacity: 1e12`` does to a ring buffer): its
+    first append cannot allocate."""
+
+    def append(self, segment):
+        raise MemoryError("Unable to allocate 14.6 TiB for an array with shape (1000000000000, 4) and data type "
+                          "float32")
+
+
 class CountingAgent(TrainingAgent):
     """Each update adds 1 to a parameter ``w`` (so weights differ between versions) and steps an
     Adam optimizer (so the checkpoint carries optimizer state)."""

@@ -108,3 +108,37 @@ def test_segment_length_beyond_what_a_trainer_accepts_is_refused():
     with pytest.raises(ConfigError, match="at most 13,452 steps fit"):
         check_startable(load_config(overrides=["worker.segment_max_steps=20000"], env_file=None))
     check_startable(load_config(overrides=["worker.segment_max_steps=13000"], env_file=None))
+
+
+@pytest.mark.parametrize(("path", "sets", "key"), [
+    ("configs/cartpole_simple.yaml", ["trainer.memory_kwargs.capacity=1e12"], "trainer.memory_kwargs.capacity"),
+    ("configs/default.yaml", ["training.algorithm=sac", "environment.continuous_actions=true", "nn.vis.no_image=true",
+                              "trainer.memory_kwargs={capacity: 1000000000000}"], "trainer.memory_kwargs.capacity"),
+    ("configs/default.yaml", ["trainer.memory_kwargs={memory_size_schedule: [[0, [1000000000000, 1000]]]}"],
+     "trainer.memory_kwargs.memory_size_schedule"),
+    ("configs/default.yaml", ["training.algorithm=ppo", "ppo.rollout_steps_per_update=1000000000000"],
+     "ppo.rollout_steps_per_update"),
+    ("configs/default.yaml", ["training.algorithm=dpo", "dpo.dpo_pair_buffer_max=1000000000000"],
+     "dpo.dpo_pair_buffer_max"),
+])
+def test_each_built_in_memory_names_its_own_size_key(path, sets, key):
+    cfg = load_config(path, sets, env_file=None)
+    plan = replay_plan(cfg)
+    assert plan is not None and plan.key == key
+    with pytest.raises(ConfigError, match=f"lower `{key}`"):
+        check_replay_fits(cfg, 64 << 30)
+    small = load_config(path, env_file=None)
+    check_replay_fits(small, 64 << 30)  # the shipped sizes fit
+
+
+def test_simple_memory_estimate_is_what_it_allocates():
+    from rulka.plugins import build_plugin
+
+    cfg = load_config("configs/cartpole_simple.yaml", ["trainer.memory_kwargs.capacity=3000"], env_file=None)
+    plan = replay_plan(cfg)
+    memory = build_plugin("memory", "simple", cfg.trainer.memory_kwargs, cfg)
+    seg = Segment(run_id="", worker_id="w", episode_id=0, seq=0, index_in_episode=0, first_step=0, policy_version=0,
+                  arrays={"obs/x": np.zeros((6, 4), np.float32), "action": np.zeros(5, np.int64),
+                          "reward": np.zeros(5, np.float32), "terminated": np.zeros(5, bool)}, episode_done=True)
+    memory.append(seg)
+    assert plan.nbytes == sum(a.nbytes for a in memory._arrays.values())

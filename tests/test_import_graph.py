@@ -110,3 +110,16 @@ def test_shared_code_imports_no_role() -> None:
     leaking = [f"{m} -> {d}" for m, deps in import_graph().items() for d in deps
                if role_of(d) and not role_of(m) and not m.startswith(composers) and m != "rulka"]
     assert leaking == []
+
+
+def test_roles_stand_below_the_umbrella_command() -> None:
+    """The umbrella ``rulka`` command launches the roles, so it stands above them: no module of a
+    role imports ``rulka.cli``. What the roles and the umbrella share (run_main, setup_logging,
+    priority, cores, following the launcher) is ``rulka.process``, which imports neither."""
+    graph = import_graph()
+    upward = [f"{m} -> {d}" for m, deps in graph.items() for d in deps
+              if role_of(m) and (d == "rulka.cli" or d.startswith("rulka.cli."))]
+    assert upward == []
+    for role in ROLES:
+        assert "rulka.process" in graph[f"{role}.cli"]
+    assert not [d for d in graph["rulka.process"] if role_of(d) or d.startswith("rulka.cli")]

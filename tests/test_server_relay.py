@@ -357,10 +357,36 @@ def test_revocation_closes_observer_connections_too(core, keys, tmp_path):
     obs = Client(core).hello(temp, [])
     assert not w.closed and not obs.closed
     revoke_worker(root, "temp")
-    core._worker_keys_mtime = -1.0  # the periodic reload (every 2 s in the server)
+    core._worker_keys_mtime = ()  # the periodic reload (every 2 s in the server)
     core.worker_keys()
     assert w.closed and obs.closed
     assert {"refused": "revoked"} in w.received() and {"refused": "revoked"} in obs.received()
+
+
+def test_removing_or_replacing_an_operator_key_closes_its_connection(core, keys):
+    from rulka.net.keys import add_operator
+
+    root, creds = keys
+    bundle = add_operator(root, "leaving", force=True)
+    op = load_credentials(bundle, "operator")
+    stays = Client(core).hello(op, [])
+    w = connect(core, creds, "w1")
+    core.worker_keys()
+    assert not stays.closed and not w.closed  # a reload with nothing changed closes nothing
+    (root / "operators" / "leaving.pub").unlink()
+    core.worker_keys()
+    assert stays.closed and {"refused": "revoked"} in stays.received()
+    assert not w.closed and core.bad["revoked"] >= 1
+    # enrolled again with a new key: the connection made with the old key is closed
+    op = load_credentials(add_operator(root, "leaving", force=True), "operator")
+    old_key = Client(core).hello(op, [])
+    core._worker_keys_mtime = ()  # (file times are coarse: changes this quick can share one)
+    core.worker_keys()
+    assert not old_key.closed
+    add_operator(root, "leaving", force=True)
+    core._worker_keys_mtime = ()
+    core.worker_keys()
+    assert old_key.closed and not w.closed
 
 
 def test_a_flooding_worker_cannot_crowd_out_an_honest_one(core, keys):

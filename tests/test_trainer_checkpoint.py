@@ -111,6 +111,11 @@ def test_truncated_journal_tail_is_ignored(tmp_path):
     path.write_bytes(data[:-10])  # killed in the middle of writing the second record
     t2 = new_trainer(tmp_path, resume=True)
     assert [s.seq for s in t2.memory.segments] == [0]
+    # the torn bytes are kept beside the journal, and the accepted segment it lost is named
+    torn = path.with_name(path.name + ".torn").read_bytes()
+    assert path.read_bytes() + torn == data[:-10] and len(torn) > 0
+    assert t2.counters["journal_missing_segments"] == 1
+    assert accepted_lines(tmp_path) == ["a", "0"]
     t2.ingest([seg_msg("a", 1)])  # the worker never got the ack: it resends, and it is new
     assert [s.seq for s in t2.memory.segments] == [0, 1]
     t2.close()
@@ -166,3 +171,79 @@ def test_checkpoint_writes_the_policy_file_that_render_loads(tmp_path):
     for name, value in expected.items():
         assert torch.equal(torch.as_tensor(got[name]), torch.as_tensor(value))
     trainer.close()
+
+
+def test_a_link_whose_network_process_died_stops_the_trainer_after_a_checkpoint(tmp_path):
+    t = new_trainer(tmp_path)
+    t.ingest([seg_msg("a", 0)])
+    t.link.dead = "the network process exited (exit code -9): this link can no longer reach the server"
+    with pytest.raises(UserError, match="network process exited.*--resume"):
+        t.run(max_seconds=30)
+    t.close()
+    assert (tmp_path / "checkpoints" / "latest.json").exists()  # what it had is kept for --resume
+
+
+def test_acknowledgements_wait_until_the_journal_is_on_the_disk(tmp_path, monkeypatch):
+    import os
+    import threading
+    import time
+
+    from rulka.segment import unpack
+
+    disk = threading.Event()
+    real_fsync = os.fsync
+    synced_files = []
+
+    def slow_fsync(fd):
+        disk.wait(10)  # a slow disk
+        synced_files.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    hub = LocalHub()
+    wlink = hub.worker_link("a")
+    t = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), run_dir=tmp_path,
+                signing_key=KEY)
+    wlink.receive(0.1)  # (anything sent at start)
+    t.ingest([seg_msg("a", 0), seg_msg("a", 1)])
+    t.ingest([seg_msg("a", 2)])
+    time.sleep(0.2)
+    t.ingest([])
+    assert [m for m in wlink.receive(0.2) if m.kind == "ack"] == []  # journaled, not on the disk yet
+    disk.set()
+    deadline = time.monotonic() + 10
+    got = []
+    while len(got) < 3 and time.monotonic() < deadline:
+        t.ingest([])
+        got += [s for m in wlink.receive(0.05) if m.kind == "ack" for s in unpack(m.payload)]
+    assert sorted(got) == [0, 1, 2] and synced_files  # one fsync may cover both batches
+    t.close()
+
+
+class _BrokenMemory(ListMemory):
+    def __init__(self, error):
+        super().__init__()
+        self.error = error
+
+    def append(self, segment):
+        raise self.error
+
+
+def test_a_memory_that_cannot_allocate_stops_at_once_and_one_that_fails_every_time_after_a_run(tmp_path):
+    from rulka.trainer.journal import REFUSED_IN_ROW, MemoryStoreFailed, read_journal
+
+    t = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=_BrokenMemory(MemoryError("14.6 TiB")),
+                run_dir=tmp_path / "oom", signing_key=KEY)
+    with pytest.raises(MemoryStoreFailed, match=r"cannot allocate \(segment a/0: MemoryError: 14.6 TiB\)"):
+        t.ingest([seg_msg("a", 0)])
+    t.close()
+    assert [(w, s) for w, s, _ in read_journal(journal_path(tmp_path / "oom" / "journal", 0))] == [("a", 0)]
+
+    t = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=_BrokenMemory(ValueError("a bug")),
+                run_dir=tmp_path / "bug", signing_key=KEY)
+    t.ingest([seg_msg("a", i) for i in range(REFUSED_IN_ROW - 1)])  # one odd segment does not stop a run
+    assert t.counters["bad_memory"] == REFUSED_IN_ROW - 1
+    with pytest.raises(MemoryStoreFailed, match=f"refused {REFUSED_IN_ROW} segments in a row"):
+        t.ingest([seg_msg("a", REFUSED_IN_ROW)])
+    t.close()
+    assert not (tmp_path / "bug" / "checkpoints" / "latest.json").exists()

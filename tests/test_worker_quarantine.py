@@ -58,3 +58,27 @@ def test_quarantine_takes_a_segment_out_of_sending(tmp_path):
     box.quarantine(7, "over network.max_message_bytes")
     assert box.seqs() == [8] and box.quarantined == 1
     assert (tmp_path / "quarantine" / f"{7:020d}.seg").exists()
+
+
+def test_unknown_files_in_the_spill_folder_are_quarantined_and_counted(tmp_path):
+    counters = WorkerCounters(tmp_path)
+    box = Outbox(directory=tmp_path / "unacked", counters=counters)
+    assert counters.take_seq() == 0
+    box.add(0, segment_bytes(0))
+    box.close()
+    unacked = tmp_path / "unacked"
+    (unacked / "garbage.seg").write_bytes(b"not a segment")
+    (unacked / "notes.txt").write_text("left by someone")
+    (unacked / "12.seg").write_bytes(segment_bytes(12))  # a number, but not a name the worker writes
+    (unacked / "copy").mkdir()
+    (tmp_path / "quarantine").mkdir()
+    (tmp_path / "quarantine" / "garbage.seg").write_bytes(b"an earlier one")  # never overwritten
+
+    counters2 = WorkerCounters(tmp_path)
+    box2 = Outbox(directory=unacked, counters=counters2, validate=_SpillCheck())
+    assert box2.seqs() == [0] and box2.quarantined == 4
+    assert sorted(p.name for p in unacked.iterdir()) == [f"{0:020d}.seg"]
+    assert sorted(p.name for p in (tmp_path / "quarantine").iterdir()) == [
+        "12.seg", "copy", "garbage.seg", "garbage.seg.1", "notes.txt"]
+    assert (tmp_path / "quarantine" / "garbage.seg").read_bytes() == b"an earlier one"
+    assert counters2.take_seq() == 13  # the stray number is never reused either

@@ -4,23 +4,34 @@ Each sub-command lives in its own module under ``rulka.cli`` and exposes
 ``register(subparsers) -> None``, which adds its parser and sets ``func`` (a callable taking the
 parsed args and returning an exit code). Modules are imported only when listed here, so a
 missing optional dependency of one sub-command never breaks the others.
+
+The umbrella stands above the roles: it launches them and imports their commands; what it shares
+with them (``run_main``, ``setup_logging``, CPU priority and cores, ...) lives in
+``rulka.process``, below both.
 """
 
 from __future__ import annotations
 
-import _thread
 import argparse
 import importlib
-import logging
-import os
-import signal
 import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from rulka import __version__
-from rulka.errors import UserError
+from rulka.process import (  # noqa: F401  (the process helpers, re-exported for scripts and tests)
+    LAUNCHER_ENV,
+    PRIORITIES,
+    available_cores,
+    follow_launcher,
+    format_cores,
+    keep_on_cores,
+    parse_cores,
+    run_main,
+    set_cpu_affinity,
+    set_process_priority,
+    setup_logging,
+    stop_on_ctrl_c,
+)
 
 # sub-command module names under rulka.cli, in the order --help lists them
 SUBCOMMANDS = ["run", "config", "keys", "sim", "tm", "eval", "dpo", "pretrain", "status", "plot", "verify"]
@@ -46,174 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.register(sub)
     return parser
-
-
-def run_main(func: Callable[[], int | None]) -> int:
-    """Run a command body: a UserError becomes one line on stderr and a non-zero exit."""
-    try:
-        code = func()
-        return int(code or 0)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-
-
-LAUNCHER_ENV = "RULKA_LAUNCHER_STDIN"
-"""Set to ``1`` by ``rulka run`` for the roles it starts: the role's stdin is a pipe the launcher
-holds open, so its end (the launcher exited, however it died) tells the role to stop."""
-
-
-def stop_on_ctrl_c() -> None:
-    """Make SIGINT (Ctrl-C, ``kill -INT``, ``rulka run``'s stop) raise KeyboardInterrupt, the roles'
-    clean-stop path, even when a shell started this process in the background with SIGINT ignored
-    (``rulka-trainer ... &`` in a script: the ignore is inherited and the process would never stop
-    cleanly). Call from the main thread."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def follow_launcher(grace_s: float = 60.0) -> None:
-    """When started by ``rulka run`` (``RULKA_LAUNCHER_STDIN=1``), stop this role when the launcher
-    goes away: a daemon thread reads stdin until end-of-file, then interrupts the main thread (the
-    role's own Ctrl-C path: a worker flushes, a trainer writes its checkpoint) and exits hard
-    ``grace_s`` seconds later if that did not finish. Portable (a pipe, no POSIX signal): a launcher
-    killed with SIGKILL or a closed console no longer leaves roles running without a parent."""
-    if os.environ.get(LAUNCHER_ENV) != "1":
-        return
-
-    try:
-        # a raw descriptor, not sys.stdin: a thread blocked in sys.stdin's buffered read holds its
-        # lock, and a forked child (the network process) that closes stdin would wait on it forever
-        fd = os.dup(sys.stdin.fileno())
-    except (OSError, ValueError, AttributeError):
-        return
-
-    def watch() -> None:
-        try:
-            while os.read(fd, 4096):
-                pass  # nothing is ever written; only the end matters
-        except OSError:
-            pass
-        logging.getLogger("rulka").warning("the rulka run launcher is gone: stopping")
-        _thread.interrupt_main()
-        time.sleep(grace_s)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="rulka-launcher-watch", daemon=True).start()
-
-
-PRIORITIES = ("normal", "below_normal", "idle")
-"""Process priorities a role can ask for (``rulka-worker --priority``)."""
-_NICE = {"below_normal": 10, "idle": 19}
-# Windows priority classes (winbase.h)
-_WINDOWS_CLASS = {"below_normal": 0x00004000, "idle": 0x00000040}
-
-
-def set_process_priority(level: str) -> None:
-    """Lower this process's CPU priority: ``below_normal`` (nice 10 / BELOW_NORMAL_PRIORITY_CLASS)
-    or ``idle`` (nice 19 / IDLE_PRIORITY_CLASS); ``normal`` leaves it as it is. Call it first
-    thing: on Linux a nice value belongs to a thread, and only threads and processes started
-    afterwards (torch's, the network process) inherit it. Raises UserError if the OS refuses."""
-    if level not in PRIORITIES:
-        raise UserError(f"priority must be one of {', '.join(PRIORITIES)}, not {level!r}")
-    if level == "normal":
-        return
-    if sys.platform == "win32":
-        import ctypes
-
-        kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
-        if not kernel32.SetPriorityClass(kernel32.GetCurrentProcess(), _WINDOWS_CLASS[level]):
-            raise UserError(f"could not set the {level} priority class (Windows error {ctypes.GetLastError()})")
-        return
-    try:
-        current = os.getpriority(os.PRIO_PROCESS, 0)
-        if current < _NICE[level]:
-            os.setpriority(os.PRIO_PROCESS, 0, _NICE[level])
-    except OSError as exc:
-        raise UserError(f"could not lower the process priority to {level}: {exc}") from exc
-
-
-def available_cores() -> list[int]:
-    """The CPU cores this process may run on: its affinity where the OS tells (Linux, a container's
-    cpuset), else every core."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
-
-
-def parse_cores(text: str) -> list[int]:
-    """``"1"``, ``"0,2"``, ``"2-5,7"`` -> sorted core numbers; UserError for anything else."""
-    cores: set[int] = set()
-    try:
-        for part in text.split(","):
-            first, _, last = part.strip().partition("-")
-            lo, hi = int(first), int(last or first)
-            if lo < 0 or hi < lo:
-                raise ValueError
-            cores.update(range(lo, hi + 1))
-    except ValueError:
-        raise UserError(f"cores must be a list like 1 or 0,2 or 2-5,7, not {text!r}") from None
-    return sorted(cores)
-
-
-def format_cores(cores: Sequence[int]) -> str:
-    """The inverse of ``parse_cores``: ``[2, 3, 4, 7]`` -> ``"2-4,7"``."""
-    runs: list[list[int]] = []  # [first, last] of each run of consecutive cores
-    for core in sorted(set(cores)):
-        if runs and core == runs[-1][1] + 1:
-            runs[-1][1] = core
-        else:
-            runs.append([core, core])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-
-
-def set_cpu_affinity(cores: Sequence[int]) -> bool:
-    """Keep this process on ``cores``. Call it first thing: on Linux an affinity belongs to a
-    thread, and only threads and processes started afterwards inherit it (on Windows it is the
-    whole process's). Returns False where the OS has no such call (macOS); raises UserError when
-    the OS refuses (a core this process may not use)."""
-    cores = sorted(set(cores))
-    if not cores:
-        raise UserError("no cores given")
-    if sys.platform == "win32":
-        import ctypes
-        from ctypes import wintypes
-
-        if cores[-1] >= 64:
-            raise UserError(f"core {cores[-1]}: on Windows a process can be kept on cores 0-63 only")
-        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-        kernel32.GetCurrentProcess.restype = wintypes.HANDLE
-        kernel32.SetProcessAffinityMask.argtypes = [wintypes.HANDLE, ctypes.c_size_t]
-        kernel32.SetProcessAffinityMask.restype = wintypes.BOOL
-        if not kernel32.SetProcessAffinityMask(kernel32.GetCurrentProcess(), sum(1 << c for c in cores)):
-            raise UserError(f"could not keep this process on cores {format_cores(cores)} "
-                            f"(Windows error {ctypes.get_last_error()})")  # type: ignore[attr-defined]
-        return True
-    if not hasattr(os, "sched_setaffinity"):
-        return False
-    try:
-        os.sched_setaffinity(0, cores)
-    except OSError as exc:
-        raise UserError(f"could not keep this process on cores {format_cores(cores)}: {exc}") from exc
-    return True
-
-
-def keep_on_cores(text: str | None) -> None:
-    """A role's ``--cpu-cores LIST`` (None: any core): ``set_cpu_affinity``, with a warning where
-    the OS cannot pin."""
-    if text is not None and not set_cpu_affinity(parse_cores(text)):
-        logging.getLogger("rulka").warning("--cpu-cores %s: this OS cannot keep a process on given cores", text)
-
-
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

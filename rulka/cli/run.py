@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rulka.cli import PRIORITIES, available_cores, format_cores, stop_on_ctrl_c
 from rulka.errors import UserError
+from rulka.process import PRIORITIES, available_cores, format_cores, stop_on_ctrl_c
 
 
 @dataclass
@@ -121,8 +121,8 @@ def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
 
 def _followed(extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Popen arguments for a role that stops when this launcher goes away: its stdin is a pipe
-    only this process holds (closed by the OS however it exits; see rulka.cli.follow_launcher)."""
-    from rulka.cli import LAUNCHER_ENV
+    only this process holds (closed by the OS however it exits; see rulka.process.follow_launcher)."""
+    from rulka.process import LAUNCHER_ENV
 
     return {"stdin": subprocess.PIPE, "env": {**os.environ, **(extra_env or {}), LAUNCHER_ENV: "1"}}
 

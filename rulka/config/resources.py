@@ -9,8 +9,10 @@ a run (numpy allocates lazily: a replay memory too large for the RAM fails only 
 The replay estimate mirrors what the built-in memories allocate (``rulka.agents.iqn.replay``,
 ``rulka.memory.uniform``; ``tests/test_config_resources.py`` compares it with a filled memory):
 per transition a few integers, per stored frame the float inputs, the shaping potential and the
-grayscale image, frames stored once with the memories' 25 % margin. A memory plugin of another
-kind is not estimated.
+grayscale image, frames stored once with the memories' 25 % margin. Each built-in memory plugin's
+own size keys count (``trainer.memory_kwargs.capacity`` of ``simple`` and ``sac``, a
+``memory_size_schedule`` given there to ``iqn``; ``ppo.rollout_steps_per_update``;
+``dpo.dpo_pair_buffer_max`` as a lower bound). A memory plugin of another kind is not estimated.
 """
 
 from __future__ import annotations
@@ -34,49 +36,93 @@ _STEP_BYTES = 8 + 4 + 2  # action (int64), reward (float32), terminated and trun
 
 @dataclasses.dataclass(frozen=True)
 class ReplayPlan:
-    """What a replay memory holds at its largest: ``transitions`` and ``nbytes`` in RAM."""
+    """What a replay memory holds at its largest: ``transitions`` and ``nbytes`` in RAM;
+    ``key`` is the config key that sets its size (lower it when it does not fit)."""
 
     memory: str
     transitions: int
     frames: int
     frame_bytes: int
     nbytes: int
+    key: str = "memory.memory_size_schedule"
 
 
 def frame_bytes(cfg: RulkaConfig) -> int:
     """Bytes of one stored observation: the float inputs (float32), the shaping potential
     (float32) and the grayscale image (uint8, W x H) unless ``nn.vis.no_image``. For a gym env
-    the float inputs are unknown before the env exists: counted as one."""
-    floats = 1 if cfg.environment.backend == "gym" else cfg.float_input_dim
+    the float inputs are unknown before the env exists: ``trainer.agent_kwargs.obs_dim`` where
+    given, else counted as one."""
+    if cfg.environment.backend == "gym":
+        obs_dim = (cfg.trainer.agent_kwargs or {}).get("obs_dim", 1)
+        floats = int(obs_dim) if isinstance(obs_dim, int) and obs_dim > 0 else 1
+    else:
+        floats = cfg.float_input_dim
     image = 0 if cfg.nn.vis.no_image or cfg.environment.backend == "gym" else cfg.w_downsized * cfg.h_downsized
     return 4 * floats + 4 + image
 
 
+def _size(kwargs: dict, name: str, default: object, where: str) -> tuple[int, str]:
+    """A size from ``trainer.memory_kwargs[name]`` (and the key that set it), else ``default``
+    from ``where``. A value that is not a number is left to the memory to refuse."""
+    if name in kwargs:
+        value, key = kwargs[name], f"trainer.memory_kwargs.{name}"
+    else:
+        value, key = default, where
+    try:
+        return max(1, int(float(value))), key  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return 1, key
+
+
 def replay_plan(cfg: RulkaConfig) -> ReplayPlan | None:
-    """The largest replay memory the config asks for (None: a memory this module does not know)."""
+    """The largest replay memory the config asks for, with the size keys of each built-in memory
+    plugin (``trainer.memory_kwargs`` override the sections' keys, as the plugins read them).
+    None: a memory this module does not know (a plugin of another kind, GRPO's groups)."""
     name = str(cfg.trainer.memory or cfg.training.algorithm)
     kwargs = dict(cfg.trainer.memory_kwargs or {})
     per_frame = frame_bytes(cfg)
     if name == "iqn":
         n = int(kwargs.get("n_steps", cfg.training.n_steps))
-        size = max(int(v[0]) for _, v in cfg.memory.memory_size_schedule)
-        test = int(size * float(cfg.memory.buffer_test_ratio)) + 1
+        if "memory_size_schedule" in kwargs:
+            schedule, key = kwargs["memory_size_schedule"], "trainer.memory_kwargs.memory_size_schedule"
+        else:
+            schedule, key = cfg.memory.memory_size_schedule, "memory.memory_size_schedule"
+        size = max(int(v[0]) for _, v in schedule)
+        test = int(size * float(kwargs.get("buffer_test_ratio", cfg.memory.buffer_test_ratio))) + 1
         # _TransitionRing: state, next_state, action, terminal_actions (int64), n_steps (int16),
         # gamma (float32), n rewards (float32); a SumTree of float64 when prioritized
         per_transition = 4 * 8 + 2 + 4 + 4 * n
         tree = 0
-        if float(cfg.memory.prio_alpha) > 0:
+        if float(kwargs.get("prio_alpha", cfg.memory.prio_alpha)) > 0:
             tree = 2 * 8 * (1 << max(0, size - 1).bit_length())
         frames = int(1.25 * (size + test)) + _MAX_PENDING_EPISODES * (n + 2) + 64
         return ReplayPlan(name, size + test, frames, per_frame,
-                          (size + test) * per_transition + tree + frames * per_frame)
+                          (size + test) * per_transition + tree + frames * per_frame, key)
     if name == "sac":
-        size = int(kwargs.get("capacity", cfg.sac.buffer_size))
+        size, key = _size(kwargs, "capacity", cfg.sac.buffer_size, "sac.buffer_size")
         n = int(kwargs.get("n_steps", cfg.sac.n_steps))
         actions = 3 * 4 if cfg.environment.continuous_actions or cfg.environment.backend != "gym" else 8
         per_transition = 2 * 8 + actions + 4 + 4  # state, next_state, action, reward, discount
         frames = int(1.25 * size) + _MAX_PENDING_EPISODES * (n + 2) + 64
-        return ReplayPlan(name, size, frames, per_frame, size * per_transition + frames * per_frame)
+        return ReplayPlan(name, size, frames, per_frame, size * per_transition + frames * per_frame, key)
+    if name == "simple":
+        # rulka.agents.simple.SimpleReplayMemory: obs and next_obs (float32) per transition,
+        # the action (int64), reward and done (float32)
+        size, key = _size(kwargs, "capacity", 50000, "trainer.memory_kwargs.capacity")
+        obs = per_frame - 4  # no potential
+        return ReplayPlan(name, size, 2 * size, obs, size * (2 * obs + 8 + 4 + 4), key)
+    if name == "ppo" and cfg.training.algorithm == "ppo":
+        # the rollout of one update, whole segments (at least): each step's observation, action,
+        # reward, flags, log-probability and value
+        size = int(cfg.ppo.rollout_steps_per_update)
+        return ReplayPlan(name, size, size, per_frame, size * (per_frame + _STEP_BYTES + 8),
+                          "ppo.rollout_steps_per_update")
+    if name == "dpo" and cfg.training.algorithm == "dpo":
+        # a FIFO of whole episodes, each of one segment at least (a lower bound: episodes are longer)
+        size = int(cfg.dpo.dpo_pair_buffer_max)
+        steps = int(cfg.worker.segment_max_steps)
+        return ReplayPlan(name, size * steps, size * (steps + 1), per_frame,
+                          size * ((steps + 1) * per_frame + steps * _STEP_BYTES), "dpo.dpo_pair_buffer_max")
     return None
 
 
@@ -128,7 +174,7 @@ def check_replay_fits(cfg: RulkaConfig, ram_bytes: int | None, what: str = "this
     plan = replay_plan(cfg)
     if plan is None or ram_bytes is None or plan.nbytes <= ram_bytes:
         return
-    key = "sac.buffer_size" if plan.memory == "sac" else "memory.memory_size_schedule"
+    key = plan.key
     raise ConfigError(
         f"the replay memory would need {_gib(plan.nbytes)} ({plan.transitions:,} transitions, {plan.frames:,} "
         f"frames of {plan.frame_bytes:,} bytes) and {what} {_gib(ram_bytes)} of RAM: lower `{key}`"

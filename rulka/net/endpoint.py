@@ -525,6 +525,43 @@ class GuardedEndpoint(Endpoint):
         if cmd == "OBJ":
             self._Endpoint__obj_buffer.put(bytes(obj) if self._deserialize_locally else self._deserialize(obj))
 
+    def stop(self) -> None:
+        """Stop the network process and close the local link; safe when the process is already
+        gone (tlspyo's ``stop`` writes to it and raises ``BrokenPipeError``, also from ``__del__``)."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            proc = getattr(self, "_p", None)
+            conn = getattr(self, "_local_com_conn", None)
+            if proc is not None and proc.is_alive() and conn is not None:
+                try:
+                    self._send_local(cmd="STOP", dest=None, obj=None)
+                except OSError:
+                    pass
+            with self._Endpoint__socket_closed_lock:
+                self._Endpoint__socket_closed_flag = True
+            if proc is not None:
+                proc.join(5.0)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(2.0)
+            for sock in (conn, getattr(self, "_local_com_srv", None)):
+                if sock is not None:
+                    try:
+                        sock.close()
+                    except OSError:
+                        pass
+            thread = getattr(self, "_t_manage_received_objects", None)
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(2.0)
+
+    def __del__(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001, S110 - nothing to report at interpreter teardown
+            pass
+
     def child_alive(self) -> bool:
         """Whether the network process still runs."""
         return self._p.is_alive()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import os
 import re
 import secrets
@@ -42,6 +43,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.x509.oid import NameOID
 
 from rulka.errors import UserError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")
 OPERATOR_PREFIX = "op:"  # worker names cannot hold ':', so no worker can take an operator's identity
@@ -86,27 +89,53 @@ def _ed25519_public_pem(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def load_ed25519_private(path: Path) -> Ed25519PrivateKey:
-    """Read an Ed25519 private key (PEM); UserError if missing or of another type."""
+_DAMAGED = "copy it again from the keys folder (or the worker's bundle), or run `rulka keys generate`"
+
+
+def _read_file(path: Path, what: str) -> bytes:
+    """The bytes of ``path``; UserError (one line) if it is missing or unreadable."""
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        return Path(path).read_bytes()
     except FileNotFoundError:
-        raise UserError(f"key file {path} not found") from None
-    except ValueError as exc:
-        raise UserError(f"{path} is not a PEM private key: {exc}") from None
+        raise UserError(f"{what} {path} not found") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return _read_file(path, what).decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is damaged (not text): {_DAMAGED}") from None
+
+
+def _load_private(path: Path, what: str = "key file") -> object:
+    from cryptography.exceptions import UnsupportedAlgorithm
+
+    data = _read_file(path, what)
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise UserError(f"{path} is not a readable PEM private key (damaged or wrong file): {_DAMAGED}") from None
+
+
+def load_ed25519_private(path: Path) -> Ed25519PrivateKey:
+    """Read an Ed25519 private key (PEM); UserError if missing, damaged or of another type."""
+    key = _load_private(path)
     if not isinstance(key, Ed25519PrivateKey):
         raise UserError(f"{path} is not an Ed25519 private key")
     return key
 
 
 def load_ed25519_public(path: Path) -> Ed25519PublicKey:
-    """Read an Ed25519 public key (PEM); UserError if missing or of another type."""
+    """Read an Ed25519 public key (PEM); UserError if missing, damaged or of another type."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+
+    data = _read_file(path, "key file")
     try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise UserError(f"key file {path} not found") from None
-    except ValueError as exc:
-        raise UserError(f"{path} is not a PEM public key: {exc}") from None
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise UserError(f"{path} is not a readable PEM public key (damaged or wrong file): {_DAMAGED}") from None
     if not isinstance(key, Ed25519PublicKey):
         raise UserError(f"{path} is not an Ed25519 public key")
     return key
@@ -247,12 +276,16 @@ def list_workers(keys_dir: Path) -> dict[str, str]:
     return {name: state for role, name, state, _ in list_keys(keys_dir) if role == "worker"}
 
 
+def raw_key(key: Ed25519PublicKey) -> bytes:
+    """The 32 raw bytes of an Ed25519 public key (to compare two keys)."""
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
 def key_fingerprint(key: Ed25519PublicKey) -> str:
     """``sha256:`` and the first 16 hex digits of the SHA-256 of the raw public key: enough to
     tell whether a bundle's key is the one enrolled."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     digest = hashes.Hash(hashes.SHA256())
-    digest.update(raw)
+    digest.update(raw_key(key))
     return "sha256:" + digest.finalize().hex()[:16]
 
 
@@ -309,7 +342,8 @@ class Credentials:
             for p in folder.glob("*.pub"):
                 try:
                     out[p.stem] = load_ed25519_public(p)
-                except UserError:
+                except UserError as exc:
+                    log.warning("worker %s is not enrolled while its key is unreadable: %s", p.stem, exc)
                     continue  # an unreadable key enrols nobody
         return out
 
@@ -323,39 +357,54 @@ class Credentials:
         except UserError:
             return None
 
-    def workers_mtime(self) -> float:
-        """Changes when a worker is enrolled or revoked (for cheap periodic reloads)."""
-        stamps = [0.0]
-        for sub in ("workers", "revoked"):
-            p = self.root / sub
-            if p.is_dir():
-                stamps.append(p.stat().st_mtime)
-        return max(stamps)
+    def workers_mtime(self) -> tuple[float, ...]:
+        """Changes when a worker or an operator is enrolled, revoked or removed (for cheap
+        periodic reloads: keys are written by rename, so replacing one changes its folder too)."""
+        return tuple((self.root / sub).stat().st_mtime if (self.root / sub).is_dir() else 0.0
+                     for sub in ("workers", "revoked", "operators"))
 
 
 def _read_password(root: Path) -> str:
     try:
-        pw = (root / "password").read_text().strip()
+        pw = (root / "password").read_bytes().decode("utf-8").strip()
     except FileNotFoundError:
         raise UserError(f"no 'password' file in {root}: run `rulka keys generate` or copy the worker bundle") from None
-    if not pw or "\n" in pw:
-        raise UserError(f"{root / 'password'} is empty or malformed")
+    except OSError as exc:
+        raise UserError(f"cannot read {root / 'password'}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        pw = ""
+    if not pw or "\n" in pw or not pw.isprintable():
+        raise UserError(f"{root / 'password'} is empty or malformed: {_DAMAGED}")
     return pw
+
+
+def _load_certificate(path: Path) -> x509.Certificate:
+    data = _read_file(path, "certificate")
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise UserError(f"{path} is not a PEM certificate (damaged or wrong file): {_DAMAGED}") from None
 
 
 def check_certificate(path: Path) -> None:
     """Raise UserError unless ``path`` holds a readable PEM certificate (the CA a client trusts)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path} is missing: copy the whole worker bundle or keys folder") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        x509.load_pem_x509_certificate(data)
-    except ValueError:
-        raise UserError(f"{path} is not a PEM certificate (damaged or wrong file): "
-                        "copy it again from the keys folder") from None
+    if not Path(path).exists():
+        raise UserError(f"{path} is missing: copy the whole worker bundle or keys folder")
+    _load_certificate(path)
+
+
+def check_server_tls(folder: Path) -> None:
+    """Raise UserError (one line) unless ``folder`` holds the relay's certificate and the private
+    key that belongs to it, both readable."""
+    for name in ("certificate.pem", "key.pem"):
+        if not (folder / name).exists():
+            raise UserError(f"{folder / name} is missing: the server needs the keys folder from `rulka keys generate`")
+    cert = _load_certificate(folder / "certificate.pem")
+    key = _load_private(folder / "key.pem")
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):  # type: ignore[attr-defined]
+        raise UserError(f"{folder / 'key.pem'} is not the key of {folder / 'certificate.pem'}: copy both from the "
+                        "same `rulka keys generate` folder")
 
 
 def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
@@ -377,7 +426,7 @@ def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
         if not (root / f"{role}.key").exists():
             raise UserError(f"{root} is not a {role} bundle (no {role}.key): use the folder "
                             f"`rulka keys add-{role} NAME` printed")
-        name = (root / f"{role}.name").read_text().strip() if (root / f"{role}.name").exists() else ""
+        name = _read_text(root / f"{role}.name", "name file").strip() if (root / f"{role}.name").exists() else ""
         check_worker_name(name)
         identity = OPERATOR_PREFIX + name if role == "operator" else name
         return Credentials(root, identity, password, client_dir, None, trainer_public,
@@ -386,8 +435,6 @@ def load_credentials(path: str | os.PathLike[str], role: str) -> Credentials:
         return Credentials(root, "trainer", password, client_dir, root / "server", trainer_public,
                            load_ed25519_private(root / "trainer.key"))
     if role == "server":
-        for rel in ("server/certificate.pem", "server/key.pem"):
-            if not (root / rel).exists():
-                raise UserError(f"{root / rel} is missing: the server needs the keys folder from `rulka keys generate`")
+        check_server_tls(root / "server")
         return Credentials(root, "server", password, client_dir, root / "server", trainer_public, None)
     raise ValueError(f"unknown role {role!r}")

@@ -13,7 +13,9 @@ Every default is the config model's; the keys, under the transport's names:
 - ``partial_timeout_s``: a partly received message idle this long is dropped.
 - ``allow_plain_tcp`` (``network.tls: false``): plain TCP instead of TLS (LAN debugging only).
 - ``reconnect_backoff_s`` / ``reconnect_backoff_max_s`` (``network.reconnect_backoff_s: [min,
-  max]``): the first delay before reconnecting; it doubles up to the second.
+  max]``, default ``[0.5, 10]``): the first delay before reconnecting; it doubles up to the
+  second, the cap, and each delay gets a 10 % jitter (normal, sigma 10 %): retries level off at
+  about one every 10 s (mostly 9 to 11 s) and never grow beyond that.
 - ``outbox_messages``: messages a link queues before ``send`` raises ``OutboxFull``.
 - ``server_queue_bytes``: bytes the server queues for the trainer while it is away; beyond that
   new chunks are dropped and counted (workers resend unacknowledged segments).

@@ -4,8 +4,10 @@
     link = connect_trainer(cfg.network, "keys/")                     # on the GPU box
 
 Each link owns one tlspyo ``Endpoint`` (a Twisted child process on a free local port, which
-reconnects by itself with exponential backoff from ``network.reconnect_backoff_s``) and two
-threads:
+reconnects by itself with exponential backoff from ``network.reconnect_backoff_s``, capped at its
+second value: 10 s by default, with 10 % jitter) and two threads (three with the heartbeat). A
+network process that dies is noticed within about a second: ``link.dead`` says why, logged once,
+and the roles stop instead of waiting for a connection that cannot come:
 
 - a sender: ``send``/``broadcast``/``send_to`` only queue (bounded by ``network.outbox_messages``;
   a full outbox raises ``OutboxFull`` at once, nothing queued). The sender signs each message
@@ -116,6 +118,7 @@ class _TlsLink:
         self._sessions = 0  # server connections answered so far (see server_session)
         self.problem = ""  # why the link is not connected ("" when it is, or not known yet)
         self.refused: str | None = None  # the server's last refusal reason (e.g. "revoked")
+        self.dead = ""  # why the network process is gone for good ("" while it runs)
         self._reassembler = Reassembler(self._sender_key, max_message_bytes=settings.max_message_bytes,
                                         max_partials=settings.max_partial_messages,
                                         partial_timeout_s=settings.partial_timeout_s)
@@ -151,10 +154,23 @@ class _TlsLink:
         if "refused" in obj:
             reason = str(obj["refused"])[:64]
             self._refused_at = now
+            self._refused_open = True  # the refused connection's close is still to come
             self.refused = reason
             self._set_problem(REFUSALS.get(reason, f"refused by the server ({reason})"))
-        elif now - getattr(self, "_refused_at", -1e9) > 2.0:  # the close that follows a refusal says less
+        elif getattr(self, "_refused_open", False) and not obj.get("failed"):
+            self._refused_open = False  # the close that follows a refusal (up to 5 s later) says less
+        elif now - getattr(self, "_refused_at", -1e9) > 2.0:
             self._set_problem(explain_link_error(str(obj.get("link_error", ""))[:300], self.settings))
+
+    def _check_network_process(self) -> None:
+        """Notice (within a second or two) that the network process died: nothing can be sent or
+        received any more, so the role must stop instead of waiting for a connection."""
+        if self.dead or self._closed.is_set() or self._endpoint.child_alive():
+            return
+        code = getattr(getattr(self._endpoint, "_p", None), "exitcode", None)
+        self.dead = f"the network process exited (exit code {code}): this link can no longer reach the server"
+        log.error("%s: %s", self.identity, self.dead)
+        self.problem = self.dead  # (logged just above)
 
     def _set_problem(self, text: str) -> None:
         """Log why the link is down once per change (and when it is up again)."""
@@ -303,6 +319,7 @@ class _TlsLink:
             if now - last_expire > 1.0:
                 self._reassembler.expire(now)
                 last_expire = now
+                self._check_network_process()
             if obj is None:
                 continue
             batch = [obj]
@@ -382,16 +399,19 @@ class _TlsLink:
 
 REFUSALS = {
     "wrong_password": "wrong password: the password file in these credentials differs from the server's",
-    "unknown_identity": "this identity is not enrolled on the server, or was revoked "
-                        "(`rulka keys list` on the trainer's keys folder)",
+    "unknown_identity": "this identity is not enrolled on the relay: copy `workers/<name>.pub` (or "
+                        "`operators/<name>.pub`) from the trainer's keys folder to the relay's, where it is "
+                        "read within seconds (`rulka keys list` shows who is enrolled); retrying",
     "revoked": "this identity was revoked (`rulka keys revoke-worker`)",
     "unauthenticated": "the identity token does not match the enrolled key (an old bundle?)",
     "forbidden_channel": "the server refused the channels this link asked for",
     "outdated_client": "this rulka is older than the server's (it does not answer the server's challenge): "
                        "upgrade rulka on this machine",
 }
-# refusals that no retry can fix: the role should stop instead of retrying for ever
-FATAL_REFUSALS = frozenset({"unknown_identity", "revoked", "unauthenticated", "wrong_password", "outdated_client"})
+# refusals that no retry can fix: the role should stop instead of retrying for ever. Not
+# "unknown_identity": the fix (the worker's public key copied to the relay host) is made on
+# another machine and the relay reads it without a restart, so the worker retries with backoff
+FATAL_REFUSALS = frozenset({"revoked", "unauthenticated", "wrong_password", "outdated_client"})
 
 
 def explain_link_error(text: str, settings: NetworkSettings) -> str:
@@ -461,7 +481,7 @@ class TlsTrainerLink(_TlsLink, TrainerLink):
 
     def __init__(self, settings: NetworkSettings, creds: Credentials) -> None:
         self._keys: dict[str, Ed25519PublicKey] = {}
-        self._keys_mtime = -1.0
+        self._keys_mtime: tuple[float, ...] = ()
         self._keys_checked = 0.0
         self._credit_lock = threading.Lock()
         self._outstanding = 0  # credit granted to the server and not used yet

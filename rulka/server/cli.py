@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rulka.cli import follow_launcher, keep_on_cores, run_main, setup_logging, stop_on_ctrl_c
+from rulka.process import follow_launcher, keep_on_cores, run_main, setup_logging, stop_on_ctrl_c
 
 log = logging.getLogger("rulka.server")
 

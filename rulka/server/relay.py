@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from twisted.internet import protocol
 
 from rulka.errors import BadInput, UserError
-from rulka.net.keys import OPERATOR_PREFIX, Credentials, check_worker_name
+from rulka.net.keys import OPERATOR_PREFIX, Credentials, check_worker_name, raw_key
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import build_status, decode_stats_payload
 from rulka.net.wire import (
@@ -136,7 +136,7 @@ class RelayCore:
         self.bad: dict[str, int] = collections.defaultdict(int)
         self.stats: dict[str, tuple[float, dict[str, Any]]] = {}
         self._worker_keys: dict[str, Ed25519PublicKey] = {}
-        self._worker_keys_mtime = -1.0
+        self._worker_keys_mtime: tuple[float, ...] = ()
         self.observers: set[RelayProtocol] = set()
         self._last_log: dict[tuple[str, str | None], float] = {}
 
@@ -146,13 +146,15 @@ class RelayCore:
         if mtime != self._worker_keys_mtime:
             self._worker_keys = self.creds.worker_keys()
             self._worker_keys_mtime = mtime
-            for name, conn in list(self.workers.items()):
-                if name not in self._worker_keys:
-                    log.warning("worker %s was revoked; closing its connection", name)
-                    conn._refuse("revoked")
-            for conn in list(self.observers):
-                if conn.identity != "trainer" and conn.identity not in self._worker_keys and not (
-                        conn.identity or "").startswith(OPERATOR_PREFIX):
+            # every open connection whose key is gone (revoked worker, deleted operator) or was
+            # replaced (enrolled again with --force) is closed: it authenticated with that key
+            for conn in [*self.workers.values(), *self.observers]:
+                if conn.identity is None or conn.identity == "trainer" or conn.closing:
+                    continue
+                key = (self.creds.operator_key(conn.identity) if conn.identity.startswith(OPERATOR_PREFIX)
+                       else self._worker_keys.get(conn.identity))
+                if key is None or raw_key(key) != conn.identity_key:
+                    log.warning("%s was revoked; closing its connection", conn.identity)
                     conn._refuse("revoked")
         return self._worker_keys
 
@@ -281,6 +283,7 @@ class RelayProtocol(protocol.Protocol):
         self._paused = False
         self._backlog = 0
         self.observer = False  # authenticated, joined no channel: may only ping and ask for status
+        self.identity_key = b""  # the raw public key this connection authenticated with
         self.counters = ClientCounters(address)
         self._stall_timer: Any = None
         self._reading_paused = False
@@ -424,6 +427,7 @@ class RelayProtocol(protocol.Protocol):
         if self._hello_timer is not None and self._hello_timer.active():
             self._hello_timer.cancel()
         self.identity, self.alive = identity, True
+        self.identity_key = raw_key(key)
         if not channels:  # `rulka status` and other observers
             self.observer = True
             self.core.observers.add(self)

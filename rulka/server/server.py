@@ -63,7 +63,10 @@ class Server:
             listener = reactor.listenTCP(self.settings.port, factory, interface=self.bind_host)
         else:
             pem = (creds.server_tls_dir / "key.pem").read_bytes() + (creds.server_tls_dir / "certificate.pem").read_bytes()  # type: ignore[operator]
-            options = ssl.PrivateCertificate.loadPEM(pem).options()
+            try:
+                options = ssl.PrivateCertificate.loadPEM(pem).options()
+            except Exception as exc:  # noqa: BLE001 - OpenSSL's errors: checked above, one line if not
+                raise UserError(f"cannot use the relay's TLS files in {creds.server_tls_dir}: {exc}") from None
             listener = reactor.listenSSL(self.settings.port, factory, options, interface=self.bind_host)
         self.port = listener.getHost().port
         log.info("rulka-server listening on %s:%d (%s)", self.bind_host, self.port,

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rulka.cli import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
 from rulka.errors import UserError
+from rulka.process import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
 
 if TYPE_CHECKING:
     from rulka.config import RulkaConfig

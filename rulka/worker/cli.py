@@ -10,7 +10,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from rulka.cli import (
+from rulka.errors import UserError
+from rulka.process import (
     PRIORITIES,
     follow_launcher,
     keep_on_cores,
@@ -19,7 +20,6 @@ from rulka.cli import (
     setup_logging,
     stop_on_ctrl_c,
 )
-from rulka.errors import UserError
 
 log = logging.getLogger("rulka.worker")
 
@@ -152,7 +152,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _show_progress(worker: object, stop: threading.Event, progress_mode: str, fatal: list[str]) -> None:
     """Status line once a second (with why the link is down); stops the worker when the server
-    refused it for good (revoked, unknown, wrong password): retrying cannot help."""
+    refused it for good (revoked, wrong password, a key that is not the enrolled one, an outdated
+    client): retrying cannot help. A worker not enrolled on the relay retries (see FATAL_REFUSALS)."""
     from rulka.net.tls import FATAL_REFUSALS
 
     progress = None
@@ -169,6 +170,11 @@ def _show_progress(worker: object, stop: threading.Event, progress_mode: str, fa
             problem = getattr(link, "problem", "")
             if not connected and getattr(link, "refused", None) in FATAL_REFUSALS:
                 fatal.append(problem)
+                stop.set()
+                return
+            if getattr(link, "dead", ""):  # the network process is gone: no retry can reach the server
+                fatal.append(f"{link.dead}; start the worker again (what was not acknowledged is kept "
+                             "in its state folder and sent then)")
                 stop.set()
                 return
             if progress is not None:

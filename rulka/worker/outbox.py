@@ -176,11 +176,17 @@ class Outbox:
     def _load_existing(self, counters: WorkerCounters | None) -> None:
         assert self.directory is not None
         found = []
-        for path in self.directory.iterdir():
-            if path.suffix == ".tmp":
+        for path in sorted(self.directory.iterdir()):
+            if path.suffix == ".tmp" and path.is_file():
                 path.unlink(missing_ok=True)  # an interrupted write: never counted as produced
-            elif path.suffix == _SEGMENT_SUFFIX and path.stem.isdigit():
+            elif path.is_file() and path.stem.isascii() and path.stem.isdigit() and path == self._path(int(path.stem)):
                 found.append((int(path.stem), path.stat().st_size))
+            else:
+                # not a file this worker writes (a stray copy, a renamed or foreign file): out of
+                # the way, counted, its number (if it has one) never reused
+                if counters is not None and path.stem.isascii() and path.stem.isdigit():
+                    counters.bump_past(int(path.stem))
+                self._move_to_quarantine(path, "is not a segment file this worker writes")
         for seq, size in sorted(found):
             if counters is not None:
                 counters.bump_past(seq)  # even a quarantined number is never reused
@@ -205,15 +211,26 @@ class Outbox:
         return ""
 
     def _quarantine_file(self, seq: int, problem: str) -> None:
+        self._move_to_quarantine(self._path(seq), problem, f"spilled segment {seq}")
+
+    def _move_to_quarantine(self, path: Path, problem: str, what: str = "") -> None:
+        """Move ``path`` to ``<directory>/../quarantine/`` (never over an earlier one), count it."""
         assert self.directory is not None
         folder = self.directory.parent / "quarantine"
         folder.mkdir(parents=True, exist_ok=True)
+        target = folder / path.name
+        n = 1
+        while target.exists():
+            target = folder / f"{path.name}.{n}"
+            n += 1
         try:
-            os.replace(self._path(seq), folder / self._path(seq).name)
+            os.replace(path, target)
         except OSError:
-            self._path(seq).unlink(missing_ok=True)
+            if path.is_file():
+                path.unlink(missing_ok=True)
         self.quarantined += 1
-        log.warning("spilled segment %d %s: moved to %s (%d quarantined)", seq, problem, folder, self.quarantined)
+        log.warning("%s %s: moved to %s (%d quarantined)", what or f"{path.name} in {self.directory}", problem, folder,
+                    self.quarantined)
 
     def quarantine(self, seq: int, problem: str) -> None:
         """Give up on segment ``seq`` (it can never be delivered): out of the outbox, its file

@@ -464,7 +464,7 @@ class Worker:
             "episodes": self.stats.episodes, "samples_per_s": round(self._samples_per_s, 2),
             "weights_version": self.stats.weights_version, "segments_sent": self.outbox.sends,
             "unacked": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resends,
-            "steps": self.stats.steps, "test": self.test, "next_seq": self.counters.next_seq,
+            "quarantined": self.outbox.quarantined, "steps": self.stats.steps, "test": self.test, "next_seq": self.counters.next_seq,
             "paused_s": round(self.stats.paused_s, 1), "welcomed": self._welcomed.is_set(),
         }
         perf = getattr(self.env, "perf_stats", None)  # real-time envs report their loop timing
@@ -661,8 +661,11 @@ class Worker:
                     break
                 steps += n
                 episodes += 1
-            if drain_timeout_s > 0:
-                self.outbox.wait_empty(drain_timeout_s)
+            # wait for the last acknowledgements, unless the link can no longer bring any
+            deadline = time.monotonic() + drain_timeout_s
+            while time.monotonic() < deadline and not getattr(self.link, "dead", ""):
+                if self.outbox.wait_empty(min(0.5, max(0.0, deadline - time.monotonic()))):
+                    break
             return self.stats
         finally:
             self.stop_io()

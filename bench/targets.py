@@ -1,0 +1,249 @@
+"""The targets BENCHMARKS.md opens with: one row per goal a benchmark or a learning run is held to,
+with the figure last measured, its date, and whether it holds.
+
+A target of a benchmark script reads that script's latest finished figures (``results`` as
+``python -m bench`` keeps them); a learning target reads the latest recorded run of each extended
+learning test (``bench/extended_runs.json``) and of each shipped recipe's seed study
+(``bench/recipe_studies.json``). Scripts whose figures have no goal (they describe, e.g. what
+sharing a machine costs) are named under the table, so that the table is every target and no more.
+This module only reads and formats; it runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Measured = tuple[str, bool | None]  # (the figure as shown, holds: True / False / None = not measured)
+
+
+def dig(obj: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _bounded(path: str, bound_path: str, unit: str = "", most: bool = False) -> Callable[[dict[str, Any]], Measured]:
+    """The figure at ``path`` against the bound the script reports at ``bound_path``: at least it,
+    or at most it with ``most``."""
+    def measure(figures: dict[str, Any]) -> Measured:
+        value, limit = dig(figures, path), dig(figures, bound_path)
+        if not isinstance(value, int | float) or not isinstance(limit, int | float):
+            return "-", None
+        return f"{_num(value)}{unit}", value <= limit if most else value >= limit
+    return measure
+
+
+def _relay_min(figures: dict[str, Any]) -> Measured:
+    speeds = dig(figures, "relay_mb_s")
+    limit = dig(figures, "targets.relay_mb_s_min")
+    if not isinstance(speeds, dict) or not speeds or not isinstance(limit, int | float):
+        return "-", None
+    slowest = min(speeds, key=lambda size: speeds[size])
+    return f"{_num(speeds[slowest])} MB/s ({slowest} messages, the slowest size)", speeds[slowest] >= limit
+
+
+def _ingest_best(figures: dict[str, Any]) -> Measured:
+    runs = dig(figures, "ingest")
+    rates = {k: v.get("transitions_per_s") for k, v in runs.items() if isinstance(v, dict)} if isinstance(runs, dict) else {}
+    rates = {k: v for k, v in rates.items() if isinstance(v, int | float)}
+    if not rates:
+        return "-", None
+    best = max(rates, key=lambda k: rates[k])
+    return f"{_num(rates[best])} transitions/s ({best.replace('_', ' ')})", rates[best] >= 20_000
+
+
+def _zero(*paths: str) -> Callable[[dict[str, Any]], Measured]:
+    def measure(figures: dict[str, Any]) -> Measured:
+        values = [dig(figures, p) for p in paths]
+        if any(not isinstance(v, int) for v in values):
+            return "-", None
+        return ", ".join(f"{p.replace('_', ' ')} {v}" for p, v in zip(paths, values)), not any(values)
+    return measure
+
+
+def _trainer_rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = figures.get("results")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _trainer_ratio(figures: dict[str, Any]) -> Measured:
+    ratios = [r["ratio"] for r in _trainer_rows(figures) if isinstance(r.get("ratio"), int | float)]
+    if not ratios:
+        return "-", None
+    return f"lowest {_num(min(ratios))} over {len(ratios)} configurations", min(ratios) >= 0.9
+
+
+def _trainer_spi(figures: dict[str, Any]) -> Measured:
+    spis = [r["spi_vs_target"] for r in _trainer_rows(figures) if isinstance(r.get("spi_vs_target"), int | float)]
+    if not spis:
+        return "-", None
+    return (f"{_num(min(spis))} to {_num(max(spis))} over {len(spis)} configurations",
+            all(abs(s - 1) <= 0.1 for s in spis))
+
+
+def _cartpole_learners(figures: dict[str, Any]) -> Measured:
+    parts, holds = [], True
+    for name in ("ppo", "grpo", "dpo"):
+        run = figures.get(name)
+        if not isinstance(run, dict):
+            return "-", None
+        reached = run.get("reached") is True
+        holds = holds and reached
+        parts.append(f"{name} {'at ' + _num(run.get('env_steps')) + ' steps' if reached else 'not reached'}")
+    return ", ".join(parts), holds
+
+
+def _sac_vs_tmrl(figures: dict[str, Any]) -> Measured:
+    ours, theirs = dig(figures, "rulka.env_steps_to_target"), dig(figures, "tmrl.env_steps_to_target")
+    if not isinstance(ours, int | float):
+        return "not reached" if "rulka" in figures else "-", False if "rulka" in figures else None
+    shown = f"{_num(ours)} env steps, {_num(dig(figures, 'rulka.seconds_to_target'))} s"
+    if isinstance(theirs, int | float):
+        shown += f" (TMRL {_num(theirs)} steps, {_num(dig(figures, 'tmrl.seconds_to_target'))} s)"
+    return shown, not isinstance(theirs, int | float) or ours <= theirs
+
+
+def _e2e(figures: dict[str, Any]) -> Measured:
+    if figures.get("finished") is True:
+        seconds = figures.get("time_to_first_finish_s")
+        return f"first finish after {_num(seconds)} s", True
+    if figures.get("finished") is False:
+        return "no finish within the time limit", False
+    return "-", None
+
+
+@dataclass(frozen=True)
+class Target:
+    script: str
+    goal: str
+    measure: Callable[[dict[str, Any]], Measured]
+
+
+TARGETS: list[Target] = [
+    Target("transport", "relay payload >= 80 MB/s over TLS at every message size",
+           _relay_min),
+    Target("transport", "26 MB of weights reach 4 workers in <= 1.5 s",
+           _bounded("weights_26mb_to_4_workers_s", "targets.weights_26mb_to_4_workers_s_max", " s", most=True)),
+    Target("sim", "simulator >= 5,000 actions/s with the image on one core",
+           _bounded("with_image.actions_per_s", "target_actions_per_s_with_image", " actions/s")),
+    Target("peer_tmrl", "<= 1,536 bytes on the wire per transition (64x64 grayscale, zstd)",
+           _bounded("rulka.zstd.bytes_per_transition", "target_rulka_bytes_per_transition", " bytes", most=True)),
+    Target("ingest", "one trainer ingests >= 20,000 transitions/s at 160x120 + 184 floats",
+           _ingest_best),
+    Target("trainer_loop", "trainer role >= 0.9 of the bare learner's updates/s, every configuration",
+           _trainer_ratio),
+    Target("trainer_loop", "samples per insert within 10% of the target, every configuration",
+           _trainer_spi),
+    Target("soak", "no segment lost or duplicated, no sequence number reused, through kills and stalls",
+           _zero("segments_lost", "segments_duplicated", "sequence_numbers_reused")),
+    Target("soak", "relay peak RSS within its bound",
+           _bounded("relay_rss_peak_mb", "relay_rss_bound_mb", " MB", most=True)),
+    Target("sac_pendulum", "SAC reaches a mean return of -200 on Pendulum-v1, in no more env steps than TMRL",
+           _sac_vs_tmrl),
+    Target("policy_cartpole", "PPO, GRPO and DPO each reach a greedy 475 on CartPole-v1",
+           _cartpole_learners),
+    Target("e2e", "the default `rulka run` finishes the track within its time limit",
+           _e2e),
+]
+
+
+def _date(row: dict[str, Any]) -> str:
+    return str(row.get("date", ""))
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
+    """Each extended learning test's latest run that measured something (rows whose outcome is
+    'not run' are skipped): (source, goal, last measured, date, holds)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in _read_rows(path):
+        outcome = str(row.get("outcome", ""))
+        if outcome.startswith("not run"):
+            continue
+        test = str(row.get("test", ""))
+        if test not in latest or _date(row) >= _date(latest[test]):
+            latest[test] = row
+    out = []
+    for test, row in sorted(latest.items()):
+        if "::" in test:
+            source, goal = test.partition("::")[0], test.rpartition("::")[2].removeprefix("test_").replace("_", " ")
+        else:  # a recorded run of a recipe without a test yet: "configs/x.yaml (no test yet)"
+            source, goal = test.partition(" (")[0], "recorded learning run (no test yet)"
+        outcome = str(row.get("outcome", ""))
+        short = outcome if len(outcome) <= 160 else outcome[:157] + "..."
+        out.append((f"`{source}`", goal, short, _date(row), outcome.startswith("pass")))
+    return out
+
+
+def recipe_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
+    """Each shipped recipe's latest seed study (no overrides): reached in every seed or not."""
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in _read_rows(path):
+        if str(row.get("overrides", "-")).strip() not in ("", "-"):
+            continue
+        key = (str(row.get("config", "")), str(row.get("target", "")))
+        if key not in latest or _date(row) >= _date(latest[key]):
+            latest[key] = row
+    out = []
+    for (config, target), row in latest.items():
+        reached = str(row.get("reached", ""))
+        got, _, of = reached.partition(" ")[0].partition("/")
+        holds = got.isdigit() and of.isdigit() and got == of
+        out.append(("`bench/recipe.py`", f"`{config}` greedy reaches {target} in every seed within "
+                    f"{_num(int(row['frames'])) if str(row.get('frames', '')).isdigit() else row.get('frames', '?')} frames",
+                    f"{reached} seeds", _date(row), holds))
+    return out
+
+
+def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path,
+                  described: dict[str, str]) -> list[str]:
+    """The Markdown lines of the targets table. ``last_ok(name)`` gives a script's latest finished
+    result (``figures``, ``date``) or None; ``described`` names every script, for the line under the
+    table listing the scripts that have figures but no target."""
+    rows: list[tuple[str, str, str, str, bool | None]] = []
+    for target in TARGETS:
+        res = last_ok(target.script)
+        if res is None:
+            rows.append((f"`{target.script}`", target.goal, "not measured", "", None))
+            continue
+        shown, holds = target.measure(res.get("figures", {}))
+        rows.append((f"`{target.script}`", target.goal, shown, str(res.get("date", "")), holds))
+    rows += extended_targets(bench_dir / "extended_runs.json")
+    rows += recipe_targets(bench_dir / "recipe_studies.json")
+    held = sum(1 for r in rows if r[4] is True)
+    lines = ["", "## Targets", "",
+             f"Every goal a benchmark or a learning run is held to, with the figure last measured: "
+             f"{held} of {len(rows)} hold. A benchmark's row reads its latest finished run (its section "
+             "below); a learning row reads the latest recorded run of that test or recipe (\"Extended "
+             "learning runs\", \"Recipe studies\").", "",
+             "| source | goal | last measured | date | holds |", "|---|---|---|---|---|"]
+    for source, goal, shown, date, holds in rows:
+        verdict = {True: "yes", False: "**no**", None: "-"}[holds]
+        lines.append(f"| {source} | {goal} | {shown.replace('|', '/')} | {date} | {verdict} |")
+    with_target = {t.script for t in TARGETS}
+    free = [name for name in described if name not in with_target]
+    if free:
+        lines += ["", "Figures without a target (they describe rather than judge): "
+                  + ", ".join(f"`{name}`" for name in free) + "."]
+    return lines

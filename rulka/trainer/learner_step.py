@@ -1,0 +1,91 @@
+"""The learner step: one update of the agent on a batch the memory has ready (a trajectory batch)
+or samples under the replay ratio, and a slice of such updates bounded in time so that intake runs
+between slices. Every ``publish_every_updates`` updates the new weights are published."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rulka.interfaces import Memory, TrainingAgent
+from rulka.trainer.ratelimit import SampleToInsertRatio
+from rulka.trainer.state import RunState, Window
+
+
+class LearnerStep:
+    """``can_train`` / ``train_once`` / ``train_slice``; ``last_metrics`` is the latest update's."""
+
+    def __init__(self, state: RunState, window: Window, agent: TrainingAgent, memory: Memory,
+                 limiter: SampleToInsertRatio | None, publish: Callable[[], int], *, batch_size: int,
+                 publish_every: int, slice_s: float) -> None:
+        self.state = state
+        self.window = window
+        self.agent = agent
+        self.memory = memory
+        self.limiter = limiter
+        self.publish = publish
+        self.batch_size = batch_size
+        self.publish_every = publish_every
+        self.slice_s = slice_s
+        self.last_metrics: dict[str, Any] = {}
+
+    def _start_size(self) -> int:
+        return int(self.memory.start_learning_size or 0)
+
+    def allowed_updates(self) -> int | float:
+        """How many updates in total the data stored so far allows now (``math.inf``: no cap):
+        the updates made plus those the rate limiter lets the learner make before it waits."""
+        if len(self.memory) < max(self._start_size(), self.batch_size):
+            return 0
+        if self.limiter is None:
+            return math.inf
+        return self.state.updates + self.limiter.updates_ahead_allowed(len(self.memory))
+
+    def can_train(self) -> bool:
+        """Whether ``train_once`` would train now (a trajectory batch, or room under the ratio)."""
+        if self.memory.ready():
+            return True
+        if self.limiter is None:
+            return len(self.memory) >= max(self._start_size(), self.batch_size)
+        return self.limiter.can_sample(self.batch_size, len(self.memory))
+
+    def train_once(self) -> bool:
+        """One update if ``can_train``: a trajectory batch the memory has ready, or a sampled
+        batch under the ratio (recorded by the limiter); publishes every ``publish_every_updates``.
+        Returns whether it trained."""
+        if self.memory.ready():
+            batch = self.memory.take()
+        elif self.can_train():
+            try:
+                batch = self.memory.sample(self.batch_size)
+            except NotImplementedError:
+                return False
+            if self.limiter is not None:
+                self.limiter.record_sample(self.batch_size)
+        else:
+            return False
+        t0 = time.perf_counter()
+        self.last_metrics = self.agent.train(batch)
+        credit = getattr(self.agent, "take_sample_credit", None)  # IQN resets: re-learn from replay
+        if credit is not None and self.limiter is not None:
+            self.limiter.samples -= int(credit())
+        self.window.train_s += time.perf_counter() - t0
+        self.state.updates += 1
+        self.window.updates += 1
+        if self.state.updates % self.publish_every == 0:
+            self.publish()
+        return True
+
+    def train_slice(self, max_updates: int | None = None) -> int:
+        """Train for up to ``slice_s`` seconds; returns updates done."""
+        t_end = time.monotonic() + self.slice_s
+        n = 0
+        while time.monotonic() < t_end:
+            if max_updates is not None and self.state.updates >= max_updates:
+                break
+            if not self.train_once():
+                break
+            n += 1
+        return n

@@ -1,0 +1,109 @@
+"""Publishing the policy: each version of the agent's actor weights is signed and broadcast through
+the server with the actor spec and the config sections a worker needs; every
+``eval_every_versions`` versions it carries a request for greedy test episodes, and a version the
+best policy wants judged is marked as an evaluation version. A restarted server gets the latest
+weights again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rulka.interfaces import Memory, TrainingAgent
+from rulka.trainer import checkpoint as ckpt
+from rulka.trainer.best import BestPolicy
+from rulka.trainer.credit import WorkerBook
+from rulka.trainer.state import RunState
+
+
+def signed_encoder(signing_key: Any) -> Callable[[Any], bytes]:
+    """Weights blob -> signed bytes, with the trainer's Ed25519 key."""
+    from rulka.net.weights import encode_weights
+
+    return lambda blob: encode_weights(blob, signing_key)
+
+
+class Publisher:
+    """``publish()`` the next version; ``actor_spec()`` for files that save the policy;
+    ``republish_after_reconnect()`` once per loop. ``link`` is set by the trainer."""
+
+    def __init__(self, state: RunState, agent: TrainingAgent, memory: Memory, workers: WorkerBook,
+                 encode_weights: Callable[[Any], bytes], worker_config: Callable[[], dict[str, Any] | None], *,
+                 run_dir: Path | None, eval_every_versions: int, eval_episodes: int,
+                 best_policy: BestPolicy | None) -> None:
+        self.state = state
+        self.agent = agent
+        self.memory = memory
+        self.workers = workers
+        self.encode_weights = encode_weights
+        self.worker_config = worker_config
+        self.run_dir = run_dir
+        self.eval_every_versions = eval_every_versions
+        self.eval_episodes = eval_episodes
+        self.best_policy = best_policy
+        self.link: Any = None
+        self.last_weights: bytes | None = None
+        self.was_connected = True  # publish() at start already reaches a connected server
+        self.server_session = 0  # link.server_session() when the weights last reached the server
+        self._eval_turn = 0
+
+    def actor_spec(self) -> dict[str, Any]:
+        """The agent's actor spec plus, as ``run_config_json``, the config sections a worker needs
+        (a JSON string: a config tree is deeper than the blob header's plain-data check allows)."""
+        spec = dict(self.agent.actor_spec())
+        spec["frames_played"] = int(self.state.samples)  # workers' schedules (engineered rewards) follow it
+        run_config = self.worker_config()
+        if run_config is not None:
+            spec["run_config_json"] = json.dumps(run_config, default=str)
+        return spec
+
+    def publish(self) -> int:
+        """Sign and broadcast the agent's current actor weights as the next version."""
+        from rulka.net.weights import WeightsBlob
+
+        state = self.state
+        state.version += 1
+        self.memory.set_policy_version(state.version)
+        if self.run_dir is not None:
+            ckpt.record_published(self.run_dir, state.run_id, state.version)
+        spec = self.actor_spec()
+        if self.eval_every_versions and state.version % self.eval_every_versions == 0:
+            spec.update(self._eval_request())
+        weights = self.agent.actor_weights()
+        if self.best_policy is not None and self.best_policy.wants_candidate():
+            # workers drive the cycle's greedy entries with this version until the next one
+            self.best_policy.mark(state.version, weights, self.actor_spec(), state.samples, state.updates)
+            spec["eval_policy"] = True
+            state.counters["eval_policy_versions"] += 1
+        blob = WeightsBlob(state.run_id, state.version, weights, spec)
+        self.last_weights = self.encode_weights(blob)
+        self.link.broadcast("weights", self.last_weights)
+        return state.version
+
+    def _eval_request(self) -> dict[str, Any]:
+        """Ask for ``eval_episodes`` greedy test episodes (they ride with the weights): from the
+        workers heard from, one in turn; any worker while none is known."""
+        known = sorted(set(self.workers.last_heard) | set(self.workers.stats))
+        worker = known[self._eval_turn % len(known)] if known else ""
+        self._eval_turn += 1
+        self.state.counters["eval_requests"] += 1
+        return {"eval_episodes": self.eval_episodes, "eval_worker": worker}
+
+    def start_session(self) -> None:
+        """The server session the first weights reached (``Trainer.run`` calls it after publishing)."""
+        self.server_session = self.link.server_session()
+
+    def republish_after_reconnect(self) -> None:
+        # a restarted server has lost the weights it retained for late joiners: send them again,
+        # also when it came back within the heartbeat window (a new server session)
+        connected = self.link.connected()
+        session = self.link.server_session()
+        reconnected = not self.was_connected or session != self.server_session
+        if connected and reconnected and self.last_weights is not None:
+            self.link.broadcast("weights", self.last_weights)
+            self.state.counters["republished"] += 1
+        self.was_connected = connected
+        if connected:
+            self.server_session = session

@@ -1,0 +1,88 @@
+"""BENCHMARKS.md opens with every target, its last measured figure and whether it holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.__main__ import main, previous_machine
+from bench.targets import extended_targets, recipe_targets, targets_table
+
+RESULTS = {
+    "transport": {"date": "2026-01-02 03:04 UTC", "figures": {
+        "relay_mb_s": {"64KB": 95.0, "1MB": 81.0, "26MB": 79.5},
+        "targets": {"relay_mb_s_min": 80.0, "weights_26mb_to_4_workers_s_max": 1.5},
+        "weights_26mb_to_4_workers_s": 0.9}},
+    "trainer_loop": {"date": "2026-01-03 00:00 UTC", "figures": {"results": [
+        {"ratio": 0.95, "spi_vs_target": 0.93}, {"ratio": 0.91, "spi_vs_target": 1.08}]}},
+    "soak": {"date": "2026-01-04 00:00 UTC", "figures": {
+        "segments_lost": 0, "segments_duplicated": 1, "sequence_numbers_reused": 0,
+        "relay_rss_peak_mb": 77.0, "relay_rss_bound_mb": 256}},
+}
+
+
+def table(tmp_path: Path) -> str:
+    (tmp_path / "extended_runs.json").write_text("[]")
+    return "\n".join(targets_table(lambda name: RESULTS.get(name), tmp_path, {"transport": "", "sim": "", "actor": ""}))
+
+
+def test_benchmark_targets_judge_the_latest_figures(tmp_path: Path) -> None:
+    text = table(tmp_path)
+    # the slowest size, 79.5, is under 80
+    assert ("| `transport` | relay payload >= 80 MB/s over TLS at every message size "
+            "| 79.5 MB/s (26MB messages, the slowest size) | 2026-01-02 03:04 UTC | **no** |") in text
+    assert "| 0.9 s | 2026-01-02 03:04 UTC | yes |" in text
+    assert "| lowest 0.91 over 2 configurations | 2026-01-03 00:00 UTC | yes |" in text
+    assert "| 0.93 to 1.08 over 2 configurations | 2026-01-03 00:00 UTC | yes |" in text
+    assert "| segments lost 0, segments duplicated 1, sequence numbers reused 0 | 2026-01-04 00:00 UTC | **no** |" in text
+    assert "| 77 MB | 2026-01-04 00:00 UTC | yes |" in text
+    # a script never run is shown, not dropped
+    assert "| `sim` | simulator >= 5,000 actions/s with the image on one core | not measured |  | - |" in text
+    # 4 hold of the 12 rows (3 of transport's and trainer_loop's and soak's 6 rows; the rest not measured)
+    assert "4 of 12 hold" in text
+    assert "Figures without a target (they describe rather than judge): `actor`." in text
+
+
+def test_spi_outside_ten_percent_fails(tmp_path: Path) -> None:
+    results = {"trainer_loop": {"date": "d", "figures": {"results": [{"ratio": 0.89, "spi_vs_target": 1.11}]}}}
+    (tmp_path / "extended_runs.json").write_text("[]")
+    text = "\n".join(targets_table(lambda name: results.get(name), tmp_path, {}))
+    assert "| lowest 0.89 over 1 configurations | d | **no** |" in text
+    assert "| 1.11 to 1.11 over 1 configurations | d | **no** |" in text
+
+
+def test_learning_rows_take_each_tests_latest_measured_run(tmp_path: Path) -> None:
+    path = tmp_path / "extended_runs.json"
+    path.write_text(json.dumps([
+        {"test": "tests/test_a.py::test_a_learns", "outcome": "fail: x", "date": "2026-01-01 10:00 UTC"},
+        {"test": "tests/test_a.py::test_a_learns", "outcome": "pass (y)", "date": "2026-01-02 10:00 UTC"},
+        {"test": "tests/test_a.py::test_a_learns", "outcome": "not run: no time", "date": "2026-01-03 10:00 UTC"},
+        {"test": "configs/z.yaml (no test yet)", "outcome": "not finished", "date": "2026-01-01 00:00 UTC"},
+    ]))
+    assert extended_targets(path) == [
+        ("`configs/z.yaml`", "recorded learning run (no test yet)", "not finished", "2026-01-01 00:00 UTC", False),
+        ("`tests/test_a.py`", "a learns", "pass (y)", "2026-01-02 10:00 UTC", True),
+    ]
+    studies = tmp_path / "recipe_studies.json"
+    studies.write_text(json.dumps([
+        {"config": "c.yaml", "overrides": "-", "target": "475", "reached": "3/4", "frames": "200000", "date": "1"},
+        {"config": "c.yaml", "overrides": "x=1", "target": "475", "reached": "4/4", "frames": "200000", "date": "2"},
+        {"config": "s.yaml", "overrides": "-", "target": "finish", "reached": "2/2", "frames": "200000", "date": "3"},
+    ]))
+    assert recipe_targets(studies) == [
+        ("`bench/recipe.py`", "`c.yaml` greedy reaches 475 in every seed within 200,000 frames", "3/4 seeds", "1", False),
+        ("`bench/recipe.py`", "`s.yaml` greedy reaches finish in every seed within 200,000 frames", "2/2 seeds", "3", True),
+    ]
+
+
+def test_rewrite_puts_targets_first_and_keeps_the_measuring_machine(tmp_path: Path) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    embedded = {"transport": {"status": "ok", "command": "python bench/transport.py", **RESULTS["transport"]}}
+    out.write_text("# rulka benchmarks\n\n## Machine\n\n| | |\n|---|---|\n| cpu | The Old One |\n| cores | 2 |\n\n"
+                   f"<!-- bench-results: {json.dumps(embedded)} -->\n")
+    assert previous_machine(out) == {"cpu": "The Old One", "cores": "2"}
+    assert main(["--rewrite", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.index("## Targets") < text.index("## Machine") < text.index("## Summary") < text.index("## transport")
+    assert "| cpu | The Old One |" in text
+    assert "| 79.5 MB/s (26MB messages, the slowest size) |" in text
