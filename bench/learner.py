@@ -9,6 +9,10 @@ publishing signed weights), its batches/s over the bare learner's just before. P
 object per device (CPU always, CUDA when available: AMP on, so the trainer path exercises it).
 
     python bench/learner.py [--seconds 20] [--batch-size 512] [--threads N] [--no-trainer-path]
+    python bench/learner.py --topologies [--networks vit_none_48x36,...]   # the fusion catalogue
+
+``--topologies`` measures the guide's network catalogue instead (``TOPOLOGIES``: the ViT stem,
+each fusion mode, the token layouts; 48x36 frames, dense 256, the bare learner only).
 """
 
 from __future__ import annotations
@@ -34,6 +38,41 @@ NETWORKS = {
     "linesight_160x120_dense1024": dict(image_height=120, image_width=160, float_hidden_dim=256,
                                         dense_hidden_dimension=1024),
 }
+
+
+_VIT = {"d_model": 64, "n_layers": 2, "n_heads": 4, "ff_mult": 2, "patch_size": 6}
+_FUSION = {"d_model": 64, "n_layers": 2, "n_heads": 4, "ff_mult": 2}
+_SIZE = {"image_size": {"width": 48, "height": 36}}
+# name -> the ``nn`` section of a config (rulka.nn.fusion reads it into the network's topology)
+TOPOLOGIES: dict[str, dict[str, Any]] = {
+    "cnn_none_48x36": {"vis": {**_SIZE, "cnn": {}}},
+    "vit_none_48x36": {"vis": {**_SIZE, "transformer": _VIT}},
+    "vision_transformer_linear_48x36": {"fusion_mode": "vision_transformer", "vis": {**_SIZE, "transformer": _VIT},
+                                        "encoder": {"transformer": _FUSION}},
+    "post_concat_cnn_native_48x36": {"fusion_mode": "post_concat", "vis": {**_SIZE, "cnn": {}},
+                                     "encoder": {"transformer": _FUSION}},
+    "post_concat_cnn_mlp_48x36": {"fusion_mode": "post_concat", "vis": {**_SIZE, "cnn": {}},
+                                  "encoder": {"fusion_encoder": "mlp", "transformer": {"d_model": 64},
+                                              "fusion_mlp": {"hidden_dim": 256}}},
+    "post_concat_cnn_conv1d_48x36": {"fusion_mode": "post_concat", "vis": {**_SIZE, "cnn": {}},
+                                     "encoder": {"fusion_encoder": "cnn", "transformer": {"d_model": 64},
+                                                 "fusion_cnn": {"hidden_channels": [128, 128]}}},
+    "post_concat_vit_patch_tokens_48x36": {
+        "fusion_mode": "post_concat", "vis": {**_SIZE, "transformer": {**_VIT, "fusion_tokens": "patch_tokens"}},
+        "encoder": {"transformer": _FUSION, "post_concat_layout": "token_sequence", "float_token_input": "mlp_hidden"}},
+    "unified_vit_48x36": {"fusion_mode": "unified", "vis": {**_SIZE, "transformer": _VIT},
+                          "encoder": {"transformer": _FUSION}},
+}
+
+
+def topology_network(nn_section: dict[str, Any]) -> dict[str, Any]:
+    """``build_agent`` keywords for a ``TOPOLOGIES`` entry (dense 256, float hidden 128)."""
+    from rulka.config import config_from_dict
+    from rulka.nn.fusion import float_hidden_dim, topology_from_config
+
+    cfg = config_from_dict({"nn": {**nn_section, "float": {"mlp": {"hidden_dim": 128}}}})
+    return dict(image_height=36, image_width=48, float_hidden_dim=float_hidden_dim(cfg), dense_hidden_dimension=256,
+                topology=topology_from_config(cfg))
 
 
 def filled_memory(h: int, w: int, batch_size: int, transitions: int = 6000, seed: int = 0) -> MiniRaceReplayMemory:
@@ -142,10 +181,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="timed training per network and device")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated subset of " + ", ".join(NETWORKS))
+    parser.add_argument("--networks", default=",".join(NETWORKS),
+                        help="comma-separated subset of " + ", ".join(NETWORKS) + " (with --topologies: of "
+                             + ", ".join(TOPOLOGIES) + ")")
     parser.add_argument("--no-trainer-path", action="store_true",
                         help="skip the same learner through Trainer.run (ingest, rate limiter, publishing)")
+    parser.add_argument("--topologies", action="store_true",
+                        help="measure the fusion catalogue (TOPOLOGIES) with the bare learner instead")
     args = parser.parse_args()
+    networks = NETWORKS
+    if args.topologies:
+        networks = {name: topology_network(nn) for name, nn in TOPOLOGIES.items()}
+        if args.networks == ",".join(NETWORKS):
+            args.networks = ",".join(TOPOLOGIES)
+        args.no_trainer_path = True
     from rulka.trainer.allocator import keep_freed_memory
 
     malloc_tuned = keep_freed_memory()  # as rulka-trainer does (bench/allocator.py: with and without)
@@ -155,9 +204,9 @@ def main() -> None:
     for device in devices:
         results, trainer_path = [], []
         for n in args.networks.split(","):
-            results.append(measure(n, NETWORKS[n], device, args.batch_size, args.seconds))
+            results.append(measure(n, networks[n], device, args.batch_size, args.seconds))
             if not args.no_trainer_path:
-                trainer_path.append(measure_trainer_path(n, NETWORKS[n], device, args.batch_size, args.seconds,
+                trainer_path.append(measure_trainer_path(n, networks[n], device, args.batch_size, args.seconds,
                                                          results[-1]["batches_per_s"]))
         print(json.dumps({"bench": "learner", "device": device, "torch": torch.__version__,
                           "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),

@@ -199,7 +199,8 @@ def test_validate_refuses_a_key_that_is_not_built_yet(
     err = capsys.readouterr().err.strip()
     assert err == (
         "error: run.yaml: config key `performance.gpu_collectors_count` is not built yet (documented, but nothing "
-        "acts on it); remove it or use the default"
+        "acts on it: performance.gpu_collectors_count: rulka's collectors are worker processes or machines: "
+        "`rulka run --workers N` or one rulka-worker per game); remove it or use the default"
     )
     # the same value at its default is fine
     (tmp_path / "run.yaml").write_text("performance:\n  gpu_collectors_count: 4\n")
@@ -212,5 +213,7 @@ def test_roles_refuse_to_start_with_a_key_that_is_not_built(tmp_path: Path) -> N
                           "--keys", str(tmp_path / "none")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].endswith(
-        "config key `performance.gpu_collectors_count` is not built yet (documented, but nothing acts on it); remove it or use the default"
+        "config key `performance.gpu_collectors_count` is not built yet (documented, but nothing acts on it: "
+        "performance.gpu_collectors_count: rulka's collectors are worker processes or machines: "
+        "`rulka run --workers N` or one rulka-worker per game); remove it or use the default"
     )

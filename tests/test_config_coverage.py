@@ -133,12 +133,10 @@ def test_defaults_are_built() -> None:
 @pytest.mark.parametrize(
     "data, key",
     [
-        ({"nn": {"fusion_mode": "unified"}}, "nn.fusion_mode"),
-        ({"nn": {"encoder": {"fusion_encoder": "mlp"}}}, "nn.encoder"),
+        ({"nn": {"decoder": {"shared_input": "pre_tau"}}}, "nn.decoder.shared_input"),
         ({"performance": {"gpu_collectors_count": 2}}, "performance.gpu_collectors_count"),
         ({"worker": {"actor_kwargs": {"a": 1}}}, "worker.actor_kwargs"),
         ({"grpo": {"grpo_num_minibatches": 2}}, "grpo.grpo_num_minibatches"),
-        ({"nn": {"training": {"single_reset_flag": 1}}}, "nn.training.single_reset_flag"),
     ],
 )
 def test_a_non_default_not_built_key_is_refused_by_name(data: dict, key: str) -> None:
@@ -147,6 +145,17 @@ def test_a_non_default_not_built_key_is_refused_by_name(data: dict, key: str) ->
         check_built(cfg)
     message = str(info.value)
     assert f"`{key}`" in message and "not built yet" in message and "\n" not in message
+
+
+def test_an_nn_key_the_topology_does_not_read_is_refused() -> None:
+    # the fusion trunk's settings mean nothing without a fusion mode
+    with pytest.raises(ConfigError, match="`nn.encoder` is read only when `nn.fusion_mode` is not none"):
+        check_built(config_from_dict({"nn": {"encoder": {"fusion_encoder": "mlp"}}}))
+    # the MLP trunk's settings with another trunk
+    with pytest.raises(ConfigError, match="`nn.encoder.fusion_mlp` is read only by fusion_encoder mlp"):
+        check_built(config_from_dict({"nn": {"fusion_mode": "post_concat", "encoder": {"fusion_mlp": {}}}}))
+    check_built(config_from_dict({"nn": {"fusion_mode": "post_concat",
+                                         "encoder": {"fusion_encoder": "mlp", "fusion_mlp": {"hidden_dim": 64}}}}))
 
 
 def test_game_keys_the_tmnf_backend_reads_are_built() -> None:

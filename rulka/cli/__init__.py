@@ -34,7 +34,7 @@ from rulka.process import (  # noqa: F401  (the process helpers, re-exported for
 )
 
 # sub-command module names under rulka.cli, in the order --help lists them
-SUBCOMMANDS = ["run", "config", "keys", "sim", "tm", "eval", "dpo", "status", "plot", "verify"]
+SUBCOMMANDS = ["run", "config", "keys", "sim", "tm", "eval", "dpo", "pretrain", "status", "plot", "verify"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,58 +20,48 @@ from rulka.errors import ConfigError
 if TYPE_CHECKING:
     from rulka.config.model import RulkaConfig
 
-# Dotted YAML key paths (as `rulka config keys` prints them). A section path covers every key
-# under it. Edit this set when you build a key: remove its entry, and make sure code reads it.
-NOT_BUILT: frozenset[str] = frozenset(
-    {
-        # environment: multi-action blocks
-        "environment.rl_action_offsets_ms",
-        # nn: fusion trunks, transformer stems and heads, pretrained init, freezing
-        "nn.fusion_mode",
-        "nn.init_from_pretrained",
-        "nn.encoder",
-        "nn.vis.transformer",
-        "nn.vis.freeze",
-        "nn.float.freeze",
-        "nn.iqn.freeze",
-        "nn.decoder.shared_input",
-        "nn.decoder.shared_trunk_freeze",
-        "nn.decoder.advantage.freeze",
-        "nn.decoder.advantage.transformer",
-        "nn.decoder.value.freeze",
-        "nn.decoder.value.transformer",
-        # nn.training: target self-loss clamp and the network resets
-        "nn.training.target_self_loss_clamp_ratio",
-        "nn.training.single_reset_flag",
-        "nn.training.reset_every_n_frames_generated",
-        "nn.training.additional_transition_after_reset",
-        "nn.training.last_layer_reset_factor",
-        "nn.training.overall_reset_mul_factor",
-        # training: decoupled weight decay
-        "training.weight_decay_lr_ratio",
-        "exploration.multi_action_exploration",
-        # sections for learners and features not built yet
-        # performance: all but running_speed (the TMNF game speed)
-        "performance.gpu_collectors_count",
-        "performance.max_rollout_queue_size",
-        "performance.send_shared_network_every_n_batches",
-        "performance.update_inference_network_every_n_actions",
-        "performance.make_highest_prio_figures",
-        "performance.plot_race_time_left_curves",
-        "performance.n_transitions_to_plot_in_distribution_curves",
-        "performance.apply_randomcrop_augmentation",
-        "performance.n_pixels_to_crop_on_each_side",
-        "performance.frames_before_save_best_runs",
-        "performance.threshold_to_save_all_runs_ms",
-        # reserved by the guide for within-pair / within-group minibatching
-        "dpo.dpo_num_minibatches",
-        "grpo.grpo_num_minibatches",
-        # rulka's own keys that nothing acts on yet
-        "worker.actor",
-        "worker.actor_kwargs",
-        "network.local_com_port_base",
-    }
-)
+# Dotted YAML key paths (as `rulka config keys` prints them) -> why the key is refused. A section
+# path covers every key under it. Edit this map when you build a key: remove its entry, and make
+# sure code reads it. `rulka config defaults` prints each reason beside its key.
+NOT_BUILT: dict[str, str] = {
+    # environment: multi-action blocks
+    "environment.rl_action_offsets_ms": "multi-action blocks (several actions per decision) are not built: "
+                                        "workers take one action per decision",
+    "exploration.multi_action_exploration": "explores within multi-action blocks, which are not built",
+    # nn: the fusion trunks, ViT stem, freeze flags, pretrained init and resets are built
+    # (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset); the decoder heads are MLPs
+    "nn.decoder.shared_input": "the heads read the quantile-modulated features (post_tau); pre_tau heads are not built",
+    "nn.decoder.advantage.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
+    "nn.decoder.value.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
+    "nn.training.target_self_loss_clamp_ratio": "the target self-loss clamp is not built",
+    "training.weight_decay_lr_ratio": "decoupled weight decay is not built",
+    # performance: Linesight's single-machine knobs; rulka's own concept named in each reason
+    "performance.gpu_collectors_count": "rulka's collectors are worker processes or machines: "
+                                        "`rulka run --workers N` or one rulka-worker per game",
+    "performance.max_rollout_queue_size": "workers send segments through the server; their backlog is "
+                                          "bounded by the worker outbox and the trainer's rate limiter",
+    "performance.send_shared_network_every_n_batches": "the trainer publishes weights every "
+                                                       "trainer.publish_every_updates updates",
+    "performance.update_inference_network_every_n_actions": "workers load new weights between segments "
+                                                            "(worker.segment_max_steps)",
+    "performance.make_highest_prio_figures": "Linesight's matplotlib figures; rulka logs to metrics.jsonl, "
+                                             "TensorBoard and W&B, and `rulka plot` draws them",
+    "performance.plot_race_time_left_curves": "Linesight's matplotlib figures; see `rulka plot`",
+    "performance.n_transitions_to_plot_in_distribution_curves": "Linesight's matplotlib figures; see `rulka plot`",
+    "performance.apply_randomcrop_augmentation": "random-crop augmentation of replayed images is not built",
+    "performance.n_pixels_to_crop_on_each_side": "random-crop augmentation of replayed images is not built",
+    "performance.frames_before_save_best_runs": "Linesight saves game inputs of best runs; rulka keeps the best "
+                                                "policy per map (best/) and `rulka eval` replays it",
+    "performance.threshold_to_save_all_runs_ms": "Linesight saves game inputs of good runs; rulka keeps the best "
+                                                 "policy per map (best/)",
+    # reserved by the guide for within-pair / within-group minibatching
+    "dpo.dpo_num_minibatches": "reserved by the guide for within-pair minibatching (one pair per update here)",
+    "grpo.grpo_num_minibatches": "reserved by the guide for within-group minibatching (one group per update here)",
+    # rulka's own keys that nothing acts on yet
+    "worker.actor": "workers build the actor the trainer's weights name (actor_spec)",
+    "worker.actor_kwargs": "workers build the actor the trainer's weights name (actor_spec)",
+    "network.local_com_port_base": "rulka's roles talk over the server's TLS port (network.port)",
+}
 
 # keys whose default depends on another key (filled by the config model at load)
 _DEFAULT_FROM: dict[str, str] = {"worker.actor": "training.algorithm"}
@@ -92,13 +82,21 @@ def not_built_keys(cfg: RulkaConfig) -> list[str]:
 
 
 def check_built(cfg: RulkaConfig) -> None:
-    """Raise ConfigError naming every key set away from its default that no code acts on yet."""
+    """Raise ConfigError naming every key set away from its default that no code acts on yet, and
+    every ``nn`` key the configured topology does not read (``rulka.nn.fusion.inert_keys``)."""
+    from rulka.nn.fusion import inert_keys
+
+    inert = inert_keys(cfg)
+    if inert:
+        raise ConfigError("config: " + "; ".join(inert))
     keys = not_built_keys(cfg)
     if not keys:
         return
     named = ", ".join(f"`{k}`" for k in keys)
     subject = f"config key {named} is" if len(keys) == 1 else f"config keys {named} are"
-    raise ConfigError(f"{subject} not built yet (documented, but nothing acts on it); remove it or use the default")
+    why = "; ".join(f"{k}: {NOT_BUILT[k]}" for k in keys)
+    raise ConfigError(f"{subject} not built yet (documented, but nothing acts on it: {why}); "
+                      f"remove it or use the default")
 
 
 def check_startable(cfg: RulkaConfig, import_plugins: bool = False, replay: bool = True) -> list[str]:

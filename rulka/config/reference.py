@@ -68,7 +68,7 @@ def _emit(model: type[BaseModel], values: dict[str, Any], indent: int, lines: li
         value = values[key]
         doc = field_docs().get((model.__name__, name), "")
         if f"{prefix}{key}" in NOT_BUILT:
-            doc = f"[not built yet] {doc}"
+            doc = f"[not built yet: {NOT_BUILT[f'{prefix}{key}']}] {doc}"
         comment = f"  # {doc}" if doc else ""
         sub = _submodel(info.annotation)
         if sub is not None and isinstance(value, dict):
@@ -97,7 +97,7 @@ def reference_yaml(cfg: RulkaConfig | None = None) -> str:
         assert section_model is not None
         summary = (section_model.__doc__ or "").strip().splitlines()[0]
         if name in NOT_BUILT:
-            summary = f"[not built yet] {summary}"
+            summary = f"[not built yet: {NOT_BUILT[name]}] {summary}"
         lines.append("")
         lines.append(f"# {name}: {summary}")
         lines.append(f"{name}:")

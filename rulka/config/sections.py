@@ -296,7 +296,7 @@ class VisCnnConfig(Section):
 
 
 class TransformersConfig(Section):
-    """A transformer slot (ViT vision branch or fusion encoder); HF options are validated only."""
+    """A transformer slot (ViT vision branch or fusion encoder): native stack or a Hugging Face model."""
 
     use_hf_backbone: bool = False
     """Use a Hugging Face backbone (model_name_or_path) instead of a native stack."""
@@ -575,7 +575,7 @@ class NnConfig(Section):
     fusion_mode: FusionMode = "none"
     """Multimodal fusion: none | vision_transformer | post_concat | unified."""
     init_from_pretrained: str = ""
-    """Directory with pretrained fusion weights (fusion_mode != none)."""
+    """Folder written by `rulka pretrain` (model.safetensors): tensors loaded by name at start."""
     vis: VisConfig = Field(default_factory=VisConfig)
     """Vision branch."""
     float_branch: FloatBranchConfig = Field(

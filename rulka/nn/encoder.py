@@ -1,5 +1,6 @@
 """The observation encoder shared by the discrete learners (IQN, PPO/GRPO/DPO): an optional image
-head (classic CNN or IMPALA CNN) and a float MLP over normalised features, concatenated.
+head (classic CNN, IMPALA CNN, native ViT or a Hugging Face backbone) and a float MLP over
+normalised features, concatenated (``fusion_mode: none``) or fused by a trunk (``rulka.nn.fusion``).
 
 ``EncoderSpec`` holds the plain-data fields that fix the encoder's shape; each learner's network
 spec extends it with its own head fields. ``ImageFloatEncoder`` is a mixin: it puts its modules
@@ -11,12 +12,14 @@ before they shared it, and old checkpoints and weights still load.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from rulka.nn.blocks import make_image_head, make_mlp
+from rulka.nn.transformer import make_vision_transformer
 
 S = TypeVar("S", bound="EncoderSpec")
 
@@ -37,6 +40,9 @@ class EncoderSpec:
     use_spectral_norm: bool = False
     float_mean: list[float] | None = None  # per-feature normalisation; default 0 / 1
     float_std: list[float] | None = None
+    # nn.fusion_mode, nn.vis.transformer and nn.encoder as JSON text (rulka.nn.fusion; a string, so
+    # the actor spec stays a shallow tree on the wire); None: the plain encoder (CNN or no image)
+    topology: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -58,12 +64,21 @@ class ImageFloatEncoder(nn.Module):
     """Mixin for networks over (image, floats); call ``_build_encoder`` in ``__init__``."""
 
     img_head: nn.Module | None
+    fusion: nn.Module | None
     float_mean: torch.Tensor
     float_std: torch.Tensor
 
     def _build_encoder(self, spec: EncoderSpec, *, layer_norm: bool = False) -> int:
-        """Create the image head, float MLP and normalisation buffers; return the feature width."""
-        if spec.uses_image:
+        """Create the image head, float MLP, fusion trunk (``spec.topology``) and normalisation
+        buffers; return the feature width."""
+        topo = json.loads(spec.topology) if spec.topology else {}
+        vt = topo.get("vis_transformer")
+        if spec.uses_image and vt is not None:
+            self.img_head = make_vision_transformer(spec.image_height, spec.image_width, vt)
+            with torch.no_grad():
+                img_out = int(self.img_head(torch.zeros(1, 1, spec.image_height, spec.image_width,
+                                                        dtype=torch.uint8)).shape[1])
+        elif spec.uses_image:
             self.img_head, img_out = make_image_head(
                 spec.image_height, spec.image_width, use_impala_cnn=spec.use_impala_cnn,
                 impala_model_size=spec.impala_model_size, use_adaptive_maxpool=spec.use_adaptive_maxpool,
@@ -78,11 +93,26 @@ class ImageFloatEncoder(nn.Module):
             raise ValueError("float_mean/float_std must have float_dim entries")
         self.register_buffer("float_mean", mean.float())
         self.register_buffer("float_std", std.float().clamp(min=1e-6))
+        self.fusion = None
+        if topo.get("fusion_mode", "none") != "none":
+            from rulka.nn.fusion import Fusion
+
+            hw = (spec.image_height, spec.image_width) if spec.uses_image else None
+            self.fusion = Fusion(topo, self.img_head, hw, spec.float_dim, spec.float_hidden_dim)
+            return self.fusion.out_dim
         return img_out + spec.float_hidden_dim
+
+    @property
+    def plain_encoder(self) -> bool:
+        """True for the float MLP alone (no image head, no fusion trunk): what numpy actors run."""
+        return self.img_head is None and self.fusion is None
 
     def encode(self, img: torch.Tensor | None, floats: torch.Tensor) -> torch.Tensor:
         """``(B, feature width)``: image features (if any) then float features."""
-        f = self.float_feature_extractor((floats.float() - self.float_mean) / self.float_std)
+        x = (floats.float() - self.float_mean) / self.float_std
+        f = self.float_feature_extractor(x)
+        if self.fusion is not None:
+            return self.fusion(self.img_head, img, x, f)
         if self.img_head is None:
             return f
         if img is None:

@@ -68,6 +68,9 @@ class LearnerStep:
             return False
         t0 = time.perf_counter()
         self.last_metrics = self.agent.train(batch)
+        credit = getattr(self.agent, "take_sample_credit", None)  # IQN resets: re-learn from replay
+        if credit is not None and self.limiter is not None:
+            self.limiter.samples -= int(credit())
         self.window.train_s += time.perf_counter() - t0
         self.state.updates += 1
         self.window.updates += 1

@@ -31,8 +31,8 @@ class _NumpyMeanQ:
     per-op cost at batch 1. Built from the network's current weights: rebuild after loading."""
 
     def __init__(self, net: IQNNetwork, k: int) -> None:
-        if net.img_head is not None:
-            raise UnsupportedModule("the image head stays in torch")
+        if not net.plain_encoder:
+            raise UnsupportedModule("image heads and fusion trunks stay in torch")
         self.features = compile_sequential(net.float_feature_extractor)
         self.embedding = compile_sequential(net.iqn_fc)
         self.value = compile_sequential(net.head.value)

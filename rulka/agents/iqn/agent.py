@@ -107,6 +107,7 @@ class IQNAgent(TrainingAgent):
         self.batches_trained = 0
         self.memories_trained = 0
         self._next_target_update = self.hp.number_memories_trained_on_between_target_network_updates
+        self.resetter: Any = None  # rulka.agents.iqn.reset.IQNResetter, set by the factory
 
     # -------------------------------------------------------------- schedules
     @property
@@ -162,6 +163,8 @@ class IQNAgent(TrainingAgent):
             self.online.reset_noise()
             self.target.reset_noise()
         self.frames_played = max(self.frames_played, int(batch.frames_played))
+        if self.resetter is not None:
+            self.resetter.step(self)
         lr = self.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -248,7 +251,12 @@ class IQNAgent(TrainingAgent):
             "counters": {"frames_played": self.frames_played, "batches_trained": self.batches_trained,
                          "memories_trained": self.memories_trained, "next_target_update": self._next_target_update},
             "spec": self.spec.to_dict(),
+            **({"reset": self.resetter.state_dict()} if self.resetter is not None else {}),
         }
+
+    def take_sample_credit(self) -> int:
+        """Extra samples the learner may draw without new data (granted by network resets)."""
+        return self.resetter.take_sample_credit() if self.resetter is not None else 0
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.online.load_state_dict(state["online"])
@@ -260,4 +268,6 @@ class IQNAgent(TrainingAgent):
         self.frames_played = int(c.get("frames_played", 0))
         self.batches_trained = int(c.get("batches_trained", 0))
         self.memories_trained = int(c.get("memories_trained", 0))
+        if self.resetter is not None and "reset" in state:
+            self.resetter.load_state_dict(state["reset"])
         self._next_target_update = int(c.get("next_target_update", self._next_target_update))

@@ -10,6 +10,9 @@ from rulka.agents.iqn.agent import IQNAgent, IQNHyper
 from rulka.agents.iqn.network import IQNNetworkSpec, float_normalisation
 from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.config.sections import VisCnnConfig
+from rulka.agents.iqn.reset import IQNResetter, ResetSettings
+from rulka.nn.freeze import freeze_prefixes, prepare_network
+from rulka.nn.fusion import float_hidden_dim, topology_from_config
 
 
 def _knots(cfg: RulkaConfig, key: str) -> list:
@@ -68,7 +71,7 @@ def network_spec_from_config(cfg: RulkaConfig) -> IQNNetworkSpec:
     mean, std = pipeline_normalization(cfg, float_dim) if mini else (None, None)
     mean, std = float_normalisation(float_dim, mini, mean, std)
     nn_cfg, btr = cfg.nn, cfg.btr
-    # no image: the cnn section is unset and unused; an image needs a cnn (a ViT stem is not built)
+    # no image or a ViT stem (the topology): the cnn section is unset and unused
     cnn = nn_cfg.vis.cnn or VisCnnConfig()
     adv, val = nn_cfg.decoder.advantage.mlp, nn_cfg.decoder.value.mlp
     if adv is None or val is None:
@@ -76,7 +79,7 @@ def network_spec_from_config(cfg: RulkaConfig) -> IQNNetworkSpec:
     return IQNNetworkSpec(
         float_dim=float_dim, n_actions=n_actions,
         image_height=hw[0] if hw else 0, image_width=hw[1] if hw else 0,
-        float_hidden_dim=nn_cfg.float_branch.mlp.hidden_dim,
+        float_hidden_dim=float_hidden_dim(cfg), topology=topology_from_config(cfg),
         dense_hidden_dimension=nn_cfg.decoder.dense_hidden_dimension,
         embedding_dimension=nn_cfg.iqn.embedding_dimension,
         head_hidden_dim=nn_cfg.head_hidden_dim("advantage"), head_layers=adv.n_hidden_layers,
@@ -143,6 +146,8 @@ def make_agent(cfg: ConfigLike = None, device: str | None = None, seed: int | No
     agent = IQNAgent(network_spec_from_config(cfg), hyper, device=dev,
                      seed=seed if seed is not None else cfg.training.seed)
     agent.batch_size = cfg.training.batch_size
+    agent.prepared = prepare_network(cfg, agent.online, agent.optimizer, "iqn", copies=[agent.target])
+    agent.resetter = IQNResetter(ResetSettings.from_config(cfg), freeze_prefixes(cfg, "iqn"))
     return agent
 
 

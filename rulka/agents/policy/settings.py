@@ -12,6 +12,8 @@ from rulka.agents.policy.grpo import GRPOAgent, GRPOHyper
 from rulka.agents.policy.memory import GroupMemory, PairMemory, StepsMemory
 from rulka.agents.policy.network import PolicyNetworkSpec
 from rulka.agents.policy.ppo import PPOAgent, PPOHyper
+from rulka.nn.freeze import prepare_network
+from rulka.nn.fusion import float_hidden_dim, topology_from_config
 
 
 def _knots(cfg: Any, key: str) -> list:
@@ -45,7 +47,7 @@ def network_spec_from_config(cfg: Any) -> PolicyNetworkSpec:
         raise ValueError("the policy learners build MLP heads: nn.decoder.advantage/value must be mlp")
     return PolicyNetworkSpec(
         float_dim=float_dim, n_actions=n_actions, image_height=hw[0] if hw else 0, image_width=hw[1] if hw else 0,
-        float_hidden_dim=int(cfg.nn.float_branch.mlp.hidden_dim), trunk_hidden_dim=int(dec.dense_hidden_dimension),
+        float_hidden_dim=float_hidden_dim(cfg), topology=topology_from_config(cfg), trunk_hidden_dim=int(dec.dense_hidden_dimension),
         policy_hidden_dim=pol.hidden_dim, policy_layers=int(pol.n_hidden_layers),
         value_hidden_dim=val.hidden_dim, value_layers=int(val.n_hidden_layers),
         use_impala_cnn=bool(cnn.use_impala_cnn) if cnn else False,
@@ -107,13 +109,17 @@ def make_agent(cfg: Any = None, device: str | None = None, seed: int | None = No
     spec, optim = network_spec_from_config(cfg), optim_from_config(cfg)
     dev = _device(cfg, device)
     seed = seed if seed is not None else cfg.training.seed
+    agent: PolicyLearner
     if algorithm == "ppo":
-        return PPOAgent(spec, ppo_hyper(cfg), optim, device=dev, seed=seed)
-    if algorithm == "grpo":
-        return GRPOAgent(spec, grpo_hyper(cfg), optim, device=dev, seed=seed)
-    if algorithm == "dpo":
-        return DPOAgent(spec, dpo_hyper(cfg), optim, device=dev, seed=seed)
-    raise ValueError(f"training.algorithm {algorithm!r} is not a policy learner (ppo, grpo, dpo)")
+        agent = PPOAgent(spec, ppo_hyper(cfg), optim, device=dev, seed=seed)
+    elif algorithm == "grpo":
+        agent = GRPOAgent(spec, grpo_hyper(cfg), optim, device=dev, seed=seed)
+    elif algorithm == "dpo":
+        agent = DPOAgent(spec, dpo_hyper(cfg), optim, device=dev, seed=seed)
+    else:
+        raise ValueError(f"training.algorithm {algorithm!r} is not a policy learner (ppo, grpo, dpo)")
+    agent.prepared = prepare_network(cfg, agent.net, agent.optimizer, "policy", copies=[agent.ref])
+    return agent
 
 
 def make_memory(cfg: Any = None) -> StepsMemory | GroupMemory | PairMemory:

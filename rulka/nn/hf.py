@@ -1,0 +1,185 @@
+"""Hugging Face backbones (optional extra: ``pip install "rulka[hf]"``, which brings transformers).
+
+* ``nn.vis.transformer`` with ``use_hf_backbone: true``: the vision stem is the model at
+  ``model_name_or_path`` (``AutoModel``, e.g. a ViT), fed ``pixel_values``: the grey frame
+  normalised like the other stems, repeated to the model's ``num_channels`` and resized to its
+  ``image_size``. Summary vector: the mean of ``last_hidden_state``; tokens: all of them.
+* ``nn.encoder.fusion_encoder: hf_embedding``: the fusion trunk is the encoder at
+  ``hf_embedding.model_name_or_path`` (or ``encoder.transformer.model_name_or_path`` with
+  ``use_hf_backbone``), fed ``inputs_embeds`` (the fusion tokens, projected to its hidden size);
+  output: the mean of ``last_hidden_state``.
+
+``model_name_or_path`` is a local folder or a hub id, resolved as transformers resolves it;
+``trust_remote_code`` is passed through (off by default). The model's config (``config.json``)
+is read once by the trainer and travels inside the network topology, so a worker builds the same
+architecture with ``from_config`` and gets the weights from the trainer: workers never download.
+The trainer loads the pretrained weights (``from_pretrained``) when it builds its learner
+(``rulka.nn.freeze.prepare_network``), before ``nn.init_from_pretrained``. Nothing is imported or
+downloaded unless a config names a Hugging Face backbone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from rulka.errors import ConfigError
+
+EXTRA = 'pip install "rulka[hf]"'
+
+
+def require_transformers(what: str = "a Hugging Face backbone") -> Any:
+    """The transformers module, or a ConfigError naming the extra that installs it."""
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError(f"{what} needs the optional extra with transformers: {EXTRA}") from None
+    return transformers
+
+
+def read_hf_config(path: str, trust_remote_code: bool = False, hidden_dropout_prob: float | None = None,
+                   what: str = "a Hugging Face backbone") -> dict[str, Any]:
+    """The model's config as plain data (what travels to the workers)."""
+    tf = require_transformers(what)
+    try:
+        conf = tf.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{what}: cannot read the model config at {path!r}: {str(exc).splitlines()[0]}") from None
+    if hidden_dropout_prob is not None and hasattr(conf, "hidden_dropout_prob"):
+        conf.hidden_dropout_prob = float(hidden_dropout_prob)
+    return json.loads(conf.to_json_string())
+
+
+def _config_from_dict(d: Mapping[str, Any], path: str, trust_remote_code: bool) -> Any:
+    tf = require_transformers()
+    d = dict(d)
+    model_type = d.pop("model_type", None)
+    try:
+        return tf.AutoConfig.for_model(model_type, **d)
+    except (ValueError, KeyError):
+        if not trust_remote_code:
+            raise
+        # a model with its own code: its config class comes from its folder or hub repo
+        conf = tf.AutoConfig.from_pretrained(path, trust_remote_code=True)
+        for k, v in d.items():
+            setattr(conf, k, v)
+        return conf
+
+
+class _HfModule(nn.Module):
+    """An ``AutoModel`` built from the config dict of a slot (``hf_config``, ``model_name_or_path``,
+    ``trust_remote_code``)."""
+
+    def __init__(self, hf_config: Mapping[str, Any], path: str, trust_remote_code: bool) -> None:
+        super().__init__()
+        tf = require_transformers()
+        self.path, self.trust_remote_code = path, bool(trust_remote_code)
+        self.model = tf.AutoModel.from_config(_config_from_dict(hf_config, path, self.trust_remote_code),
+                                              trust_remote_code=self.trust_remote_code)
+        self.hidden_size = int(self.model.config.hidden_size)
+
+    def load_hub_weights(self) -> int:
+        """Copy the pretrained weights at ``model_name_or_path`` into the model; returns how many
+        tensors were loaded."""
+        tf = require_transformers()
+        src = tf.AutoModel.from_pretrained(self.path, config=self.model.config, trust_remote_code=self.trust_remote_code)
+        missing, unexpected = self.model.load_state_dict(src.state_dict(), strict=False)
+        return len(src.state_dict()) - len(unexpected)
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        self.model.save_pretrained(str(folder))
+
+
+class HfVisionBackbone(_HfModule):
+    """The ``nn.vis.transformer`` stem with ``use_hf_backbone`` (see the module docstring)."""
+
+    def __init__(self, height: int, width: int, slot: Mapping[str, Any]) -> None:
+        if not slot.get("hf_config"):
+            raise ConfigError("nn.vis.transformer.use_hf_backbone: the topology carries no model config")
+        super().__init__(slot["hf_config"], str(slot["model_name_or_path"]), bool(slot.get("trust_remote_code")))
+        conf = self.model.config
+        self.d_model = self.hidden_size
+        self.channels = int(getattr(conf, "num_channels", 3))
+        size = getattr(conf, "image_size", None)
+        self.size = None if size is None else ((size, size) if isinstance(size, int) else tuple(size))
+
+    def _pixels(self, img: torch.Tensor) -> torch.Tensor:
+        from rulka.nn.blocks import _to_float_image
+
+        x = _to_float_image(img)
+        if x.shape[1] != self.channels:
+            x = x[:, :1].expand(-1, self.channels, -1, -1)
+        if self.size is not None and tuple(x.shape[2:]) != self.size:
+            x = nn.functional.interpolate(x, size=self.size, mode="bilinear", align_corners=False)
+        return x
+
+    def tokens(self, img: torch.Tensor) -> torch.Tensor:
+        """``(B, 1 + T, hidden)``: the mean token, then the model's ``T`` output tokens."""
+        h = self.model(pixel_values=self._pixels(img)).last_hidden_state
+        return torch.cat([h.mean(dim=1, keepdim=True), h], dim=1)
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=self._pixels(img)).last_hidden_state.mean(dim=1)
+
+
+def _fusion_source(encoder: Mapping[str, Any]) -> tuple[str, bool, float | None]:
+    hf, tr = encoder.get("hf_embedding") or {}, encoder["transformer"]
+    if hf.get("model_name_or_path"):
+        return str(hf["model_name_or_path"]), bool(hf.get("trust_remote_code")), hf.get("hidden_dropout_prob")
+    return str(tr.get("model_name_or_path") or ""), bool(tr.get("trust_remote_code")), tr.get("hidden_dropout_prob")
+
+
+class HfEmbeddingTrunk(_HfModule):
+    """The ``hf_embedding`` fusion trunk (see the module docstring)."""
+
+    def __init__(self, encoder: Mapping[str, Any]) -> None:
+        path, trust, _ = _fusion_source(encoder)
+        if not encoder.get("hf_config"):
+            raise ConfigError("nn.encoder.fusion_encoder hf_embedding: the topology carries no model config")
+        super().__init__(encoder["hf_config"], path, trust)
+        d = int(encoder["transformer"]["d_model"])
+        self.proj = nn.Linear(d, self.hidden_size) if d != self.hidden_size else nn.Identity()
+        self.out_dim = self.hidden_size
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs_embeds=self.proj(tokens)).last_hidden_state.mean(dim=1)
+
+
+def add_hf_configs(topology: dict[str, Any]) -> dict[str, Any]:
+    """Read the model configs the topology's HF slots name into it (``hf_config``; the trainer does
+    this once, in ``rulka.nn.fusion.topology_from_config``)."""
+    vt = topology.get("vis_transformer")
+    if vt and vt.get("use_hf_backbone"):
+        vt["hf_config"] = read_hf_config(vt["model_name_or_path"], bool(vt.get("trust_remote_code")),
+                                         vt.get("hidden_dropout_prob"), "nn.vis.transformer.use_hf_backbone")
+    enc = topology["encoder"]
+    if enc.get("fusion_encoder") == "hf_embedding" and topology["fusion_mode"] != "none":
+        path, trust, dropout = _fusion_source(enc)
+        enc["hf_config"] = read_hf_config(path, trust, dropout, "nn.encoder.fusion_encoder hf_embedding")
+    return topology
+
+
+def load_hub_weights(net: nn.Module) -> int:
+    """Pretrained weights into every HF module of ``net``; returns the tensors loaded."""
+    return sum(m.load_hub_weights() for m in net.modules() if isinstance(m, _HfModule))
+
+
+def save_hf_parts(net: nn.Module, folder: str | Path) -> list[str]:
+    """``hf_transformer_vis/`` and ``hf_transformer_fusion/`` (save_pretrained layout) for the HF
+    modules of ``net``; returns the sub-folders written."""
+    out = []
+    for m in net.modules():
+        if isinstance(m, HfVisionBackbone):
+            name = "hf_transformer_vis"
+        elif isinstance(m, HfEmbeddingTrunk):
+            name = "hf_transformer_fusion"
+        else:
+            continue
+        m.save_pretrained(Path(folder) / name)
+        out.append(name)
+    return out

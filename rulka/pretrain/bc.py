@@ -1,0 +1,150 @@
+"""Behaviour cloning into the RL network the config builds (``rulka pretrain bc``).
+
+The network is exactly the one ``training.algorithm`` trains (same spec, same parameter names):
+the actor-critic's policy logits for PPO / GRPO / DPO, and for IQN the mean Q over ``nn.iqn.n``
+sampled quantile fractions used as logits. The loss is the cross-entropy of the recorded action.
+Softmax ignores a shift shared by all actions, so for IQN a second term pins the scale that RL
+will see: the squared error between the expert action's mean Q and the recorded return of that
+step (``rulka.pretrain.data.step_returns`` over one mini-race, with the run's first discount), with
+weight ``value_coef``. Without it the cloned Q-values sit far from the returns (measured: mean Q
+near -160 where returns are about 1) and the first TD updates undo the clone. IQN sees the float
+slot 0 (the mini-race time) as its actor does, set to 0. One tenth of the steps (at least one) is
+held out to report accuracy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rulka.errors import UserError
+from rulka.nn.freeze import network_kind
+from rulka.pretrain.data import Steps
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BCResult:
+    network: nn.Module
+    kind: str
+    spec: dict[str, Any]
+    first_loss: float
+    last_loss: float
+    train_accuracy: float
+    held_out_accuracy: float
+
+
+def build_network(cfg: Any) -> tuple[nn.Module, str, Any]:
+    """(network, ``iqn`` | ``policy``, spec) for the config's learner."""
+    kind = network_kind(cfg)
+    if kind == "iqn":
+        from rulka.agents.iqn.network import IQNNetwork
+        from rulka.agents.iqn.settings import network_spec_from_config
+
+        spec = network_spec_from_config(cfg)
+        return IQNNetwork(spec), kind, spec
+    if kind == "policy":
+        from rulka.agents.policy.network import ActorCritic
+        from rulka.agents.policy.settings import network_spec_from_config as policy_spec
+
+        spec = policy_spec(cfg)
+        return ActorCritic(spec), kind, spec
+    raise UserError(f"rulka pretrain builds IQN or actor-critic networks, not training.algorithm "
+                    f"{cfg.training.algorithm}")
+
+
+def logits(net: nn.Module, kind: str, img: torch.Tensor | None, flt: torch.Tensor, n_taus: int) -> torch.Tensor:
+    if kind == "iqn":
+        from rulka.agents.iqn.network import mean_q
+
+        return mean_q(net, img, flt, n_taus)
+    return net(img, flt)[0]
+
+
+def bc_return_settings(cfg: Any) -> tuple[int | None, float]:
+    """(horizon, gamma) of the returns IQN's targets estimate: one mini-race (None for a gym env,
+    the whole episode) and the first discount of ``training.gamma_schedule``."""
+    from rulka.agents.iqn.settings import uses_mini_races
+
+    knots = cfg.scaled_knots("training.gamma_schedule") or [[0, 1.0]]
+    gamma = float(list(knots)[0][1])
+    return (int(cfg.temporal_mini_race_duration_actions) if uses_mini_races(cfg) else None), gamma
+
+
+def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 256, lr: float = 1e-3,
+             seed: int = 0, log_every: int = 500, value_coef: float = 1.0) -> BCResult:
+    """Fit the config's network to the recorded actions (see the module docstring)."""
+    from rulka.agents.iqn.settings import uses_mini_races
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    net, kind, spec = build_network(cfg)
+    net.train()
+    floats = steps.floats.copy()
+    if kind == "iqn" and uses_mini_races(cfg):
+        floats[:, 0] = 0.0  # what IQNActor feeds the network
+    if floats.shape[1] != spec.float_dim:
+        raise UserError(f"the episodes have {floats.shape[1]} floats per step, the config's network {spec.float_dim}")
+    if int(steps.actions.max()) >= spec.n_actions:
+        raise UserError(f"the episodes use action {int(steps.actions.max())}, the network has {spec.n_actions}")
+    images = steps.images if spec.uses_image else None
+    order = rng.permutation(len(steps))
+    n_held = max(1, len(order) // 10)
+    held, train = order[:n_held], order[n_held:]
+    if len(train) == 0:
+        raise UserError("too few recorded steps to clone (need at least 2)")
+    opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr)
+    n_taus = int(cfg.nn.iqn.n)
+
+    def tensors(idx: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        img = None if images is None else torch.from_numpy(images[idx])
+        return img, torch.from_numpy(floats[idx]), torch.from_numpy(steps.actions[idx])
+
+    returns = None
+    if kind == "iqn" and value_coef > 0:
+        if steps.returns is None:
+            raise UserError("IQN behaviour cloning needs the recorded returns (load_steps computes them)")
+        returns = torch.from_numpy(steps.returns)
+    first = last = float("nan")
+    for u in range(updates):
+        idx = rng.choice(train, size=min(batch_size, len(train)), replace=False)
+        img, flt, act = tensors(idx)
+        out = logits(net, kind, img, flt, n_taus)
+        loss = nn.functional.cross_entropy(out, act)
+        if returns is not None:
+            chosen = out.gather(1, act[:, None])[:, 0]
+            loss = loss + value_coef * nn.functional.mse_loss(chosen, returns[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        last = float(loss.detach())
+        if u == 0:
+            first = last
+        if log_every and (u + 1) % log_every == 0:
+            log.info("bc update %d/%d: loss %.4f", u + 1, updates, last)
+
+    @torch.no_grad()
+    def accuracy(idx: np.ndarray) -> float:
+        net.eval()
+        hits = 0
+        for start in range(0, len(idx), 1024):
+            img, flt, act = tensors(idx[start:start + 1024])
+            if kind == "iqn":
+                from rulka.agents.iqn.network import mean_q
+
+                k = int(cfg.nn.iqn.k)
+                taus = (torch.arange(k, dtype=torch.float32) + 0.5) / k  # the greedy actor's fractions
+                out = mean_q(net, img, flt, k, taus.repeat_interleave(len(flt)))
+            else:
+                out = net(img, flt)[0]
+            hits += int((out.argmax(1) == act).sum())
+        net.train()
+        return hits / max(1, len(idx))
+
+    return BCResult(net, kind, spec.to_dict(), first, last, accuracy(train), accuracy(held))

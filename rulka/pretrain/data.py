@@ -1,0 +1,134 @@
+"""Recorded episodes for pretraining, in rulka's inert episode format (``*.rulka-episode``,
+``rulka.agents.policy.episodes``): from the simulator's scripted driver (``record_scripted``),
+from a saved policy (``rulka dpo record``) or from any other source that writes that format.
+
+``load_steps`` turns episode files into arrays of (observation, action) pairs: every observation
+that an action was taken from (the last frame of an episode has none)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rulka.agents.policy.episodes import EPISODE_SUFFIX, read_episode, record_episode, write_episode
+from rulka.errors import UserError
+
+
+class ScriptedSimActor:
+    """The simulator's scripted driver as an actor (``act(obs, test)``): it reads the car from the
+    env it drives, not the observation, so it records what an expert does from each state."""
+
+    def __init__(self, env: Any) -> None:
+        from rulka.envs.sim.driver import ScriptedDriver
+
+        self.env = env.unwrapped if hasattr(env, "unwrapped") else env
+        if not hasattr(self.env, "car") or not hasattr(self.env, "track"):
+            raise UserError("the scripted driver drives the built-in simulator only (environment.backend: sim)")
+        self._driver_cls = ScriptedDriver
+        self._driver = None
+        self._track = None
+
+    def act(self, obs: Any, test: bool = False) -> int:
+        if self._driver is None or self._track is not self.env.track or self.env.car.race_time_ms == 0:
+            self._track = self.env.track
+            self._driver = self._driver_cls(self._track)
+        return int(self._driver.action(self.env.car))
+
+
+def record_scripted(cfg: Any, out_dir: str | Path, episodes: int, seed: int = 0,
+                    start_noise: float = 1.0) -> list[Path]:
+    """Drive ``episodes`` races with the scripted driver in the configured simulator and write one
+    episode file each into ``out_dir``; returns the paths. ``start_noise`` (metres sideways and
+    degrees of heading, drawn per reset seed) varies the starts, so the recordings also show how
+    the driver recovers from off-line positions."""
+    from rulka.plugins import make_env
+
+    env = make_env(cfg)
+    out = Path(out_dir)
+    paths = []
+    try:
+        actor = ScriptedSimActor(env)
+        actor.env.start_noise = float(start_noise)
+        for i in range(episodes):
+            seg, _ = record_episode(env, actor, seed=seed + i, greedy=True, worker_id="scripted", episode_id=i)
+            paths.append(write_episode(out / f"scripted-{seed + i}{EPISODE_SUFFIX}", [seg]))
+    finally:
+        env.close()
+    return paths
+
+
+def episode_files(sources: Iterable[str | Path]) -> list[Path]:
+    """Episode files named directly or found (sorted) in the folders given."""
+    files: list[Path] = []
+    for src in sources:
+        p = Path(src)
+        if p.is_dir():
+            files.extend(sorted(p.glob(f"*{EPISODE_SUFFIX}")))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise UserError(f"no episode file or folder at {p}")
+    if not files:
+        raise UserError("no *.rulka-episode file in " + ", ".join(str(s) for s in sources))
+    return files
+
+
+@dataclass
+class Steps:
+    """Observations and the actions taken from them, stacked over all episodes."""
+
+    floats: np.ndarray  # (N, F) float32
+    actions: np.ndarray  # (N,) int64
+    images: np.ndarray | None  # (N, H, W) uint8 or None
+    episodes: int
+    returns: np.ndarray | None = None  # (N,) float32: see ``step_returns``
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+def step_returns(rewards: np.ndarray, potentials: np.ndarray | None, horizon: int | None, gamma: float) -> np.ndarray:
+    """The return IQN's targets estimate from each step of one episode: the rewards of the next
+    ``horizon`` steps (None: to the episode's end), discounted by ``gamma``, minus the shaping
+    potential of the step's observation (the replay adds ``gamma^n phi(s') - phi(s)`` to n-step
+    rewards, and a mini-race's end is terminal, so ``phi(s')`` never enters a whole-horizon sum)."""
+    t = len(rewards)
+    h = t if horizon is None else int(horizon)
+    disc = gamma ** np.arange(h, dtype=np.float64)
+    out = np.empty(t, np.float64)
+    for i in range(t):
+        r = rewards[i:i + h].astype(np.float64)
+        out[i] = float(r @ disc[: len(r)])
+    if potentials is not None:
+        out -= potentials[:t]
+    return out.astype(np.float32)
+
+
+def load_steps(files: Iterable[Path], *, with_images: bool, horizon: int | None = None,
+               gamma: float = 1.0) -> Steps:
+    """The (observation, action) pairs of the episode files (see the module docstring), with
+    each step's return (``step_returns``)."""
+    floats, actions, images, returns = [], [], [], []
+    n = 0
+    for path in files:
+        for seg in read_episode(path):
+            a = np.asarray(seg.arrays["action"], np.int64)
+            flt_key = "obs/float" if "obs/float" in seg.arrays else "obs/x"
+            floats.append(np.asarray(seg.arrays[flt_key], np.float32)[: len(a)])
+            actions.append(a)
+            pot = seg.arrays.get("obs/potential")
+            returns.append(step_returns(np.asarray(seg.arrays["reward"], np.float32),
+                                        None if pot is None else np.asarray(pot, np.float64), horizon, gamma))
+            if with_images:
+                if "obs/img" not in seg.arrays:
+                    raise UserError(f"{path}: the episodes carry no image (record with nn.vis.no_image: false)")
+                images.append(np.asarray(seg.arrays["obs/img"], np.uint8)[: len(a)])
+        n += 1
+    if not actions:
+        raise UserError("the episode files hold no step")
+    return Steps(np.concatenate(floats), np.concatenate(actions), np.concatenate(images) if with_images else None, n,
+                 np.concatenate(returns))
