@@ -100,6 +100,8 @@ def test_validation_refuses_flags_for_learners_they_do_not_apply_to():
                                                                           "training": {"overall_reset_mul_factor": 0.5}}}))
 
 
+# torch.compile imports torch.utils.mkldnn, which uses the deprecated torch.jit.script_method (torch 2.13)
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 def test_compiled_names_are_normalised():
     net = IQNNetwork(make_iqn().spec)
     compiled = torch.compile(net)  # parameters named _orig_mod.<name>
