@@ -43,18 +43,38 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int) -> dict[str, Any]:
-    """Greedy outcome of ``actor``: the simulator's race from the start, or a gym env's mean return."""
+def _tracks(cfg: Any) -> list[str]:
+    """The simulator tracks a recipe is judged on: the map cycle's greedy maps, else its track."""
+    from rulka.envs.map_cycle import MapCycle
+
+    cycle = MapCycle.from_config(cfg)
+    if cycle is None:
+        return [str(cfg.environment.track)]
+    greedy = [e.map_path for e in cycle.entries if not e.is_exploration] or [e.map_path for e in cycle.entries]
+    return list(dict.fromkeys(greedy))
+
+
+def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int, tracks: list[str] | None = None) -> dict[str, Any]:
+    """Greedy outcome of ``actor``: one race from the start per simulator track (``tracks``), or a
+    gym env's mean return over ``episodes`` episodes."""
     import numpy as np
 
     from rulka.plugins import make_env
 
-    env = make_env(cfg)
     if cfg.environment.backend == "sim":
         from learning import drive  # bench/learning.py: one greedy race from the start
 
-        actor.reset()
-        return drive(env, lambda obs: actor.act(obs, test=True), max_seconds=120.0)
+        from rulka.envs.sim.env import SimTrackEnv
+
+        races = {}
+        for track in tracks or [str(cfg.environment.track)]:
+            actor.reset()
+            races[track] = drive(SimTrackEnv(config=cfg, track=track), lambda obs: actor.act(obs, test=True),
+                                 max_seconds=120.0)
+        first = next(iter(races.values()))
+        return {**first, "finished": all(r["finished"] for r in races.values()),
+                "return": round(sum(r["return"] for r in races.values()), 2), "tracks": races}
+    env = make_env(cfg)
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
@@ -67,6 +87,57 @@ def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int) -> dict[str, Any]:
         returns.append(total)
     env.close()
     return {"return": round(float(np.mean(returns)), 2)}
+
+
+# the Q-function is called diverged when a window of updates between two evaluations goes over one
+# of these (the map-cycle run that diverged at ~22 min: q_mean 5 -> 119, grad_norm 1.6k)
+DIVERGENCE = {"q_mean": 50.0, "td_loss": 10.0, "grad_norm": 1000.0}
+
+
+class _Window:
+    """The learner's health between two evaluations: mean and max of q_mean, td_loss, grad_norm."""
+
+    NAMES = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "losses/grad_norm"}
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = {k: [] for k in self.NAMES}
+
+    def add(self, metrics: dict[str, Any]) -> None:
+        for short, name in self.NAMES.items():
+            if name in metrics:
+                self.values[short].append(abs(float(metrics[name])))
+
+    def row(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in self.values.items():
+            if v:
+                out[f"{k}_mean"] = round(sum(v) / len(v), 3)
+                out[f"{k}_max"] = round(max(v), 3)
+        over = [k for k, limit in DIVERGENCE.items() if self.values[k] and max(self.values[k]) > limit]
+        out["diverged"] = over
+        self.values = {k: [] for k in self.NAMES}
+        return out
+
+
+def _track_table(history: list[dict[str, Any]], tracks: list[str], scripted: dict[str, float | None]) -> dict[str, Any]:
+    """Per track: the frames of the first greedy finish, the final and the best greedy race time,
+    and the scripted driver's time."""
+    out: dict[str, Any] = {}
+    for track in tracks:
+        races = [(row["frames"], row["tracks"][track]) for row in history if track in row.get("tracks", {})]
+        times = [r["race_time_s"] for _, r in races if r["finished"]]
+        first = next((f for f, r in races if r["finished"]), None)
+        final = races[-1][1] if races else None
+        ref = scripted.get(track)
+        best = min(times) if times else None
+        out[track] = {"first_finish_frames": first,
+                      "final_s": final["race_time_s"] if final and final["finished"] else None,
+                      "final_m": final["progress_m"] if final else None,
+                      "best_s": best, "scripted_s": ref,
+                      "best_beats_scripted": bool(best is not None and ref is not None and best < ref),
+                      "final_beats_scripted": bool(final and final["finished"] and ref is not None
+                                                   and final["race_time_s"] < ref)}
+    return out
 
 
 def _reached(result: dict[str, Any], target: str) -> bool:
@@ -83,6 +154,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
 
     from rulka.agents.iqn.settings import make_agent, make_memory
     from rulka.config import load_config
+    from rulka.envs.map_cycle import MapCycle
     from rulka.plugins import make_env, obs_to_arrays
     from rulka.segment import Segment
     from rulka.trainer.ratelimit import limiter_for
@@ -102,6 +174,10 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     env = make_env(cfg)
     set_env_frames = getattr(getattr(env, "unwrapped", env), "set_frames_played", None)
     actor = agent.get_actor()
+    sim = cfg.environment.backend == "sim"
+    tracks = _tracks(cfg) if sim else []
+    cycle = MapCycle.from_config(cfg)
+    window = _Window()
     played = updates = episode = 0
     next_eval = eval_every
     history: list[dict[str, Any]] = []
@@ -119,7 +195,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
         added = memory.append(seg)  # the trainer's count: trainable transitions, not the test store's
         limiter.record_insert(max(0, added - (memory.held_out_transitions - held_out)))
         while limiter.can_sample(batch, len(memory)):
-            agent.train(memory.sample(batch))
+            window.add(agent.train(memory.sample(batch)))
             limiter.record_sample(batch)
             updates += 1
             if updates % publish_every == 0:
@@ -128,13 +204,16 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     while played < frames:
         if callable(set_env_frames):
             set_env_frames(played)
-        obs, info = env.reset(seed=seed * 1_000_003 + episode)
+        entry = cycle.next() if cycle is not None else None
+        greedy = entry is not None and not entry.is_exploration  # the cycle's greedy entries, as a worker drives them
+        options = MapCycle.reset_options(entry) if entry is not None else None
+        obs, info = env.reset(seed=seed * 1_000_003 + episode, options=options)
         actor.reset()
         buf = EpisodeBuffer()
         buf.start(obs_to_arrays(obs, info), 0)
         index, step, ret = 0, 0, 0.0
         while True:
-            action, extras = actor.act_with_info(obs)
+            action, extras = actor.act_with_info(obs, test=greedy)
             obs, reward, terminated, truncated, info = env.step(action)
             step += 1
             ret += float(reward)
@@ -151,31 +230,61 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
         returns = (returns + [ret])[-20:]
         if played >= next_eval or played >= frames:
             next_eval += eval_every
-            result = _evaluate(cfg, agent.get_actor(), eval_episodes, seed=100_000)
+            result = _evaluate(cfg, agent.get_actor(), eval_episodes, seed=100_000, tracks=tracks)
             row = {"frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
-                   "exploring_return": round(sum(returns) / len(returns), 2), **result}
+                   "exploring_return": round(sum(returns) / len(returns), 2), **result, **window.row()}
             history.append(row)
             print(json.dumps({"seed": seed, **row}), file=sys.stderr, flush=True)
-            if best is None or (result.get("finished"), result["return"]) > (best.get("finished"), best["return"]):
+            if best is None or _rank(row) < _rank(best):
                 best = row
             if first_reached is None and _reached(result, target):
                 first_reached = played
                 if stop_at_target:
                     break
-    return {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
-            "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
-            "best": best, "last": history[-1] if history else None, "history": history}
+    diverged = [{"frames": row["frames"], "over": row["diverged"]} for row in history if row.get("diverged")]
+    out = {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
+           "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
+           "diverged": diverged[0] if diverged else None, "divergence_thresholds": DIVERGENCE,
+           "best": best, "last": history[-1] if history else None}
+    if sim:
+        from learning import scripted_time_s
+
+        out["tracks"] = _track_table(history, tracks, {t: scripted_time_s(t) for t in tracks})
+    out["history"] = history
+    return out
+
+
+def _rank(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Sort key of an evaluation, lower is better: a gym env by its mean return; the simulator as
+    the trainer ranks its best policy (rulka.trainer.best.score: maps finished, then total time)."""
+    if "tracks" not in row:
+        return (-row["return"],)
+    from rulka.trainer.best import MapResult, score
+
+    return score({t: MapResult(r["finished"], r["race_time_s"] * 1000 if r["finished"] else None, r["progress_m"])
+                  for t, r in row["tracks"].items()})
+
+
+def _seed_line(r: dict[str, Any]) -> str:
+    """One seed in a line: when the target was reached, the best evaluation, per simulator track the
+    first greedy finish and the final and best race times, and whether the Q-function diverged."""
+    line = f"seed {r['seed']}: " + (f"at {r['reached_at_frames']}" if r["reached_at_frames"] is not None else "no")
+    if "tracks" in r:
+        parts = [f"{t} first {v['first_finish_frames'] or '-'}, final {v['final_s'] or '-'} s, best {v['best_s'] or '-'} s"
+                 f" (scripted {v['scripted_s']})" for t, v in r["tracks"].items()]
+        line += " [" + "; ".join(parts) + "]"
+    else:
+        line += f" (best {r['best']['return'] if r['best'] else '-'}, final {r['last']['return'] if r['last'] else '-'})"
+    if r.get("diverged"):
+        line += f" DIVERGED at {r['diverged']['frames']} ({', '.join(r['diverged']['over'])})"
+    return line
 
 
 def record(out: dict[str, Any], note: str, command: str) -> None:
     """Append the study's summary row to ``bench/recipe_studies.json``."""
     path = REPO / "bench" / "recipe_studies.json"
     rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-    per_seed = ", ".join(
-        f"seed {r['seed']}: " + (f"at {r['reached_at_frames']}" if r["reached_at_frames"] is not None else "no")
-        + f" (best {r['best']['return'] if r['best'] else '-'}"
-        + (f", {r['best']['race_time_s']} s" if r["best"] and r["best"].get("race_time_s") else "") + ")"
-        for r in out["runs"])
+    per_seed = "; ".join(_seed_line(r) for r in out["runs"])
     rows.append({"config": Path(out["config"]).name, "overrides": " ".join(out["overrides"]) or "-",
                  "target": out["target"], "reached": f"{out['summary']['reached']}/{out['summary']['seeds']}",
                  "reached_at_frames": per_seed, "frames": out["frames"], "minutes": out["summary"]["minutes"],
