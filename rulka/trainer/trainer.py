@@ -179,11 +179,10 @@ class Trainer:
         self.episode_stats = EpisodeStats()
         self.eval_stats = EpisodeStats(namespace="eval")  # greedy test episodes, apart
         self._eval_turn = 0
-        # the map cycle's best policy (rulka.trainer.best): evaluation versions and their greedy races
-        greedy_maps = {e.short_name for e in cfg.map_cycle.entries if not e.is_exploration}
+        # the run's best policy (rulka.trainer.best): evaluation versions and their greedy episodes
         self.best_policy: BestPolicy | None = None
-        if self.config_given and cfg.map_cycle.keep_best_policy and greedy_maps:
-            self.best_policy = BestPolicy(greedy_maps, self.run_dir / BEST_DIR if self.run_dir is not None else None)
+        if self.config_given:
+            self.best_policy = BestPolicy.for_config(cfg, self.run_dir / BEST_DIR if self.run_dir is not None else None)
         self.last_race_time_ms: float | None = None  # latest finished race (progress line)
         self._last_train_metrics: dict[str, Any] = {}
         # rate limit: segments held back while the learner is behind, credit granted per worker
@@ -261,10 +260,12 @@ class Trainer:
         if self.eval_every_versions and self.version % self.eval_every_versions == 0:
             spec.update(self._eval_request())
         weights = self.agent.actor_weights()
-        if self.best_policy is not None and self.best_policy.wants_candidate():
-            # workers drive the cycle's greedy entries with this version until the next one
+        if self.best_policy is not None and self.best_policy.wants_candidate(self.samples):
+            # workers drive the cycle's greedy entries (or the episodes requested) with this version
             self.best_policy.mark(self.version, weights, self._actor_spec_with_config(), self.samples, self.updates)
             spec["eval_policy"] = True
+            if self.best_policy.request_episodes:
+                spec.update(self.best_policy.request(self._next_eval_worker()))
             self.counters["eval_policy_versions"] += 1
         blob = WeightsBlob(self.run_id, self.version, weights, spec)
         self._last_weights = self._encode_weights(blob)
@@ -274,11 +275,15 @@ class Trainer:
     def _eval_request(self) -> dict[str, Any]:
         """Ask for ``eval_episodes`` greedy test episodes (they ride with the weights): from the
         workers heard from, one in turn; any worker while none is known."""
+        self.counters["eval_requests"] += 1
+        return {"eval_episodes": self.eval_episodes, "eval_worker": self._next_eval_worker()}
+
+    def _next_eval_worker(self) -> str:
+        """The workers heard from, one in turn; any worker ("") while none is known."""
         known = sorted(set(self._last_heard) | set(self.worker_stats))
         worker = known[self._eval_turn % len(known)] if known else ""
         self._eval_turn += 1
-        self.counters["eval_requests"] += 1
-        return {"eval_episodes": self.eval_episodes, "eval_worker": worker}
+        return worker
 
     def _republish_after_reconnect(self) -> None:
         # a restarted server has lost the weights it retained for late joiners: send them again,
@@ -503,7 +508,8 @@ class Trainer:
         race_time = info.get("race_time_ms")
         finished = info.get("finished") is True and isinstance(race_time, (int, float))
         if self.best_policy.add_result(version, seg.map_name, finished, race_time if finished else None,
-                                       info.get("progress_m"), info.get("reference_time_ms")):
+                                       info.get("progress_m"), info.get("reference_time_ms"),
+                                       info.get("episode_return")):
             self.counters["best_policy_improved"] += 1
 
     def _flush_logs(self) -> None:
