@@ -750,7 +750,8 @@ class Trainer:
                                      ret=round(float(np.mean(self._returns[-20:])), 1) if self._returns else None,
                                      race_s=None if self.last_race_time_ms is None
                                      else round(self.last_race_time_ms / 1000, 2),
-                                     spi=self.ratio_text())
+                                     spi=self.ratio_text(),
+                                     best=self.best_policy.describe() or None if self.best_policy is not None else None)
             except Exception:  # noqa: BLE001 - a display problem never stops training
                 self.progress = None
         if not force and now - self._last_log < self.log_every_s:
