@@ -178,7 +178,7 @@ class Trainer:
         # returns, race times and finish rates per map since the last metrics record
         self.episode_stats = EpisodeStats()
         self.eval_stats = EpisodeStats(namespace="eval")  # greedy test episodes, apart
-        self._eval_turn = 0
+        self._eval_turns: dict[str, int] = {}
         # the run's best policy (rulka.trainer.best): evaluation versions and their greedy episodes
         self.best_policy: BestPolicy | None = None
         if self.config_given:
@@ -265,7 +265,7 @@ class Trainer:
             self.best_policy.mark(self.version, weights, self._actor_spec_with_config(), self.samples, self.updates)
             spec["eval_policy"] = True
             if self.best_policy.request_episodes:
-                spec.update(self.best_policy.request(self._next_eval_worker()))
+                spec.update(self.best_policy.request(self._next_eval_worker("best")))
             self.counters["eval_policy_versions"] += 1
         blob = WeightsBlob(self.run_id, self.version, weights, spec)
         self._last_weights = self._encode_weights(blob)
@@ -276,14 +276,15 @@ class Trainer:
         """Ask for ``eval_episodes`` greedy test episodes (they ride with the weights): from the
         workers heard from, one in turn; any worker while none is known."""
         self.counters["eval_requests"] += 1
-        return {"eval_episodes": self.eval_episodes, "eval_worker": self._next_eval_worker()}
+        return {"eval_episodes": self.eval_episodes, "eval_worker": self._next_eval_worker("eval")}
 
-    def _next_eval_worker(self) -> str:
-        """The workers heard from, one in turn; any worker ("") while none is known."""
+    def _next_eval_worker(self, turn: str) -> str:
+        """The workers heard from, one in turn (a turn of its own per kind of request: ``eval``,
+        ``best``); any worker ("") while none is known."""
         known = sorted(set(self._last_heard) | set(self.worker_stats))
-        worker = known[self._eval_turn % len(known)] if known else ""
-        self._eval_turn += 1
-        return worker
+        n = self._eval_turns.get(turn, 0)
+        self._eval_turns[turn] = n + 1
+        return known[n % len(known)] if known else ""
 
     def _republish_after_reconnect(self) -> None:
         # a restarted server has lost the weights it retained for late joiners: send them again,
