@@ -238,6 +238,7 @@ def test_a_single_track_candidate_is_ranked_by_its_race():
     bp = BestPolicy(["default"], None, single=True, request_episodes=1, every_frames=10)
     bp.mark(1, W, {}, 0, 0)
     assert bp.add_result(1, "default", False, None, 300.0)  # cut off at 300 m
+    assert bp.describe() == "best v1 300m"
     bp.mark(2, W, {}, 10, 0)
     assert bp.add_result(2, "default", True, 30_000, 617.0)  # a finish beats any distance
     bp.mark(3, W, {}, 20, 0)
