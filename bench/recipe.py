@@ -89,8 +89,9 @@ def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int, tracks: list[str] 
     return {"return": round(float(np.mean(returns)), 2)}
 
 
-# the Q-function is called diverged when a window of updates between two evaluations goes over one
-# of these (the map-cycle run that diverged at ~22 min: q_mean 5 -> 119, grad_norm 1.6k)
+# the Q-function is called diverged when the mean over a window of updates (between two evaluations)
+# goes over one of these (the map-cycle run that diverged at ~22 min: q_mean 5 -> 119, grad_norm
+# 1.6k); a mean, not a max: the first updates' gradients reach ~1k on a healthy run
 DIVERGENCE = {"q_mean": 50.0, "td_loss": 10.0, "grad_norm": 1000.0}
 
 
@@ -113,7 +114,7 @@ class _Window:
             if v:
                 out[f"{k}_mean"] = round(sum(v) / len(v), 3)
                 out[f"{k}_max"] = round(max(v), 3)
-        over = [k for k, limit in DIVERGENCE.items() if self.values[k] and max(self.values[k]) > limit]
+        over = [k for k, limit in DIVERGENCE.items() if self.values[k] and sum(self.values[k]) / len(self.values[k]) > limit]
         out["diverged"] = over
         self.values = {k: [] for k in self.NAMES}
         return out
@@ -147,9 +148,12 @@ def _reached(result: dict[str, Any], target: str) -> bool:
 
 
 def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_every: int,
-             eval_episodes: int, target: str, stop_at_target: bool = False) -> dict[str, Any]:
+             eval_episodes: int, target: str, stop_at_target: bool = False, save: str | None = None) -> dict[str, Any]:
     """One seed of the recipe (see the module docstring); returns its outcome and history.
-    ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests)."""
+    ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests).
+    ``save``: a folder; the best evaluated weights go to ``<save>/seed<N>/best/`` and the final ones
+    to ``<save>/seed<N>/weights/`` (policy files, as a run folder holds them: ``rulka eval``,
+    ``bench/learning.py evaluate``)."""
     import torch
 
     from rulka.agents.iqn.settings import make_agent, make_memory
@@ -183,6 +187,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     history: list[dict[str, Any]] = []
     returns: list[float] = []
     best: dict[str, Any] | None = None
+    best_weights: dict[str, Any] | None = None
     first_reached: int | None = None
     t0 = time.monotonic()
 
@@ -237,10 +242,20 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
             print(json.dumps({"seed": seed, **row}), file=sys.stderr, flush=True)
             if best is None or _rank(row) < _rank(best):
                 best = row
+                if save is not None:
+                    best_weights = {k: v.detach().clone() for k, v in agent.actor_weights().items()}
             if first_reached is None and _reached(result, target):
                 first_reached = played
                 if stop_at_target:
                     break
+    if save is not None:
+        from rulka.envs.sim.policy import POLICY_FILE, save_policy
+
+        spec = {**agent.actor_spec(), "run_config_json": json.dumps(cfg.to_dict(), default=str)}
+        for sub, weights in (("best", best_weights), ("weights", agent.actor_weights())):
+            if weights is not None:
+                (Path(save) / f"seed{seed}" / sub).mkdir(parents=True, exist_ok=True)
+                save_policy(Path(save) / f"seed{seed}" / sub / POLICY_FILE, weights, spec)
     diverged = [{"frames": row["frames"], "over": row["diverged"]} for row in history if row.get("diverged")]
     out = {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
            "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
@@ -304,11 +319,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--save", metavar="DIR", help="write each seed's best and final policy under DIR/seed<N>/ "
+                   "(best/, weights/: bench/learning.py evaluate DIR/seed<N> drives them on other tracks)")
     p.add_argument("--record", metavar="NOTE", help="append a summary row to bench/recipe_studies.json "
                    "(BENCHMARKS.md after `python -m bench --rewrite`), with this note")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target) for s in args.seeds]
+    jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target, False, args.save)
+            for s in args.seeds]
     with ProcessPoolExecutor(max_workers=max(1, min(args.parallel, len(jobs)))) as pool:
         runs = list(pool.map(run_seed, *zip(*jobs, strict=True)))
     reached = [r for r in runs if r["reached_at_frames"] is not None]
