@@ -180,6 +180,12 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     actor = agent.get_actor()
     sim = cfg.environment.backend == "sim"
     tracks = _tracks(cfg) if sim else []
+    if sim:
+        from learning import scripted_time_s
+
+        scripted = {t: scripted_time_s(t) for t in tracks}  # the reference times the trainer ranks by
+    else:
+        scripted = {}
     cycle = MapCycle.from_config(cfg)
     window = _Window()
     played = updates = episode = 0
@@ -240,7 +246,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
                    "exploring_return": round(sum(returns) / len(returns), 2), **result, **window.row()}
             history.append(row)
             print(json.dumps({"seed": seed, **row}), file=sys.stderr, flush=True)
-            if best is None or _rank(row) < _rank(best):
+            if best is None or _rank(row, scripted) < _rank(best, scripted):
                 best = row
                 if save is not None:
                     best_weights = {k: v.detach().clone() for k, v in agent.actor_weights().items()}
@@ -262,22 +268,25 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
            "diverged": diverged[0] if diverged else None, "divergence_thresholds": DIVERGENCE,
            "best": best, "last": history[-1] if history else None}
     if sim:
-        from learning import scripted_time_s
-
-        out["tracks"] = _track_table(history, tracks, {t: scripted_time_s(t) for t in tracks})
+        out["tracks"] = _track_table(history, tracks, scripted)
     out["history"] = history
     return out
 
 
-def _rank(row: dict[str, Any]) -> tuple[Any, ...]:
+def _rank(row: dict[str, Any], scripted: dict[str, float | None] | None = None) -> tuple[Any, ...]:
     """Sort key of an evaluation, lower is better: a gym env by its mean return; the simulator as
-    the trainer ranks its best policy (rulka.trainer.best.score: maps finished, then total time)."""
+    the trainer ranks its best policy (rulka.trainer.best.score: maps finished, then maps faster
+    than their reference, the scripted driver's time as the simulator reports it, then total time)."""
     if "tracks" not in row:
         return (-row["return"],)
     from rulka.trainer.best import MapResult, score
 
-    return score({t: MapResult(r["finished"], r["race_time_s"] * 1000 if r["finished"] else None, r["progress_m"])
-                  for t, r in row["tracks"].items()})
+    def ref(track: str) -> float | None:
+        t = (scripted or {}).get(track)
+        return None if t is None else t * 1000
+
+    return score({t: MapResult(r["finished"], r["race_time_s"] * 1000 if r["finished"] else None, r["progress_m"],
+                               ref(t)) for t, r in row["tracks"].items()})
 
 
 def _seed_line(r: dict[str, Any]) -> str:

@@ -70,3 +70,7 @@ def test_the_best_evaluation_is_ranked_as_the_trainer_ranks_its_best_policy():
     faster = {"frames": 3, "tracks": {"a": _race(True, 29.0), "b": _race(True, 30.0)}}
     assert sorted([one_fast, two, faster], key=recipe._rank) == [faster, two, one_fast]
     assert recipe._rank({"return": 500.0}) < recipe._rank({"return": 499.0})  # a gym env: the return
+    # with the scripted driver's times as references: more tracks beaten first, whatever the total
+    ref = {"a": 25.0, "b": 29.5}
+    beats_b = {"frames": 4, "tracks": {"a": _race(True, 31.0), "b": _race(True, 29.0)}}  # 60 s, beats b
+    assert recipe._rank(beats_b, ref) < recipe._rank(faster, ref) and recipe._rank(faster) < recipe._rank(beats_b)
