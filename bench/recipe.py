@@ -43,18 +43,38 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int) -> dict[str, Any]:
-    """Greedy outcome of ``actor``: the simulator's race from the start, or a gym env's mean return."""
+def _tracks(cfg: Any) -> list[str]:
+    """The simulator tracks a recipe is judged on: the map cycle's greedy maps, else its track."""
+    from rulka.envs.map_cycle import MapCycle
+
+    cycle = MapCycle.from_config(cfg)
+    if cycle is None:
+        return [str(cfg.environment.track)]
+    greedy = [e.map_path for e in cycle.entries if not e.is_exploration] or [e.map_path for e in cycle.entries]
+    return list(dict.fromkeys(greedy))
+
+
+def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int, tracks: list[str] | None = None) -> dict[str, Any]:
+    """Greedy outcome of ``actor``: one race from the start per simulator track (``tracks``), or a
+    gym env's mean return over ``episodes`` episodes."""
     import numpy as np
 
     from rulka.plugins import make_env
 
-    env = make_env(cfg)
     if cfg.environment.backend == "sim":
         from learning import drive  # bench/learning.py: one greedy race from the start
 
-        actor.reset()
-        return drive(env, lambda obs: actor.act(obs, test=True), max_seconds=120.0)
+        from rulka.envs.sim.env import SimTrackEnv
+
+        races = {}
+        for track in tracks or [str(cfg.environment.track)]:
+            actor.reset()
+            races[track] = drive(SimTrackEnv(config=cfg, track=track), lambda obs: actor.act(obs, test=True),
+                                 max_seconds=120.0)
+        first = next(iter(races.values()))
+        return {**first, "finished": all(r["finished"] for r in races.values()),
+                "return": round(sum(r["return"] for r in races.values()), 2), "tracks": races}
+    env = make_env(cfg)
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
@@ -69,6 +89,58 @@ def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int) -> dict[str, Any]:
     return {"return": round(float(np.mean(returns)), 2)}
 
 
+# the Q-function is called diverged when the mean over a window of updates (between two evaluations)
+# goes over one of these (the map-cycle run that diverged at ~22 min: q_mean 5 -> 119, grad_norm
+# 1.6k); a mean, not a max: the first updates' gradients reach ~1k on a healthy run
+DIVERGENCE = {"q_mean": 50.0, "td_loss": 10.0, "grad_norm": 1000.0}
+
+
+class _Window:
+    """The learner's health between two evaluations: mean and max of q_mean, td_loss, grad_norm."""
+
+    NAMES = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "losses/grad_norm"}
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = {k: [] for k in self.NAMES}
+
+    def add(self, metrics: dict[str, Any]) -> None:
+        for short, name in self.NAMES.items():
+            if name in metrics:
+                self.values[short].append(abs(float(metrics[name])))
+
+    def row(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in self.values.items():
+            if v:
+                out[f"{k}_mean"] = round(sum(v) / len(v), 3)
+                out[f"{k}_max"] = round(max(v), 3)
+        over = [k for k, limit in DIVERGENCE.items() if self.values[k] and sum(self.values[k]) / len(self.values[k]) > limit]
+        out["diverged"] = over
+        self.values = {k: [] for k in self.NAMES}
+        return out
+
+
+def _track_table(history: list[dict[str, Any]], tracks: list[str], scripted: dict[str, float | None]) -> dict[str, Any]:
+    """Per track: the frames of the first greedy finish, the final and the best greedy race time,
+    and the scripted driver's time."""
+    out: dict[str, Any] = {}
+    for track in tracks:
+        races = [(row["frames"], row["tracks"][track]) for row in history if track in row.get("tracks", {})]
+        times = [r["race_time_s"] for _, r in races if r["finished"]]
+        first = next((f for f, r in races if r["finished"]), None)
+        final = races[-1][1] if races else None
+        ref = scripted.get(track)
+        best = min(times) if times else None
+        out[track] = {"first_finish_frames": first,
+                      "final_s": final["race_time_s"] if final and final["finished"] else None,
+                      "final_m": final["progress_m"] if final else None,
+                      "best_s": best, "scripted_s": ref,
+                      "best_beats_scripted": bool(best is not None and ref is not None and best < ref),
+                      "final_beats_scripted": bool(final and final["finished"] and ref is not None
+                                                   and final["race_time_s"] < ref)}
+    return out
+
+
 def _reached(result: dict[str, Any], target: str) -> bool:
     if target == "finish":
         return bool(result.get("finished"))
@@ -76,13 +148,17 @@ def _reached(result: dict[str, Any], target: str) -> bool:
 
 
 def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_every: int,
-             eval_episodes: int, target: str, stop_at_target: bool = False) -> dict[str, Any]:
+             eval_episodes: int, target: str, stop_at_target: bool = False, save: str | None = None) -> dict[str, Any]:
     """One seed of the recipe (see the module docstring); returns its outcome and history.
-    ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests)."""
+    ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests).
+    ``save``: a folder; the best evaluated weights go to ``<save>/seed<N>/best/`` and the final ones
+    to ``<save>/seed<N>/weights/`` (policy files, as a run folder holds them: ``rulka eval``,
+    ``bench/learning.py evaluate``)."""
     import torch
 
     from rulka.agents.iqn.settings import make_agent, make_memory
     from rulka.config import load_config
+    from rulka.envs.map_cycle import MapCycle
     from rulka.plugins import make_env, obs_to_arrays
     from rulka.segment import Segment
     from rulka.trainer.ratelimit import limiter_for
@@ -102,11 +178,22 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     env = make_env(cfg)
     set_env_frames = getattr(getattr(env, "unwrapped", env), "set_frames_played", None)
     actor = agent.get_actor()
+    sim = cfg.environment.backend == "sim"
+    tracks = _tracks(cfg) if sim else []
+    if sim:
+        from learning import scripted_time_s
+
+        scripted = {t: scripted_time_s(t) for t in tracks}  # the reference times the trainer ranks by
+    else:
+        scripted = {}
+    cycle = MapCycle.from_config(cfg)
+    window = _Window()
     played = updates = episode = 0
     next_eval = eval_every
     history: list[dict[str, Any]] = []
     returns: list[float] = []
     best: dict[str, Any] | None = None
+    best_weights: dict[str, Any] | None = None
     first_reached: int | None = None
     t0 = time.monotonic()
 
@@ -119,7 +206,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
         added = memory.append(seg)  # the trainer's count: trainable transitions, not the test store's
         limiter.record_insert(max(0, added - (memory.held_out_transitions - held_out)))
         while limiter.can_sample(batch, len(memory)):
-            agent.train(memory.sample(batch))
+            window.add(agent.train(memory.sample(batch)))
             limiter.record_sample(batch)
             updates += 1
             if updates % publish_every == 0:
@@ -128,13 +215,16 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     while played < frames:
         if callable(set_env_frames):
             set_env_frames(played)
-        obs, info = env.reset(seed=seed * 1_000_003 + episode)
+        entry = cycle.next() if cycle is not None else None
+        greedy = entry is not None and not entry.is_exploration  # the cycle's greedy entries, as a worker drives them
+        options = MapCycle.reset_options(entry) if entry is not None else None
+        obs, info = env.reset(seed=seed * 1_000_003 + episode, options=options)
         actor.reset()
         buf = EpisodeBuffer()
         buf.start(obs_to_arrays(obs, info), 0)
         index, step, ret = 0, 0, 0.0
         while True:
-            action, extras = actor.act_with_info(obs)
+            action, extras = actor.act_with_info(obs, test=greedy)
             obs, reward, terminated, truncated, info = env.step(action)
             step += 1
             ret += float(reward)
@@ -151,31 +241,74 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
         returns = (returns + [ret])[-20:]
         if played >= next_eval or played >= frames:
             next_eval += eval_every
-            result = _evaluate(cfg, agent.get_actor(), eval_episodes, seed=100_000)
+            result = _evaluate(cfg, agent.get_actor(), eval_episodes, seed=100_000, tracks=tracks)
             row = {"frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
-                   "exploring_return": round(sum(returns) / len(returns), 2), **result}
+                   "exploring_return": round(sum(returns) / len(returns), 2), **result, **window.row()}
             history.append(row)
             print(json.dumps({"seed": seed, **row}), file=sys.stderr, flush=True)
-            if best is None or (result.get("finished"), result["return"]) > (best.get("finished"), best["return"]):
+            if best is None or _rank(row, scripted) < _rank(best, scripted):
                 best = row
+                if save is not None:
+                    best_weights = {k: v.detach().clone() for k, v in agent.actor_weights().items()}
             if first_reached is None and _reached(result, target):
                 first_reached = played
                 if stop_at_target:
                     break
-    return {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
-            "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
-            "best": best, "last": history[-1] if history else None, "history": history}
+    if save is not None:
+        from rulka.envs.sim.policy import POLICY_FILE, save_policy
+
+        spec = {**agent.actor_spec(), "run_config_json": json.dumps(cfg.to_dict(), default=str)}
+        for sub, weights in (("best", best_weights), ("weights", agent.actor_weights())):
+            if weights is not None:
+                (Path(save) / f"seed{seed}" / sub).mkdir(parents=True, exist_ok=True)
+                save_policy(Path(save) / f"seed{seed}" / sub / POLICY_FILE, weights, spec)
+    diverged = [{"frames": row["frames"], "over": row["diverged"]} for row in history if row.get("diverged")]
+    out = {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
+           "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
+           "diverged": diverged[0] if diverged else None, "divergence_thresholds": DIVERGENCE,
+           "best": best, "last": history[-1] if history else None}
+    if sim:
+        out["tracks"] = _track_table(history, tracks, scripted)
+    out["history"] = history
+    return out
+
+
+def _rank(row: dict[str, Any], scripted: dict[str, float | None] | None = None) -> tuple[Any, ...]:
+    """Sort key of an evaluation, lower is better: a gym env by its mean return; the simulator as
+    the trainer ranks its best policy (rulka.trainer.best.score: maps finished, then maps faster
+    than their reference, the scripted driver's time as the simulator reports it, then total time)."""
+    if "tracks" not in row:
+        return (-row["return"],)
+    from rulka.trainer.best import MapResult, score
+
+    def ref(track: str) -> float | None:
+        t = (scripted or {}).get(track)
+        return None if t is None else t * 1000
+
+    return score({t: MapResult(r["finished"], r["race_time_s"] * 1000 if r["finished"] else None, r["progress_m"],
+                               ref(t)) for t, r in row["tracks"].items()})
+
+
+def _seed_line(r: dict[str, Any]) -> str:
+    """One seed in a line: when the target was reached, the best evaluation, per simulator track the
+    first greedy finish and the final and best race times, and whether the Q-function diverged."""
+    line = f"seed {r['seed']}: " + (f"at {r['reached_at_frames']}" if r["reached_at_frames"] is not None else "no")
+    if "tracks" in r:
+        parts = [f"{t} first {v['first_finish_frames'] or '-'}, final {v['final_s'] or '-'} s, best {v['best_s'] or '-'} s"
+                 f" (scripted {v['scripted_s']})" for t, v in r["tracks"].items()]
+        line += " [" + "; ".join(parts) + "]"
+    else:
+        line += f" (best {r['best']['return'] if r['best'] else '-'}, final {r['last']['return'] if r['last'] else '-'})"
+    if r.get("diverged"):
+        line += f" DIVERGED at {r['diverged']['frames']} ({', '.join(r['diverged']['over'])})"
+    return line
 
 
 def record(out: dict[str, Any], note: str, command: str) -> None:
     """Append the study's summary row to ``bench/recipe_studies.json``."""
     path = REPO / "bench" / "recipe_studies.json"
     rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-    per_seed = ", ".join(
-        f"seed {r['seed']}: " + (f"at {r['reached_at_frames']}" if r["reached_at_frames"] is not None else "no")
-        + f" (best {r['best']['return'] if r['best'] else '-'}"
-        + (f", {r['best']['race_time_s']} s" if r["best"] and r["best"].get("race_time_s") else "") + ")"
-        for r in out["runs"])
+    per_seed = "; ".join(_seed_line(r) for r in out["runs"])
     rows.append({"config": Path(out["config"]).name, "overrides": " ".join(out["overrides"]) or "-",
                  "target": out["target"], "reached": f"{out['summary']['reached']}/{out['summary']['seeds']}",
                  "reached_at_frames": per_seed, "frames": out["frames"], "minutes": out["summary"]["minutes"],
@@ -195,11 +328,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--save", metavar="DIR", help="write each seed's best and final policy under DIR/seed<N>/ "
+                   "(best/, weights/: bench/learning.py evaluate DIR/seed<N> drives them on other tracks)")
     p.add_argument("--record", metavar="NOTE", help="append a summary row to bench/recipe_studies.json "
                    "(BENCHMARKS.md after `python -m bench --rewrite`), with this note")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target) for s in args.seeds]
+    jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target, False, args.save)
+            for s in args.seeds]
     with ProcessPoolExecutor(max_workers=max(1, min(args.parallel, len(jobs)))) as pool:
         runs = list(pool.map(run_seed, *zip(*jobs, strict=True)))
     reached = [r for r in runs if r["reached_at_frames"] is not None]

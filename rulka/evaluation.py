@@ -112,7 +112,7 @@ def summarise(episodes: Sequence[EpisodeResult]) -> dict[str, Any]:
 # -- loading ---------------------------------------------------------------------------------------
 def _run_folder_of(file: Path) -> Path:
     """The run folder a policy file belongs to: ``<run>/weights/policy.safetensors`` (the latest
-    weights) or ``<run>/best/policy.safetensors`` (the map cycle's best policy) -> ``<run>``."""
+    weights) or ``<run>/best/policy.safetensors`` (the run's best policy) -> ``<run>``."""
     return file.parent.parent if file.parent.name in ("weights", "best") else file.parent
 
 
@@ -136,8 +136,31 @@ def env_overrides(env: str | None) -> list[str]:
     return ["environment.backend=gym", f"environment.gym_id={env}"]
 
 
-def load_for_eval(path: str | Path, env: str | None = None, overrides: Sequence[str] = ()) -> LoadedPolicy:
-    """Load the policy at ``path`` (a run folder or a policy file) with the config it ran under.
+BEST, FINAL = "best", "final"
+
+
+def policy_file_of(path: str | Path, which: str = BEST) -> Path:
+    """The policy file ``path`` names. A file is itself; a run folder gives its best policy
+    (``<run>/best/policy.safetensors``, ``rulka.trainer.best``) with ``which="best"`` when the run
+    kept one, else (and with ``which="final"``) the weights at the end of the run
+    (``<run>/weights/policy.safetensors``)."""
+    from rulka.envs.sim.policy import POLICY_FILE, find_policy_file
+
+    if which not in (BEST, FINAL):
+        raise ValueError(f"which: {BEST!r} or {FINAL!r}, not {which!r}")
+    p = Path(path)
+    if p.is_dir():
+        if which == BEST and (p / "best" / POLICY_FILE).is_file():
+            return p / "best" / POLICY_FILE
+        if which == FINAL and (p / "weights" / POLICY_FILE).is_file():
+            return p / "weights" / POLICY_FILE
+    return find_policy_file(p)
+
+
+def load_for_eval(path: str | Path, env: str | None = None, overrides: Sequence[str] = (),
+                  which: str = BEST) -> LoadedPolicy:
+    """Load the policy at ``path`` (a policy file, or a run folder: its best policy, or with
+    ``which="final"`` its last weights; see :func:`policy_file_of`) with the config it ran under.
 
     The config is the run folder's ``config.resolved.yaml`` when there is one, else the config
     the policy file carries, else the defaults; ``env`` (see :func:`env_overrides`) and
@@ -146,9 +169,9 @@ def load_for_eval(path: str | Path, env: str | None = None, overrides: Sequence[
     """
     from rulka.config import RESOLVED_NAME, apply_overrides, config_from_dict
     from rulka.config.loader import read_yaml_file
-    from rulka.envs.sim.policy import find_policy_file, load_policy, read_policy_file, spec_config
+    from rulka.envs.sim.policy import load_policy, read_policy_file, spec_config
 
-    file = find_policy_file(path)
+    file = policy_file_of(path, which)
     run_dir = _run_folder_of(file)
     resolved = run_dir / RESOLVED_NAME
     _, _, spec = read_policy_file(file)  # fails early, before any config work, on a damaged file

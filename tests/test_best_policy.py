@@ -191,14 +191,106 @@ def test_the_trainer_marks_versions_and_writes_the_best_one(tmp_path):
     trainer.close()
 
 
-def test_no_candidates_without_greedy_entries_or_when_turned_off(tmp_path):
-    exploring_only = {"map_cycle": {"entries": [{"short_name": "a", "map_path": "a"}]}}
+def test_no_candidates_when_turned_off(tmp_path):
+    exploring_only = {"map_cycle": {"entries": [{"short_name": "a", "map_path": "a"}]},
+                      "trainer": {"best_policy_every_frames": 0}}
     off = {**CYCLE, "map_cycle": {**CYCLE["map_cycle"], "keep_best_policy": False}}
-    for i, cfg in enumerate((exploring_only, off, {})):
+    single_off = {"map_cycle": {"keep_best_policy": False}}
+    for i, cfg in enumerate((exploring_only, off, single_off, {"trainer": {"best_policy_every_frames": 0}})):
         trainer, published = _trainer(tmp_path / str(i), cfg)
         trainer.publish()
         assert trainer.best_policy is None and "eval_policy" not in published[0].actor_spec
         trainer.close()
+
+
+# -- every env kind: a single track, a Gymnasium env, a cycle of exploring entries ---------------
+def test_score_ranks_a_gym_env_by_its_mean_greedy_return():
+    ret = lambda r: MapResult(False, None, 0.0, None, r)  # noqa: E731
+    assert score({"CartPole-v1": ret(475.0)}, best_mod.RETURN) == (0, 0, -475.0, 0.0)
+    assert score({"x": ret(500.0)}, best_mod.RETURN) < score({"x": ret(499.5)}, best_mod.RETURN)
+    # a return env has no finish line: a "finished" flag it may report does not rank
+    assert score({"x": MapResult(True, 10.0, 0.0, None, 20.0)}, best_mod.RETURN) > score({"x": ret(21.0)}, best_mod.RETURN)
+
+
+def test_a_gym_candidate_is_the_mean_of_its_episodes(tmp_path):
+    bp = BestPolicy(["CartPole-v1"], tmp_path / "best", ranking=best_mod.RETURN, episodes=3, request_episodes=3,
+                    every_frames=100, single=True)
+    bp.mark(1, W, {"actor": "x"}, frames=50, updates=1)
+    assert not bp.add_result(1, "", False, None, None, episode_return=500.0)  # map names do not matter
+    assert not bp.add_result(1, "", False, None, None, episode_return=200.0)
+    assert bp.add_result(1, "other", False, None, None, episode_return=350.0)  # (500+200+350)/3
+    best = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert (best["version"], best["frames"], best["ranking"], best["return_mean"]) == (1, 50, "return", 350.0)
+    assert "scored_at" in best and bp.describe() == "best v1 return 350.0"
+    assert not bp.wants_candidate(frames=149)  # complete, but not 100 frames since the mark at 50
+    assert bp.wants_candidate(frames=150)
+    bp.mark(2, W, {"actor": "x"}, frames=150, updates=2)
+    assert not any(bp.add_result(2, "", False, None, None, episode_return=r) for r in (500.0, 500.0, 40.0))  # 346.7
+    bp.mark(3, W, {"actor": "x"}, frames=300, updates=3)
+    assert [bp.add_result(3, "", False, None, None, episode_return=r) for r in (400.0, 400.0, 400.0)] == [False, False, True]
+    assert bp.metrics()["eval/best_policy/return_mean"] == 400.0 and bp.metrics()["eval/best_policy/frames"] == 300
+    again = BestPolicy(["CartPole-v1"], tmp_path / "best", ranking=best_mod.RETURN, single=True)  # resumed
+    assert again.best_key == (0, 0, -400.0, 0.0)
+    assert BestPolicy(["CartPole-v1"], tmp_path / "best").best_key is None  # ranked by race: no comparison
+
+
+def test_a_single_track_candidate_is_ranked_by_its_race():
+    bp = BestPolicy(["default"], None, single=True, request_episodes=1, every_frames=10)
+    bp.mark(1, W, {}, 0, 0)
+    assert bp.add_result(1, "default", False, None, 300.0)  # cut off at 300 m
+    assert bp.describe() == "best v1 300m"
+    bp.mark(2, W, {}, 10, 0)
+    assert bp.add_result(2, "default", True, 30_000, 617.0)  # a finish beats any distance
+    bp.mark(3, W, {}, 20, 0)
+    assert not bp.add_result(3, "default", True, 31_000, 617.0)
+    bp.mark(4, W, {}, 30, 0)
+    assert bp.add_result(4, "default", True, 24_000, 617.0, 22_840)
+    assert bp.best["version"] == 4 and bp.describe() == "best v4 24.00s"
+
+
+def _gym_segment(seq: int, version: int, ret: float, worker: str = "w1") -> Message:
+    t = 3
+    seg = Segment(run_id="", worker_id=worker, episode_id=seq, seq=seq, index_in_episode=0, first_step=0,
+                  policy_version=version, episode_done=True, map_name="", evaluation=True,
+                  info={"episode_return": ret, "eval_policy_version": version, "fill_buffer": False},
+                  arrays={"obs/x": np.zeros((t + 1, 2), np.float32), "action": np.zeros(t, np.int64),
+                          "reward": np.ones(t, np.float32), "terminated": np.zeros(t, bool)})
+    return Message("segment", worker, ZstdCompressor().compress(seg))
+
+
+def test_a_gym_run_asks_for_the_candidates_episodes_and_keeps_the_best(tmp_path):
+    cfg = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+           "trainer": {"best_policy_every_frames": 1000, "best_policy_episodes": 2}}
+    trainer, published = _trainer(tmp_path, cfg)
+    assert trainer.best_policy is not None and trainer.best_policy.ranking == best_mod.RETURN
+    trainer.agent.w.data.fill_(3.0)
+    trainer.publish()  # v1: a candidate, its episodes asked of a worker
+    assert published[0].actor_spec["eval_policy"] is True and published[0].actor_spec["eval_policy_episodes"] == 2
+    trainer.publish()  # v2: v1 not scored yet
+    assert "eval_policy" not in published[1].actor_spec
+    trainer.ingest([_gym_segment(0, 1, 100.0), _gym_segment(1, 1, 300.0)])
+    best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
+    assert (best["version"], best["return_mean"]) == (1, 200.0)
+    _, tensors, _ = read_policy_file(tmp_path / "run" / "best")
+    assert tensors["w"].tolist() == [3.0]
+    trainer.publish()  # v3: complete, but fewer than 1000 frames played since v1 was marked
+    assert "eval_policy" not in published[2].actor_spec
+    trainer.samples += 1000
+    trainer.publish()  # v4: the next candidate
+    assert published[3].actor_spec.get("eval_policy") is True
+    trainer.close()
+
+
+def test_an_exploring_cycle_asks_for_a_pass_of_the_cycle(tmp_path):
+    cfg = {"map_cycle": {"entries": [{"short_name": "a", "map_path": "a", "repeat": 2},
+                                     {"short_name": "b", "map_path": "b"}]}}
+    trainer, published = _trainer(tmp_path, cfg)
+    trainer.publish()
+    assert published[0].actor_spec["eval_policy_episodes"] == 3 and trainer.best_policy.maps == ["a", "b"]
+    trainer.ingest([_eval_episode(0, "a", 1, 20_000), _eval_episode(1, "a", 1, 25_000), _eval_episode(2, "b", 1, 18_000)])
+    best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
+    assert best["race_time_total_ms"] == 38_000  # a's first race counts
+    trainer.close()
 
 
 # -- through the worker --------------------------------------------------------------------------
@@ -239,4 +331,50 @@ def test_the_workers_greedy_entries_drive_the_evaluation_version():
     assert greedy[-1].info["eval_policy_version"] == 1 and "eval_policy_version" not in explore[-1].info
     assert {s.policy_version for s in greedy} == {1} and {s.policy_version for s in explore} == {2}
     assert worker.stats.weights_version == 2 and worker.eval_version == 1
+    worker.close()
+
+
+def test_a_worker_drives_the_candidates_requested_episodes_with_the_evaluation_version():
+    """Without greedy cycle entries: v1 (greedy action 0) is a candidate asking this worker for two
+    episodes, v2 (action 1) is newer: two greedy episodes with v1 tagged with it, then exploring v2."""
+    key = Ed25519PrivateKey.generate()
+    hub = LocalHub()
+    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8,
+                                              "epsilon_start": 0.0, "epsilon_end": 0.0},
+            "run_config_json": json.dumps({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}})}
+    link = hub.trainer_link()
+    worker = Worker(None, hub.worker_link("pc1"), weights_decoder=lambda d: decode_weights(d, key.public_key()))
+    ask = {"eval_policy": True, "eval_policy_episodes": 2, "eval_policy_worker": "pc1"}
+    link.broadcast("weights", encode_weights(WeightsBlob("run", 1, _weights(0), {**spec, **ask}), key))
+    link.broadcast("weights", encode_weights(WeightsBlob("run", 2, _weights(1), spec), key))
+    worker.pump()
+    worker.run(max_episodes=3, drain_timeout_s=0)
+    payloads = worker.outbox.due(time.monotonic(), 0.0, 10**6, limit=10**6)
+    segments = [SegmentDecoder(ZstdCompressor()).decompress(p) for _, p in payloads]
+    episodes: dict[int, list[Segment]] = {}
+    for seg in segments:
+        episodes.setdefault(seg.episode_id, []).append(seg)
+    first, second, third = (episodes[k] for k in sorted(episodes))
+    for ep in (first, second):
+        assert all(s.evaluation for s in ep) and ep[-1].info["eval_policy_version"] == 1
+        assert ep[-1].info["fill_buffer"] is False  # not trained on
+        assert not np.concatenate([s.arrays["action"] for s in ep]).any()  # v1 drove
+    assert not any(s.evaluation for s in third) and "eval_policy_version" not in third[-1].info
+    assert np.concatenate([s.arrays["action"] for s in third]).all()  # v2 explores
+    assert worker.eval_policy_pending == 0 and worker.stats.eval_episodes == 2
+    worker.close()
+
+
+def test_another_workers_candidate_episodes_are_not_driven_here():
+    key = Ed25519PrivateKey.generate()
+    hub = LocalHub()
+    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8,
+                                              "epsilon_start": 0.0, "epsilon_end": 0.0},
+            "run_config_json": json.dumps({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}}),
+            "eval_policy": True, "eval_policy_episodes": 2, "eval_policy_worker": "pc2"}
+    worker = Worker(None, hub.worker_link("pc1"), weights_decoder=lambda d: decode_weights(d, key.public_key()))
+    hub.trainer_link().broadcast("weights", encode_weights(WeightsBlob("run", 1, _weights(0), spec), key))
+    worker.pump()
+    worker.run(max_episodes=1, drain_timeout_s=0)
+    assert worker.stats.eval_episodes == 0 and worker.eval_policy_pending == 0
     worker.close()

@@ -104,6 +104,29 @@ def test_compare_puts_both_policies_side_by_side(cartpole_runs, capsys):
     assert "[A]" in out and "[B]" in out and str(random_) in out
 
 
+def test_a_run_folder_evaluates_its_best_policy_and_final_weights_one_flag_away(cartpole_runs, capsys, tmp_path):
+    """A run keeps its best policy in best/ (rulka.trainer.best): ``rulka eval RUN`` drives it,
+    ``--final`` the weights at the end of the run (weights/). Here best/ balances, weights/ falls."""
+    trained, random_ = cartpole_runs
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    (run / "weights").mkdir()
+    for name in ("config.resolved.yaml",):
+        (run / name).write_bytes((trained / name).read_bytes())
+    (run / "best" / "policy.safetensors").write_bytes((trained / "weights" / "policy.safetensors").read_bytes())
+    (run / "weights" / "policy.safetensors").write_bytes((random_ / "weights" / "policy.safetensors").read_bytes())
+    best = _eval_json(capsys, str(run), "--episodes", "3")
+    assert best["policy"] == str(run / "best" / "policy.safetensors") and best["overall"]["return_mean"] >= 450
+    final = _eval_json(capsys, str(run), "--episodes", "3", "--final")
+    assert final["policy"] == str(run / "weights" / "policy.safetensors") and final["overall"]["return_mean"] < 100
+    assert final["env"] == best["env"] == "gym CartPole-v1"  # the run's config for both
+    # a run that kept no best policy: its final weights, and a note that says so
+    plain = _eval_json(capsys, str(random_), "--episodes", "1")
+    assert plain["policy"] == str(random_ / "weights" / "policy.safetensors")
+    assert main(["eval", str(random_), "--episodes", "1"]) == 0
+    assert "kept no best policy" in capsys.readouterr().err
+
+
 def test_env_override_with_other_observations_is_a_one_line_error(cartpole_runs, capsys):
     trained, _ = cartpole_runs
     assert main(["eval", str(trained), "--env", "Acrobot-v1", "--episodes", "1"]) == 2

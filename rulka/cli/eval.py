@@ -15,8 +15,10 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "eval", help="run greedy episodes of a saved policy and print return, race time, finish rate",
         description=(
-            "Load a saved policy (a run folder, which holds weights/policy.safetensors, or a policy "
-            ".safetensors file) with the run's resolved config, run N greedy episodes on the run's "
+            "Load a saved policy (a run folder: its best policy, best/policy.safetensors, which every "
+            "run keeps from its greedy evaluation episodes, or with --final the weights at the end of "
+            "the run, weights/policy.safetensors; or a policy .safetensors file) with the run's "
+            "resolved config, run N greedy episodes on the run's "
             "env (the simulator, a Gymnasium env or a game backend), and print mean ± std of the "
             "return, the finish rate and the race time per map. Episode i resets with seed S+i, so "
             "two policies compared with --compare meet the same starts."
@@ -24,6 +26,8 @@ def register(subparsers: Any) -> None:
         epilog="example: rulka eval runs/sim_iqn --episodes 5 --video renders/",
     )
     parser.add_argument("policy", metavar="RUN_DIR_OR_WEIGHTS", help="run folder or policy .safetensors file")
+    parser.add_argument("--final", action="store_true",
+                        help="a run folder's final weights (weights/) instead of its best policy (best/)")
     parser.add_argument("--episodes", type=int, default=10, help="greedy episodes per policy (default 10)")
     parser.add_argument("--env", default=None, metavar="ENV",
                         help="evaluate on another env: sim, sim:TRACK (a bundled track, gen:SEED or a "
@@ -45,18 +49,19 @@ def register(subparsers: Any) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rulka.envs.video import EpisodeRecorder, file_stem
-    from rulka.evaluation import DEFAULT_MAX_STEPS, evaluate, format_table, load_for_eval
+    from rulka.evaluation import BEST, DEFAULT_MAX_STEPS, FINAL, evaluate, format_table, load_for_eval
 
     max_steps = DEFAULT_MAX_STEPS if args.max_steps is None else args.max_steps
     if max_steps < 1:
         raise UserError("--max-steps must be at least 1")
     if args.episodes < 1:
         raise UserError("--episodes must be at least 1")
-    first = load_for_eval(args.policy, env=args.env, overrides=args.overrides)
+    which = FINAL if args.final else BEST
+    first = load_for_eval(args.policy, env=args.env, overrides=args.overrides, which=which)
     policies = [first]
     if args.compare:
         # the second policy runs on the first one's env, whatever its own run used
-        other = load_for_eval(args.compare, env=args.env, overrides=args.overrides)
+        other = load_for_eval(args.compare, env=args.env, overrides=args.overrides, which=which)
         other.cfg = _with_env_of(other.cfg, first.cfg)
         policies.append(other)
     summaries = []
@@ -80,7 +85,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(format_table(summaries))
         for path in written:
             print(path)
-    for policy in policies:
+    for arg, policy in zip([args.policy, args.compare], policies, strict=False):
+        if which == BEST and Path(arg).is_dir() and policy.file.parent.name != "best":
+            print(f"note: {arg} kept no best policy (best/); evaluated its final weights", file=sys.stderr)
         if policy.config_source == "defaults":
             print(f"note: {policy.file} carries no run config; evaluated with the defaults' env",
                   file=sys.stderr)

@@ -835,10 +835,11 @@ class MapCycleConfig(Section):
     entries: list[MapCycleEntry] = Field(default_factory=list)
     """Entries, played in order and repeated; empty = environment.track only."""
     keep_best_policy: bool = True
-    """With greedy entries (``is_exploration: false``): the workers drive them with an evaluation
-    version of the weights the trainer keeps, and the trainer writes the version that drove every
-    greedy map best (most maps finished, then most maps under their reference time, then the
-    lowest total race time) to ``<run>/best/policy.safetensors`` with ``best.json`` (rulka extension)."""
+    """Keep the run's best policy: the trainer marks evaluation versions of the weights, workers drive
+    greedy episodes with them (the greedy entries, ``is_exploration: false``; without any, the episodes
+    ``trainer.best_policy_every_frames`` asks for), and the version that drove best (most maps finished,
+    then most under their reference time, then the lowest total race time; a Gymnasium env: the
+    highest mean return) is written to ``<run>/best/policy.safetensors`` with ``best.json`` (rulka extension)."""
 
     def expanded(self) -> list[MapCycleEntry]:
         """The cycle with each entry repeated ``repeat`` times, in order."""
@@ -1224,6 +1225,14 @@ class TrainerConfig(Section):
     """Every N weights versions, ask one worker (in turn) for greedy test episodes, logged as eval/... and not trained on (0 = never)."""
     eval_episodes: PositiveInt = 1
     """Greedy test episodes per request."""
+    best_policy_every_frames: NonNegativeInt = 20000
+    """Runs without greedy map-cycle entries: every N frames played, the next weights version is a
+    best-policy candidate and one worker (in turn) drives ``best_policy_episodes`` greedy episodes with
+    it (per map of an exploring cycle), not trained on; the best candidate goes to ``<run>/best``
+    (``map_cycle.keep_best_policy``; 0 = no requested episodes, no best policy without greedy entries)."""
+    best_policy_episodes: PositiveInt = 1
+    """Greedy episodes per map that judge a best-policy candidate the trainer asks for: a race is
+    deterministic (one is enough); a Gymnasium env is ranked by the mean return of these episodes."""
     verify: bool = False
     """Check that the memory rebuilds exactly what workers saw."""
     device: str = "auto"

@@ -1,4 +1,4 @@
-"""The run's best policy: the weights that drove the map cycle's greedy entries fastest.
+"""The run's best policy: the weights that drove the greedy evaluation episodes best.
 
 A greedy policy keeps changing while it trains: on the simulator's five bundled tracks, one
 run's in-run greedy race on one track swung by 1-3 s from one weights version to the next
@@ -17,10 +17,20 @@ Score, as a TrackMania player ranks runs: more maps finished first; then more ma
 faster than the map's reference time, where the env reports one (``reference_time_ms``: a
 medal or author time, a recorded line's time; on rulka's simulator the scripted driver's time);
 then the lower sum of the finished race times; then more metres covered on the unfinished maps.
-An env without reference times is ranked by finishes and total time alone.
+An env without reference times is ranked by finishes and total time alone. A Gymnasium env
+(``environment.backend: gym``: no finish line, no race time) is ranked by its greedy return: the
+mean over ``trainer.best_policy_episodes`` episodes per map (``RETURN``).
 
-A new candidate is marked when the last one is complete, or when it has waited
-``TIMEOUT_S`` (a worker stopped mid-pass): the passes go as fast as the workers drive.
+Every run keeps one. With greedy map-cycle entries the workers' greedy entries are the
+evaluation episodes. Without them (a single track, a Gymnasium env, a cycle of exploring entries
+only) the trainer asks for them: every ``trainer.best_policy_every_frames`` frames the candidate's
+weights carry ``eval_policy_episodes`` (one pass of the cycle times ``best_policy_episodes``) and
+``eval_policy_worker`` (the workers in turn), and that worker drives them greedily with the
+candidate (``rulka.worker.worker``), not stored for training.
+
+A new candidate is marked when the last one is complete (and, for requested episodes, once
+``best_policy_every_frames`` frames have been played since the last mark), or when it has waited
+``TIMEOUT_S`` (a worker stopped mid-pass).
 """
 
 from __future__ import annotations
@@ -42,6 +52,8 @@ BEST_JSON = "best.json"
 CANDIDATES_LOG = "candidates.jsonl"
 TIMEOUT_S = 300.0  # a candidate not complete after this long is replaced (its results still count)
 KEEP_CANDIDATES = 3  # candidates whose results may still arrive (the newest and two before it)
+RACE = "race"  # ranked by finishes, references beaten, race time, metres (TrackMania-like envs)
+RETURN = "return"  # ranked by the mean greedy return (Gymnasium envs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +62,7 @@ class MapResult:
     race_time_ms: float | None
     progress_m: float
     reference_time_ms: float | None = None
+    episode_return: float | None = None  # the mean over the map's episodes (RETURN ranking)
 
     @property
     def beats_reference(self) -> bool:
@@ -65,9 +78,12 @@ def _number(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def score(results: Mapping[str, MapResult]) -> Key:
+def score(results: Mapping[str, MapResult], ranking: str = RACE) -> Key:
     """Sort key, lower is better: (-maps finished, -maps faster than their reference time, sum of
-    the finished race times in ms, -metres covered on the unfinished maps)."""
+    the finished race times in ms, -metres covered on the unfinished maps). ``RETURN``:
+    (0, 0, -sum over maps of the mean greedy return, 0)."""
+    if ranking == RETURN:
+        return (0, 0, -float(sum(r.episode_return or 0.0 for r in results.values())), 0.0)
     finished = [r for r in results.values() if r.finished and r.race_time_ms is not None]
     unfinished = [r for r in results.values() if not (r.finished and r.race_time_ms is not None)]
     return (-len(finished), -sum(r.beats_reference for r in finished),
@@ -84,20 +100,38 @@ class _Candidate:
     updates: int
     marked_t: float
     results: dict[str, MapResult] = dataclasses.field(default_factory=dict)
+    returns: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # RETURN: per map, so far
 
 
 class BestPolicy:
     """Candidates, their greedy results per map, and the best complete one (see the module doc).
 
     ``maps``: the short names of the map cycle's greedy entries; ``folder``: where the best policy
-    goes (None: kept in memory only)."""
+    goes (None: kept in memory only). ``ranking``: ``RACE`` or ``RETURN``; ``episodes``: greedy
+    episodes per map whose mean return is the map's result (``RETURN``; a race is deterministic,
+    its first result counts). ``request_episodes`` > 0: the trainer asks a worker for that many
+    greedy episodes per candidate, a candidate at most every ``every_frames`` frames; ``single``:
+    every result counts for the one map (a run without a map cycle: the map names episodes carry
+    do not matter)."""
 
-    def __init__(self, maps: Iterable[str], folder: Path | None, clock: Any = time.monotonic) -> None:
+    def __init__(self, maps: Iterable[str], folder: Path | None, clock: Any = time.monotonic, *,
+                 ranking: str = RACE, episodes: int = 1, request_episodes: int = 0, every_frames: int = 0,
+                 single: bool = False) -> None:
         self.maps = sorted(set(maps))
         if not self.maps:
             raise ValueError("BestPolicy needs at least one greedy map")
+        if ranking not in (RACE, RETURN):
+            raise ValueError(f"ranking must be {RACE!r} or {RETURN!r}, not {ranking!r}")
+        if single and len(self.maps) != 1:
+            raise ValueError("single: one map only")
         self.folder = folder
         self.clock = clock
+        self.ranking = ranking
+        self.episodes = max(1, int(episodes))
+        self.request_episodes = int(request_episodes)
+        self.every_frames = int(every_frames)
+        self.single = single
+        self._last_mark_frames: int | None = None
         self._candidates: OrderedDict[int, _Candidate] = OrderedDict()
         self.best: dict[str, Any] | None = None  # what best.json holds
         self.best_key: Key | None = None
@@ -107,14 +141,54 @@ class BestPolicy:
         if folder is not None:
             self._load()
 
+    @classmethod
+    def for_config(cls, cfg: Any, folder: Path | None) -> BestPolicy | None:
+        """The run's best policy as ``cfg`` asks for it (see the module doc), or None when it is
+        turned off (``map_cycle.keep_best_policy: false``, or no greedy entries and
+        ``trainer.best_policy_every_frames: 0``)."""
+        if not cfg.map_cycle.keep_best_policy:
+            return None
+        ranking = RETURN if cfg.environment.backend == "gym" else RACE
+        tc = cfg.trainer
+        entries = cfg.map_cycle.entries
+        greedy = {e.short_name for e in entries if not e.is_exploration}
+        if greedy:  # the workers' greedy entries are the evaluation episodes
+            return cls(greedy, folder, ranking=ranking)
+        if not tc.best_policy_every_frames:
+            return None
+        episodes = int(tc.best_policy_episodes)
+        if entries:  # exploring entries only: a requested pass of the cycle, each map greedily
+            return cls({e.short_name for e in entries}, folder, ranking=ranking, episodes=episodes,
+                       request_episodes=episodes * len(cfg.map_cycle.expanded()),
+                       every_frames=tc.best_policy_every_frames)
+        env = cfg.environment.gym_id if cfg.environment.backend == "gym" else cfg.environment.track
+        return cls([str(env) or cfg.environment.backend], folder, ranking=ranking, episodes=episodes,
+                   request_episodes=episodes, every_frames=tc.best_policy_every_frames, single=True)
+
+    def map_key(self, map_name: str) -> str:
+        """The map a greedy episode counts for: its own name, or the one map (``single``)."""
+        return self.maps[0] if self.single else map_name
+
     # -- the trainer's side ---------------------------------------------------------------------
-    def wants_candidate(self) -> bool:
+    def wants_candidate(self, frames: int = 0) -> bool:
         """True when the next published version should be marked: no candidate yet, the newest one
-        complete, or waiting for longer than ``TIMEOUT_S``."""
+        complete (and, when the trainer requests the episodes, ``every_frames`` frames since the
+        last mark), or waiting for longer than ``TIMEOUT_S``."""
         if not self._candidates:
             return True
         newest = next(reversed(self._candidates.values()))
-        return len(newest.results) >= len(self.maps) or self.clock() - newest.marked_t > TIMEOUT_S
+        if self.clock() - newest.marked_t > TIMEOUT_S:
+            return True
+        if len(newest.results) < len(self.maps):
+            return False
+        return self._last_mark_frames is None or frames - self._last_mark_frames >= self.every_frames
+
+    def request(self, worker: str) -> dict[str, Any]:
+        """What a candidate's weights carry so that ``worker`` drives its greedy episodes (empty when
+        the map cycle's greedy entries do)."""
+        if not self.request_episodes:
+            return {}
+        return {"eval_policy_episodes": self.request_episodes, "eval_policy_worker": worker}
 
     def mark(self, version: int, weights: Mapping[str, Any], spec: Mapping[str, Any], frames: int,
              updates: int) -> None:
@@ -124,29 +198,40 @@ class BestPolicy:
         copied = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in weights.items()}
         self._candidates[int(version)] = _Candidate(int(version), copied, dict(spec), int(frames), int(updates),
                                                     self.clock())
+        self._last_mark_frames = int(frames)
         while len(self._candidates) > KEEP_CANDIDATES:
             _, old = self._candidates.popitem(last=False)
             if len(old.results) < len(self.maps):
                 self.dropped += 1
 
     def add_result(self, version: int, map_name: str, finished: bool, race_time_ms: float | None,
-                   progress_m: Any, reference_time_ms: Any = None) -> bool:
+                   progress_m: Any, reference_time_ms: Any = None, episode_return: Any = None) -> bool:
         """A greedy episode of candidate ``version`` on ``map_name``; True when it completed the
-        candidate and made it the new best (written to ``folder``). The first result per map counts
-        (a greedy race of one version is the same race each time). ``progress_m`` and
-        ``reference_time_ms`` come from a worker's episode info: anything but a number is None."""
+        candidate and made it the new best (written to ``folder``). ``RACE``: the first result per
+        map counts (a greedy race of one version is the same race each time); ``RETURN``: the mean
+        return of the first ``episodes`` results. ``progress_m``, ``reference_time_ms`` and
+        ``episode_return`` come from a worker's episode info: anything but a number is None."""
         cand = self._candidates.get(int(version))
+        map_name = self.map_key(map_name)
         if cand is None or map_name not in self.maps or map_name in cand.results:
             return False
+        mean_return = None
+        if self.ranking == RETURN:
+            returns = cand.returns.setdefault(map_name, [])
+            returns.append(_number(episode_return) or 0.0)
+            if len(returns) < self.episodes:
+                return False
+            mean_return = sum(returns) / len(returns)
         cand.results[map_name] = MapResult(bool(finished), None if race_time_ms is None else float(race_time_ms),
-                                           _number(progress_m) or 0.0, _number(reference_time_ms))
+                                           _number(progress_m) or 0.0, _number(reference_time_ms), mean_return)
         if len(cand.results) < len(self.maps):
             return False
         self.completed += 1
-        key = score(cand.results)
+        key = score(cand.results, self.ranking)
         summary = {
             "version": cand.version, "frames": cand.frames, "updates": cand.updates,
-            "maps_finished": -key[0], "maps_beating_reference": -key[1], "race_time_total_ms": key[2],
+            "scored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ranking": self.ranking,
+            **self._summary(key),
             "maps": {name: dataclasses.asdict(r) for name, r in sorted(cand.results.items())},
         }
         if self.folder is not None:
@@ -161,14 +246,40 @@ class BestPolicy:
             self._write(cand)
         return True
 
+    def _summary(self, key: Key) -> dict[str, Any]:
+        """What a score says, as ``best.json`` fields."""
+        if self.ranking == RETURN:
+            return {"return_mean": -key[2] / len(self.maps)}
+        return {"maps_finished": -key[0], "maps_beating_reference": -key[1], "race_time_total_ms": key[2]}
+
+    def describe(self) -> str:
+        """The best so far in a few words (the progress line): ``best v12 3/5 finished 101.2s``."""
+        if self.best is None:
+            return ""
+        if self.ranking == RETURN:
+            return f"best v{self.best['version']} return {self.best['return_mean']:.1f}"
+        out = f"best v{self.best['version']}"
+        if len(self.maps) > 1:
+            out += f" {self.best['maps_finished']}/{len(self.maps)} finished"
+        if self.best["maps_finished"]:
+            out += f" {self.best['race_time_total_ms'] / 1000:.2f}s"
+        if self.best["maps_finished"] < len(self.maps):  # how far it got where it did not finish
+            metres = sum(float(r.get("progress_m") or 0.0) for r in self.best["maps"].values() if not r.get("finished"))
+            out += f" {metres:.0f}m"
+        return out
+
     def metrics(self) -> dict[str, float]:
         out = {"eval/best_policy/candidates_completed": float(self.completed),
                "eval/best_policy/candidates_dropped": float(self.dropped)}
         if self.best is not None:
             out["eval/best_policy/version"] = float(self.best["version"])
-            out["eval/best_policy/maps_finished"] = float(self.best["maps_finished"])
-            out["eval/best_policy/maps_beating_reference"] = float(self.best["maps_beating_reference"])
-            out["eval/best_policy/race_time_total_ms"] = float(self.best["race_time_total_ms"])
+            out["eval/best_policy/frames"] = float(self.best["frames"])
+            if self.ranking == RETURN:
+                out["eval/best_policy/return_mean"] = float(self.best["return_mean"])
+            else:
+                out["eval/best_policy/maps_finished"] = float(self.best["maps_finished"])
+                out["eval/best_policy/maps_beating_reference"] = float(self.best["maps_beating_reference"])
+                out["eval/best_policy/race_time_total_ms"] = float(self.best["race_time_total_ms"])
         return out
 
     # -- files ----------------------------------------------------------------------------------
@@ -182,9 +293,7 @@ class BestPolicy:
         save_policy(tmp, cand.weights, cand.spec)
         os.replace(tmp, self.folder / POLICY_FILE)
         atomic_write_text(self.folder / BEST_JSON, json.dumps(self.best, indent=2) + "\n")
-        log.info("best policy: v%d, %d/%d maps finished, %d faster than their reference, %.2f s in all",
-                 cand.version, self.best["maps_finished"], len(self.maps), self.best["maps_beating_reference"],
-                 self.best["race_time_total_ms"] / 1000)
+        log.info("best policy: v%d at %d frames: %s", cand.version, cand.frames, self.describe())
 
     def _load(self) -> None:
         """A resumed run keeps the best it had: a later candidate must beat it."""
@@ -198,15 +307,17 @@ class BestPolicy:
         try:
             best = json.loads(path.read_text(encoding="utf-8"))
             results = {str(k): MapResult(bool(v["finished"]), number(v["race_time_ms"]), float(v["progress_m"]),
-                                         number(v.get("reference_time_ms"))) for k, v in best["maps"].items()}
-            key = score(results)
+                                         number(v.get("reference_time_ms")), number(v.get("episode_return")))
+                       for k, v in best["maps"].items()}
+            ranking = best.get("ranking", RACE)
+            key = score(results, self.ranking)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring an unreadable %s (the first complete candidate replaces it): %s", path, exc)
             return
-        if sorted(results) != self.maps:  # another map cycle: its score does not compare
-            log.warning("%s scores other maps (%s); the first complete candidate replaces it", path,
-                        ", ".join(sorted(results)))
+        if sorted(results) != self.maps or ranking != self.ranking:  # another map cycle or env: no comparison
+            log.warning("%s scores other maps (%s) or ranks by %s; the first complete candidate replaces it", path,
+                        ", ".join(sorted(results)), ranking)
             return
         # the summary fields follow from the races (a file written before a field existed has them too)
-        best.update(maps_finished=-key[0], maps_beating_reference=-key[1], race_time_total_ms=key[2])
+        best.update(ranking=self.ranking, **self._summary(key))
         self.best, self.best_key = best, key

@@ -173,7 +173,8 @@ class Intake:
         race_time = info.get("race_time_ms")
         finished = info.get("finished") is True and isinstance(race_time, (int, float))
         if self.best_policy.add_result(version, seg.map_name, finished, race_time if finished else None,
-                                       info.get("progress_m"), info.get("reference_time_ms")):
+                                       info.get("progress_m"), info.get("reference_time_ms"),
+                                       info.get("episode_return")):
             self.state.counters["best_policy_improved"] += 1
 
     # -- the memory -------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ class Publisher:
         self.last_weights: bytes | None = None
         self.was_connected = True  # publish() at start already reaches a connected server
         self.server_session = 0  # link.server_session() when the weights last reached the server
-        self._eval_turn = 0
+        self._eval_turns: dict[str, int] = {}  # a turn of its own per kind of request
 
     def actor_spec(self) -> dict[str, Any]:
         """The agent's actor spec plus, as ``run_config_json``, the config sections a worker needs
@@ -72,10 +72,12 @@ class Publisher:
         if self.eval_every_versions and state.version % self.eval_every_versions == 0:
             spec.update(self._eval_request())
         weights = self.agent.actor_weights()
-        if self.best_policy is not None and self.best_policy.wants_candidate():
-            # workers drive the cycle's greedy entries with this version until the next one
+        if self.best_policy is not None and self.best_policy.wants_candidate(state.samples):
+            # workers drive the cycle's greedy entries (or the episodes requested) with this version
             self.best_policy.mark(state.version, weights, self.actor_spec(), state.samples, state.updates)
             spec["eval_policy"] = True
+            if self.best_policy.request_episodes:
+                spec.update(self.best_policy.request(self._next_eval_worker("best")))
             state.counters["eval_policy_versions"] += 1
         blob = WeightsBlob(state.run_id, state.version, weights, spec)
         self.last_weights = self.encode_weights(blob)
@@ -85,11 +87,16 @@ class Publisher:
     def _eval_request(self) -> dict[str, Any]:
         """Ask for ``eval_episodes`` greedy test episodes (they ride with the weights): from the
         workers heard from, one in turn; any worker while none is known."""
-        known = sorted(set(self.workers.last_heard) | set(self.workers.stats))
-        worker = known[self._eval_turn % len(known)] if known else ""
-        self._eval_turn += 1
         self.state.counters["eval_requests"] += 1
-        return {"eval_episodes": self.eval_episodes, "eval_worker": worker}
+        return {"eval_episodes": self.eval_episodes, "eval_worker": self._next_eval_worker("eval")}
+
+    def _next_eval_worker(self, turn: str) -> str:
+        """The workers heard from, one in turn (a turn of its own per kind of request: ``eval``,
+        ``best``); any worker ("") while none is known."""
+        known = sorted(set(self.workers.last_heard) | set(self.workers.stats))
+        n = self._eval_turns.get(turn, 0)
+        self._eval_turns[turn] = n + 1
+        return known[n % len(known)] if known else ""
 
     def start_session(self) -> None:
         """The server session the first weights reached (``Trainer.run`` calls it after publishing)."""

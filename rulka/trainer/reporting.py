@@ -68,7 +68,8 @@ class Reporter:
                                      ret=round(float(np.mean(returns[-20:])), 1) if returns else None,
                                      race_s=None if intake.last_race_time_ms is None
                                      else round(intake.last_race_time_ms / 1000, 2),
-                                     spi=self.ratio_text())
+                                     spi=self.ratio_text(),
+                                     best=self.best_policy.describe() or None if self.best_policy is not None else None)
             except Exception:  # noqa: BLE001 - a display problem never stops training
                 self.progress = None
         if not force and now - self.last_log < self.log_every_s:

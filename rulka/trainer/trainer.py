@@ -172,11 +172,10 @@ class Trainer:
             if signing_key is None:
                 raise ValueError("Trainer needs signing_key (the trainer's Ed25519 key) or weights_encoder")
             weights_encoder = signed_encoder(signing_key)
-        # the map cycle's best policy (rulka.trainer.best): evaluation versions and their greedy races
-        greedy_maps = {e.short_name for e in cfg.map_cycle.entries if not e.is_exploration}
+        # the run's best policy (rulka.trainer.best): evaluation versions and their greedy episodes
         self.best_policy: BestPolicy | None = None
-        if self.config_given and cfg.map_cycle.keep_best_policy and greedy_maps:
-            self.best_policy = BestPolicy(greedy_maps, self.run_dir / BEST_DIR if self.run_dir is not None else None)
+        if self.config_given:
+            self.best_policy = BestPolicy.for_config(cfg, self.run_dir / BEST_DIR if self.run_dir is not None else None)
         # the components, over the state they share
         self.state = RunState()
         self.store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer

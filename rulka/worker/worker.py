@@ -259,6 +259,7 @@ class Worker:
         self.eval_actor: Any = None
         self.eval_version: int | None = None
         self.eval_pending = 0  # greedy test episodes the trainer asked for, not run yet
+        self.eval_policy_pending = 0  # greedy episodes of the evaluation version asked for (best policy)
         self._pending_lock = threading.Lock()
         self._weights_event = threading.Event()
         self._stop = threading.Event()
@@ -619,6 +620,10 @@ class Worker:
             self.eval_actor, self.eval_version = None, None
             return
         self.eval_version = int(blob.version)
+        # a run without greedy map-cycle entries asks one worker for the candidate's greedy episodes
+        n, target = spec.get("eval_policy_episodes"), spec.get("eval_policy_worker", "")
+        self.eval_policy_pending = (min(n, 100) if isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                    and target in ("", self.name) else 0)
 
     def _produce(self, buf: EpisodeBuffer, episode_id: int, index: int, done: bool,
                  info: dict[str, Any], stop_event: threading.Event, test: bool = False,
@@ -681,10 +686,17 @@ class Worker:
         stop_event = stop_event or threading.Event()
         if not self._ensure_ready(stop_event):
             return -1
-        requested = not self.test and self.eval_pending > 0 and self.actor is not None
-        n = self._run_episode(stop_event, max_steps, requested)
+        if not self.test:
+            self._take_eval_version()
+        # the best policy's candidate first (rulka.trainer.best), then the trainer's test episodes
+        candidate = not self.test and self.eval_policy_pending > 0 and self.eval_actor is not None
+        requested = candidate or (not self.test and self.eval_pending > 0 and self.actor is not None)
+        n = self._run_episode(stop_event, max_steps, requested, candidate)
         if n >= 0 and requested:
-            self.eval_pending -= 1
+            if candidate:
+                self.eval_policy_pending -= 1
+            else:
+                self.eval_pending -= 1
             self.stats.eval_episodes += 1
         return n
 
@@ -700,12 +712,14 @@ class Worker:
         self._start_left -= 1
         return self._start_seed
 
-    def _run_episode(self, stop_event: threading.Event, step_budget: int | None, requested_test: bool = False) -> int:
+    def _run_episode(self, stop_event: threading.Event, step_budget: int | None, requested_test: bool = False,
+                     candidate: bool = False) -> int:
         """One episode; returns its steps, or -1 if it was cut short by ``stop_event``.
 
         Greedy (an evaluation episode) for a test worker, for a map-cycle entry with
         ``is_exploration: false``, and for a test episode the trainer asked for
-        (``requested_test``: never stored for training, and it uses up no GRPO start)."""
+        (``requested_test``: never stored for training, and it uses up no GRPO start;
+        ``candidate``: driven by the evaluation version, for the trainer's best policy)."""
         self._wait_for_welcome(stop_event)
         self._wait_for_credit(stop_event)
         if stop_event.is_set():
@@ -721,7 +735,7 @@ class Worker:
         keep: dict[str, Any] = {} if (entry is None or entry.fill_buffer) and not requested_test else {"fill_buffer": False}
         # a map-cycle greedy entry drives with the trainer's evaluation version when there is one
         actor = None
-        if entry is not None and not entry.is_exploration and not requested_test:
+        if candidate or (entry is not None and not entry.is_exploration and not requested_test):
             self._take_eval_version()
             if self.eval_actor is not None and self.eval_version is not None:
                 actor = self.eval_actor
