@@ -174,6 +174,40 @@ def test_grpo_pushes_up_the_better_trajectory():
     assert agent.get_actor().distribution(np.zeros(4, np.float32))[0][1] > p_before
 
 
+def test_grpo_clipped_uses_the_behaviour_logprobs_and_the_exact_reference_kl():
+    """``grpo_objective: clipped``: the first pass's ratio is pi / behaviour (the recorded
+    log-prob, here 0.69 below a near-uniform pi = 0.5: ratio ~2, clipped), and the reference KL is
+    exactly 0 while the policy equals its reference, then positive after the update."""
+    from rulka.agents.policy.settings import make_agent
+
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "grpo", "seed": 0, "lr_schedule": [[0, 1e-2]]},
+                            "grpo": {"grpo_group_size": 2, "grpo_ent_coef": 0.0, "grpo_objective": "clipped",
+                                     "grpo_update_epochs": 1, "grpo_ref_kl_coef": 1.0}})
+    agent = make_agent(cfg, device="cpu")
+    assert agent.hp.objective == "clipped"
+    good, bad = seg(episode=0, reward=2.0), seg(episode=1, reward=1.0)
+    for s_ in (good, bad):
+        s_.arrays["extra/logprob"][:] = np.log(0.25)  # the behaviour gave the taken action 1/4
+    mem = GroupMemory(group_size=2)
+    mem.append(good)
+    mem.append(bad)
+    m = agent.train(mem.take())
+    assert m["losses/ref_kl"] == 0.0  # first pass: policy == reference
+    assert m["losses/clipfrac"] == 1.0  # ratio ~0.5 / 0.25 = 2 for every step
+    batch = GroupMemory(group_size=2)
+    batch.append(seg(episode=2, reward=2.0))
+    batch.append(seg(episode=3, reward=1.0))
+    m2 = agent.train(batch.take())
+    assert m2["losses/ref_kl"] > 0.0
+    no_logp = seg(episode=4)
+    del no_logp.arrays["extra/logprob"]
+    mem3 = GroupMemory(group_size=2)
+    mem3.append(no_logp)
+    mem3.append(seg(episode=5, reward=3.0))
+    with pytest.raises(ValueError, match="behaviour log-probs"):
+        agent.train(mem3.take())
+
+
 def test_ppo_through_the_trainer_and_workers(tmp_path):
     """The real worker -> link -> trainer path: actors record log pi and V, the trainer publishes
     after every PPO update and reports policy lag; a resumed run keeps its learner state."""

@@ -1001,7 +1001,11 @@ class GrpoConfig(Section):
     grpo_ref_sync_every_updates: PositiveInt = 50
     """Copy the policy into the reference every N group updates."""
     grpo_ref_kl_coef: NonNegativeFloat = 0.0
-    """KL-to-reference weight (0 = off)."""
+    """KL-to-reference weight (0 = off); the KL is exact from the logits."""
+    grpo_objective: Literal["reinforce", "clipped"] = "reinforce"
+    """reinforce (the guide's; on-policy only) or clipped (DeepSeekMath: ratio, clip, per-step mean)."""
+    grpo_clip_coef: PositiveFloat = 0.2
+    """Ratio clip range of grpo_objective: clipped."""
     grpo_ent_coef_schedule: FloatKnots | None = None
     """grpo_ent_coef vs frames, linear."""
     grpo_max_grad_norm_schedule: FloatKnots | None = None

@@ -79,7 +79,8 @@ def grpo_hyper(cfg: Any) -> GRPOHyper:
                      ent_coef_schedule=_knots(cfg, "grpo.grpo_ent_coef_schedule"),
                      max_grad_norm_schedule=_knots(cfg, "grpo.grpo_max_grad_norm_schedule"),
                      ref_kl_coef_schedule=_knots(cfg, "grpo.grpo_ref_kl_coef_schedule"),
-                     update_epochs=int(g.grpo_update_epochs), ref_sync_every_updates=int(g.grpo_ref_sync_every_updates))
+                     update_epochs=int(g.grpo_update_epochs), ref_sync_every_updates=int(g.grpo_ref_sync_every_updates),
+                     objective=str(g.grpo_objective), clip_coef=float(g.grpo_clip_coef))
 
 
 def dpo_hyper(cfg: Any) -> DPOHyper:
