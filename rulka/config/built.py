@@ -40,15 +40,12 @@ NOT_BUILT: frozenset[str] = frozenset(
         "nn.decoder.advantage.transformer",
         "nn.decoder.value.freeze",
         "nn.decoder.value.transformer",
-        # nn.training: target self-loss clamp and the network resets
-        "nn.training.target_self_loss_clamp_ratio",
+        # nn.training: the network resets
         "nn.training.single_reset_flag",
         "nn.training.reset_every_n_frames_generated",
         "nn.training.additional_transition_after_reset",
         "nn.training.last_layer_reset_factor",
         "nn.training.overall_reset_mul_factor",
-        # training: decoupled weight decay
-        "training.weight_decay_lr_ratio",
         "exploration.multi_action_exploration",
         # sections for learners and features not built yet
         # performance: all but running_speed (the TMNF game speed)

@@ -543,6 +543,8 @@ class NnTrainingConfig(Section):
     """Compile networks with TorchScript / torch.compile where supported."""
     use_ddqn: bool = False
     """Double DQN targets: online net picks the action, target net evaluates it."""
+    target_action: Literal["quantile_max", "mean_argmax"] = "quantile_max"
+    """No-DDQN target: max per target quantile (Linesight) or argmax of the quantile mean (IQN paper)."""
     use_amp: bool = True
     """Mixed precision on CUDA (ignored on CPU)."""
     clip_grad_value: PositiveFloat = 1000
@@ -553,8 +555,8 @@ class NnTrainingConfig(Section):
     """Transitions trained on between target network updates."""
     soft_update_tau: Annotated[float, Field(ge=0.0, le=1.0)] = 0.02
     """Target update: target = tau * online + (1 - tau) * target."""
-    target_self_loss_clamp_ratio: PositiveFloat = 4
-    """Clamp of the target self-loss correction."""
+    target_self_loss_clamp_ratio: PositiveFloat | None = 4
+    """Clamp of the target self-loss rescaling of each item's loss (Linesight); null = off."""
     single_reset_flag: int = 0
     """Bump to trigger one soft reset of the network."""
     reset_every_n_frames_generated: PositiveInt = 40_000_000_000_000
@@ -699,7 +701,7 @@ class TrainingConfig(Section):
     adam_beta2: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.999
     """Adam beta2."""
     weight_decay_lr_ratio: NonNegativeFloat = 0.1
-    """Weight decay as a ratio of the learning rate."""
+    """IQN: decoupled weight decay per step, weights *= 1 - ratio * lr (Linesight); 0 = off."""
     global_schedule_speed: PositiveFloat = 1.0
     """Multiplies the frame counts of every schedule (>1 stretches training)."""
     lr_schedule: PositiveKnots = Field(

@@ -96,7 +96,9 @@ def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
         iqn_n=iqn.n, iqn_k=iqn.k, iqn_kappa=iqn.kappa,
         lr_schedule=_knots(cfg, "training.lr_schedule"),
         adam_epsilon=tr.adam_epsilon, adam_beta1=tr.adam_beta1, adam_beta2=tr.adam_beta2,
-        use_ddqn=t.use_ddqn, clip_grad_norm=t.clip_grad_norm, clip_grad_value=t.clip_grad_value,
+        use_ddqn=t.use_ddqn, target_action=t.target_action,
+        target_self_loss_clamp_ratio=t.target_self_loss_clamp_ratio, weight_decay_lr_ratio=tr.weight_decay_lr_ratio,
+        clip_grad_norm=t.clip_grad_norm, clip_grad_value=t.clip_grad_value,
         soft_update_tau=t.soft_update_tau,
         number_memories_trained_on_between_target_network_updates=(
             t.number_memories_trained_on_between_target_network_updates),
