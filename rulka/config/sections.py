@@ -914,6 +914,8 @@ class BtrConfig(Section):
     """Factorised noisy linear layers in the heads."""
     noisy_sigma0: PositiveFloat = 0.5
     """Initial noise scale of noisy layers."""
+    noisy_resample_every_actions: NonNegativeInt = 0
+    """Workers' noise sample: redrawn each episode, and every N actions when N > 0 (greedy: none)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -77,6 +77,8 @@ class IQNHyper:
     epsilon_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_schedule))
     epsilon_boltzmann_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_boltzmann_schedule))
     tau_epsilon_boltzmann: float = _EXPLORATION.tau_epsilon_boltzmann
+    noisy_resample_every_actions: int = _BTR.noisy_resample_every_actions
+    """NoisyNet actors: a new noise sample at each episode start and, when > 0, every N actions."""
     mini_race_actions: int | None = EnvironmentConfig().temporal_mini_race_duration_actions
     """Mini-race length in decisions (the time slot of the floats); None: no mini-race slot."""
     use_amp: bool = _NN_TRAINING.use_amp  # CUDA only
@@ -257,7 +259,9 @@ class IQNAgent(TrainingAgent):
         return {"actor": "iqn", "kwargs": {
             "network": self.spec.to_dict(), "iqn_k": self.hp.iqn_k, "epsilon": eps,
             "epsilon_boltzmann": eps_b, "tau_epsilon_boltzmann": self.hp.tau_epsilon_boltzmann,
-            "mini_race_actions": self.hp.mini_race_actions}}
+            "mini_race_actions": self.hp.mini_race_actions,
+            **({"noisy_resample_every_actions": self.hp.noisy_resample_every_actions}
+               if self.spec.use_noisy_linear else {})}}
 
     def actor_weights(self) -> dict[str, torch.Tensor]:
         """What to publish: the online network's tensors (not copies: the trainer encodes them at
