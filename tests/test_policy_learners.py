@@ -87,6 +87,59 @@ def test_pair_memory_online_best_and_worst_then_removed():
     assert (chosen.score, rejected.score) == (16.0, 8.0) and [r.score for r in mem.buffer] == [12.0]
 
 
+def test_pair_memory_pairs_episodes_of_one_start_by_default():
+    """Start 7 (worker a: scores 20, 8, 40) holds the best and start 9 (worker b: 4, 16) the
+    worst: across starts (40, 4) would be the pair; within one start the pairs are (40, 8) of
+    start 7, then (16, 4) of start 9. ``within_start=False`` pairs the whole buffer as before."""
+    def fill(mem):
+        for ep, (w, start, r) in enumerate([("a", 7, 5.0), ("b", 9, 1.0), ("a", 7, 2.0), ("b", 9, 4.0),
+                                            ("a", 7, 10.0)]):
+            mem.append(seg(w, episode=ep, reward=r, start=start))
+    mem = PairMemory(pair_buffer_max=8)
+    fill(mem)
+    first = [r.score for r in mem.take().rollouts]
+    assert first == [40.0, 8.0]
+    assert [r.score for r in mem.take().rollouts] == [16.0, 4.0]
+    assert not mem.ready() and [r.score for r in mem.buffer] == [20.0]
+    across = PairMemory(pair_buffer_max=8, within_start=False)
+    fill(across)
+    assert [r.score for r in across.take().rollouts] == [40.0, 4.0]
+
+
+def test_dpo_keeps_its_reference_and_regresses_v_on_discounted_returns():
+    """Default: the reference stays fixed over many pairs (the margin grows from 0 as the policy
+    moves); the value term's target is the discounted return, not the recorded values."""
+    from rulka.agents.policy.settings import make_agent
+
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "dpo", "seed": 0, "lr_schedule": [[0, 1e-2]]},
+                            "dpo": {"dpo_update_epochs": 1, "dpo_vf_coef": 1.0}})
+    agent = make_agent(cfg, device="cpu")
+    assert agent.hp.ref_sync_every_updates == 50
+    margins = []
+    for i in range(3):
+        mem = PairMemory()
+        good, bad = seg(episode=0, reward=2.0), seg(episode=1, reward=1.0)
+        good.arrays["action"][:] = 1
+        mem.append(good)
+        mem.append(bad)
+        margins.append(agent.train(mem.take())["losses/dpo_margin"])
+    assert margins[0] == 0.0 and margins[2] > margins[1] > 0.0
+    # the value loss is against G_t of each 4-step episode (per-step rewards 2 and 1, the rollout gamma)
+    from rulka.agents.policy.losses import discounted_returns
+
+    mem = PairMemory()
+    mem.append(seg(episode=0, reward=2.0))
+    mem.append(seg(episode=1, reward=1.0))
+    batch = mem.take()
+    data = agent._states(batch.rollouts)
+    with torch.no_grad():
+        v = agent.net(data.img, data.flt)[1]
+    g = np.concatenate([discounted_returns(r.reward, r.gamma) for r in batch.rollouts])
+    expected = float(((v.numpy() - g) ** 2).mean())
+    agent.hp.update_epochs = 1
+    assert agent.train(batch)["losses/value_loss"] == pytest.approx(expected, rel=1e-5)
+
+
 def test_pair_memory_both_mode_alternates_offline_and_online(tmp_path):
     good, bad = seg(episode=100, reward=3.0), seg(episode=101, reward=-1.0)
     write_episode(tmp_path / "good.rulka-episode", [good])

@@ -11,6 +11,7 @@ import torch
 
 from rulka.agents.policy.losses import (
     categorical_kl,
+    discounted_returns,
     dpo_loss,
     gae,
     group_relative_advantages,
@@ -110,12 +111,18 @@ def test_categorical_kl_is_exact_and_has_a_gradient():
     logp = torch.log_softmax(logits, -1)
     kl = categorical_kl(logp, q.log())
     # 0.5 ln 2 + 0 + 0.25 ln 0.5 = 0.25 ln 2
-    assert float(kl) == pytest.approx(0.25 * math.log(2), rel=1e-6)
+    assert float(kl.detach()) == pytest.approx(0.25 * math.log(2), rel=1e-6)
     kl.sum().backward()
     # d KL / d logit_j = p_j (log p_j - log q_j - KL)
     d = p[0] * (p[0].log() - q[0].log() - 0.25 * math.log(2))
     np.testing.assert_allclose(logits.grad[0].numpy(), d.numpy(), rtol=1e-5, atol=1e-7)
     assert float(categorical_kl(q.log(), q.log())) == 0.0
+
+
+def test_discounted_returns_by_hand():
+    # G2 = 3; G1 = 2 + .5*3 = 3.5; G0 = 1 + .5*3.5 = 2.75
+    np.testing.assert_allclose(discounted_returns(np.array([1.0, 2.0, 3.0]), 0.5), [2.75, 3.5, 3.0])
+    np.testing.assert_allclose(discounted_returns(np.array([1.0, 1.0]), 1.0), [2.0, 1.0])
 
 
 def test_dpo_loss_by_hand():

@@ -9,6 +9,7 @@
   the group.
 - ``categorical_kl``: the exact KL(pi || pi_ref) of two categorical distributions, from log-probs.
 - ``dpo_loss``: DPO (Rafailov et al. 2023) on trajectory-level log-probability sums.
+- ``discounted_returns``: ``G_t = r_t + gamma G_{t+1}`` of one whole episode (DPO's value target).
 """
 
 from __future__ import annotations
@@ -114,3 +115,15 @@ def dpo_loss(policy_chosen: torch.Tensor, ref_chosen: torch.Tensor, policy_rejec
     each trajectory. Returns (loss, the margin inside the sigmoid)."""
     margin = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
     return -F.logsigmoid(margin).mean(), margin.detach()
+
+
+def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """``G_t = sum_k gamma^k r_{t+k}`` to the end of one episode (``G_T = 0``: no bootstrap; the
+    value head's regression target in DPO, whose pairs are whole episodes)."""
+    r = np.asarray(rewards, np.float64)
+    out = np.zeros(len(r), np.float64)
+    acc = 0.0
+    for t in range(len(r) - 1, -1, -1):
+        acc = r[t] + gamma * acc
+        out[t] = acc
+    return out.astype(np.float32)

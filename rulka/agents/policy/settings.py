@@ -136,5 +136,5 @@ def make_memory(cfg: Any = None) -> StepsMemory | GroupMemory | PairMemory:
 
             offline = offline_pair_loader(cfg.dpo.dpo_offline_pairs_jsonl, n_actions=common["n_actions"])
         return PairMemory(data_mode=str(cfg.dpo.dpo_data_mode), pair_buffer_max=int(cfg.dpo.dpo_pair_buffer_max),
-                          offline_pairs=offline, **common)
+                          offline_pairs=offline, within_start=bool(cfg.dpo.dpo_pair_within_start), **common)
     raise ValueError(f"training.algorithm {algorithm!r} is not a policy learner (ppo, grpo, dpo)")
