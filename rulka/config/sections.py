@@ -1056,8 +1056,8 @@ class SacConfig(Section):
     """Critics drawn at random for each target's minimum (REDQ's M; 2 of 2 = SAC's clipped double Q)."""
     policy_critic_reduction: Literal["min", "mean"] | None = None
     """Q the actor maximises: min or mean over the critics (null = min for 2 critics, mean for more, as REDQ)."""
-    policy_every: PositiveInt = 1
-    """Actor and temperature update once every N critic updates (REDQ: once per env step, i.e. N = UTD)."""
+    policy_every: PositiveInt | None = None
+    """Actor and temperature update every N critic updates (null = round(updates_per_sample): once per sample, as REDQ)."""
     updates_per_sample: PositiveFloat = 1.0
     """Critic updates per env step received (UTD ratio; REDQ uses 20)."""
     start_learning_size: NonNegativeInt = 5000
