@@ -46,6 +46,21 @@ def test_steps_memory_waits_for_the_steps_of_all_workers_and_drops_stale_data():
     assert batch.stats["memory/stale_dropped"] == 2 and batch.stats["memory/skipped_evaluation"] == 1
 
 
+def test_steps_memory_keeps_one_step_segments_and_ppo_trains_on_them():
+    """An episode of length 1 mod segment_max_steps ends in a 1-step segment: PPO keeps it."""
+    from rulka.agents.policy.settings import make_agent
+
+    mem = StepsMemory(rollout_steps_per_update=5)
+    assert mem.append(seg("a", t=4, done=False)) == 4
+    assert mem.append(seg("a", index=1, t=1, done=True)) == 1 and mem.counters["too_short"] == 0
+    batch = mem.take()
+    assert [len(r) for r in batch.rollouts] == [4, 1]
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "ppo", "seed": 0},
+                            "ppo": {"num_minibatches": 2, "update_epochs": 1}})
+    metrics = make_agent(cfg, device="cpu").train(batch)
+    assert metrics["charts/update_steps"] == 5.0 and np.isfinite(metrics["losses/policy_loss"])
+
+
 def test_group_memory_gives_exactly_k_episodes_of_one_start():
     mem = GroupMemory(group_size=3)
     # worker a runs start 7, worker b start 9; episodes come in two segments each

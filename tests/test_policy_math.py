@@ -119,6 +119,19 @@ def test_categorical_kl_is_exact_and_has_a_gradient():
     assert float(categorical_kl(q.log(), q.log())) == 0.0
 
 
+def test_ppo_minibatches_have_no_tiny_remainder_and_normalise_within():
+    from rulka.agents.policy.ppo import minibatch_sizes, normalized
+
+    assert minibatch_sizes(10, 4) == [3, 3, 2, 2]
+    assert minibatch_sizes(9, 4) == [3, 2, 2, 2]
+    assert minibatch_sizes(8, 4) == [2, 2, 2, 2]
+    assert minibatch_sizes(3, 4) == [1, 1, 1]
+    assert minibatch_sizes(1, 1) == [1]
+    # [1, 3]: mean 2, sample std sqrt(2): [-1/sqrt 2, 1/sqrt 2]
+    np.testing.assert_allclose(normalized(torch.tensor([1.0, 3.0])).numpy(), [-2 ** -0.5, 2 ** -0.5], rtol=1e-6)
+    assert normalized(torch.tensor([5.0])).tolist() == [5.0]
+
+
 def test_discounted_returns_by_hand():
     # G2 = 3; G1 = 2 + .5*3 = 3.5; G0 = 1 + .5*3.5 = 2.75
     np.testing.assert_allclose(discounted_returns(np.array([1.0, 2.0, 3.0]), 0.5), [2.75, 3.5, 3.0])

@@ -945,7 +945,7 @@ class PpoConfig(Section):
     num_minibatches: PositiveInt = 4
     """Minibatches per epoch."""
     normalize_advantages: bool = True
-    """Normalise advantages per update."""
+    """Normalise advantages within each minibatch (as CleanRL / Stable-Baselines3)."""
     rollout_steps_per_update: PositiveInt = 2048
     """Environment steps gathered before one update."""
     ppo_gamma_schedule: UnitKnots | None = None

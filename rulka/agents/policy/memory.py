@@ -218,9 +218,11 @@ class _PolicyMemory(Memory):
 
 class StepsMemory(_PolicyMemory):
     """PPO: each segment is a rollout; ``take()`` returns all of them once they hold at least
-    ``rollout_steps_per_update`` steps (the last segment may overshoot)."""
+    ``rollout_steps_per_update`` steps (the last segment may overshoot). A 1-step segment is kept
+    (GAE needs no second step: an episode whose length is 1 mod ``segment_max_steps`` ends in one)."""
 
     def __init__(self, *, rollout_steps_per_update: int = 2048, **kw: Any) -> None:
+        kw.setdefault("min_rollout_steps", 1)
         super().__init__(**kw)
         self.rollout_steps_per_update = int(rollout_steps_per_update)
         self.rollouts: list[Rollout] = []
