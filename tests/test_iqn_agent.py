@@ -126,6 +126,44 @@ def test_mini_race_actor_zeroes_time_slot():
                        actor.q_values({"float": np.array([-5.0, 1.0, 2.0], np.float32)}, test=True))
 
 
+def test_decoupled_weight_decay_scales_the_step_by_one_minus_ratio_times_lr():
+    """Linesight's decay: after the optimiser step, every online weight *= 1 - ratio * lr. Two
+    agents with the same seed take the same step; with ratio 0.5 and lr 0.01 the weights are
+    the undecayed ones times 0.995."""
+    common = dict(iqn_n=2, iqn_k=2, lr_schedule=[[0, 1e-2]], mini_race_actions=None)
+    plain = IQNAgent(SPEC, IQNHyper(**common, weight_decay_lr_ratio=0.0), seed=0)
+    plain.train(batch())
+    decayed = IQNAgent(SPEC, IQNHyper(**common, weight_decay_lr_ratio=0.5), seed=0)
+    decayed.train(batch())
+    for a, b in zip(plain.online.parameters(), decayed.online.parameters()):
+        torch.testing.assert_close(b, a * 0.995)
+
+
+def test_self_loss_rescaling_and_target_action_change_the_update():
+    """The self-loss clamp weights items (a different step than without it) and its running means
+    go through the checkpoint; mean_argmax bootstraps from another value than quantile_max."""
+    common = dict(iqn_n=4, iqn_k=4, lr_schedule=[[0, 1e-2]], mini_race_actions=None, weight_decay_lr_ratio=0.0)
+    off = IQNAgent(SPEC, IQNHyper(**common, target_self_loss_clamp_ratio=None), seed=0)
+    on = IQNAgent(SPEC, IQNHyper(**common, target_self_loss_clamp_ratio=4.0), seed=0)
+    b = batch(gamma=0.9)
+    off.train(b)
+    on.train(b)
+    assert off.self_loss_scale is None and on.self_loss_scale is not None
+    assert any(not torch.equal(x, y) for x, y in zip(off.online.parameters(), on.online.parameters()))
+    resumed = IQNAgent(SPEC, IQNHyper(**common, target_self_loss_clamp_ratio=4.0), seed=1)
+    resumed.load_state_dict(on.state_dict())
+    assert resumed.self_loss_scale.state_dict() == on.self_loss_scale.state_dict() != {
+        "typical_self_loss": 0.01, "typical_clamped_self_loss": 0.01}
+    targets = {}
+    for mode in ("quantile_max", "mean_argmax"):
+        agent = IQNAgent(SPEC, IQNHyper(**common, target_action=mode), seed=0)
+        targets[mode] = agent._targets(b, 4, len(b))[0]
+    assert (targets["quantile_max"] >= targets["mean_argmax"] - 1e-6).all()
+    assert not torch.allclose(targets["quantile_max"], targets["mean_argmax"])
+    with pytest.raises(ValueError):
+        IQNHyper(target_action="min")
+
+
 def test_state_dict_round_trip_resumes_identically():
     hp = IQNHyper(iqn_n=2, iqn_k=2, mini_race_actions=None)
     a = IQNAgent(SPEC, hp, seed=0)

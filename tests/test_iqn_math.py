@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rulka.agents.iqn.loss import quantile_huber_loss
+from rulka.agents.iqn.loss import TargetSelfLossScale, greedy_next_value, quantile_huber_loss
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, float_normalisation, stratified_mirrored_taus
 from rulka.nn import DuelingHead, cosine_embedding
 
@@ -93,6 +93,37 @@ def test_float_normalisation_mini_race_slot():
     m, s = float_normalisation(3, 140)
     assert m == [70.0, 0.0, 0.0] and s == [70.0, 1.0, 1.0]
     assert np.allclose(float_normalisation(2, None)[1], [1.0, 1.0])
+    # given (e.g. sample-derived: workers send 0 in the time slot) values never win for slot 0
+    m, s = float_normalisation(3, 140, mean=[0.0, 5.0, 6.0], std=[0.01, 2.0, 3.0])
+    assert m == [70.0, 5.0, 6.0] and s == [70.0, 2.0, 3.0]
+
+
+def test_greedy_next_value_per_quantile_max_and_paper_argmax_by_hand():
+    # one item, two actions; quantile 0: [0, 1], quantile 1: [3, 1]; quantile means [1.5, 1]
+    q_next = torch.tensor([[[0.0, 1.0]], [[3.0, 1.0]]])
+    assert greedy_next_value(q_next, "quantile_max")[:, 0].tolist() == [1.0, 3.0]  # mixes actions
+    assert greedy_next_value(q_next, "mean_argmax")[:, 0].tolist() == [0.0, 3.0]  # action 0's quantiles
+    with pytest.raises(ValueError):
+        greedy_next_value(q_next, "median")
+
+
+def test_target_self_loss_scale_by_hand():
+    # item 0: target quantiles [0, 2] at taus [.25, .75]; item 1: [1, 1] (no spread). kappa = 1.
+    # item 0 self-loss: pairs (0 vs 2): delta -2, huber 1.5, weight 1 - .75 = .25 -> .375;
+    # (2 vs 0): delta 2, huber 1.5, weight .25 -> .375; the others 0; sum over i, mean over j: .375
+    target = torch.tensor([[0.0, 2.0], [1.0, 1.0]])
+    taus = torch.tensor([[0.25, 0.75], [0.25, 0.75]])
+    scale = TargetSelfLossScale(4.0)
+    factors = scale(target, taus, 1.0)
+    typical = 0.99 * 0.01 + 0.01 * (0.375 + 0.0) / 2
+    clamped = [0.375, typical / 4]  # item 1 is lifted to the clamp
+    typical_clamped = 0.99 * 0.01 + 0.01 * sum(clamped) / 2
+    assert scale.typical_self_loss == pytest.approx(typical)
+    assert scale.typical_clamped_self_loss == pytest.approx(typical_clamped)
+    np.testing.assert_allclose(factors.numpy(), [typical_clamped / c for c in clamped], rtol=1e-5)
+    other = TargetSelfLossScale(4.0)
+    other.load_state_dict(scale.state_dict())
+    np.testing.assert_allclose(other(target, taus, 1.0).numpy(), scale(target, taus, 1.0).numpy(), rtol=1e-6)
 
 
 def test_munchausen_bonus_clips_the_scaled_log_policy():

@@ -163,6 +163,21 @@ def test_per_priority_rule_and_sampling_bias():
     assert mem.tree.get(np.array([4]))[0] == pytest.approx(3.0)
 
 
+def test_short_mini_races_still_update_priorities():
+    """A mini-race of 40 actions or fewer has no "duration - 40" horizon: every item's priority
+    is updated (the rule would otherwise leave each at its first value)."""
+    from rulka.config import config_from_dict
+
+    mem = memory(prio_alpha=1.0, prio_epsilon=0.0, mini_race_duration_actions=30)
+    assert mem.min_horizon_prio is None
+    mem.append(make_segment(t=4, done=True))
+    slots = np.array([0, 1, 2, 3])
+    mem.update_priorities(slots, np.array([3.0, 1.0, 5.0, 7.0]), np.array([0, 10, 20, 29]))
+    assert mem.tree.get(slots).tolist() == [3.0, 1.0, 5.0, 7.0]
+    cfg = config_from_dict({"environment": {"temporal_mini_race_duration_ms": 1500}})  # 30 actions at 50 ms
+    assert cfg.temporal_mini_race_duration_actions == 30 and cfg.min_horizon_to_update_priority_actions is None
+
+
 def test_td_errors_reported_by_batch_update_priorities():
     mem = memory(prio_alpha=0.5, prio_epsilon=0.01)
     mem.append(make_segment(t=4, done=True))

@@ -126,3 +126,92 @@ def test_the_worker_limits_numpy_blas_threads_with_torch_threads():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(None, 1) == ["1", "[1]\n"]
+
+
+NOISY = {**BASE, "use_noisy_linear": True}
+
+
+def test_noisy_actors_explore_with_their_own_noise_and_evaluate_noise_free():
+    """NoisyNet: two workers' actors (one agent, epsilon 0) act differently on the same
+    observations; greedy (evaluation, best policy) both act with the mean weights, identically."""
+    from rulka.agents.iqn import IQNAgent, IQNHyper
+
+    agent = IQNAgent(IQNNetworkSpec(**NOISY), IQNHyper(iqn_n=8, iqn_k=8, mini_race_actions=None,
+                                                       epsilon_schedule=[[0, 0.0]],
+                                                       epsilon_boltzmann_schedule=[[0, 0.0]]), seed=0)
+    a, b = agent.get_actor(), agent.get_actor()
+    assert a.epsilon == b.epsilon == 0.0 and a.noisy and a.uses_numpy
+    obs = np.random.default_rng(0).normal(size=(300, 5)).astype(np.float32) * 3
+    explore_a, explore_b = [a.act(o) for o in obs], [b.act(o) for o in obs]
+    assert explore_a != explore_b
+    assert [a.act(o, test=True) for o in obs] == [b.act(o, test=True) for o in obs]
+    # the greedy action is the mean weights' (a network without noise), whatever the noise sample
+    mean_only = IQNActor(NOISY, iqn_k=8, seed=5)
+    mean_only.load_weights(a.get_weights())
+    assert [a.act(o, test=True) for o in obs] == [mean_only.act(o, test=True) for o in obs]
+
+
+@pytest.mark.parametrize("numpy_inference", [True, False])
+def test_noise_is_redrawn_per_episode_or_every_n_actions(numpy_inference):
+    per_episode = randomised_actor(NOISY, seed=1, numpy_inference=numpy_inference)
+    assert per_episode.uses_numpy is numpy_inference
+    obs = np.ones(5, np.float32)
+    draws = per_episode.noise_draws
+    for _ in range(10):
+        per_episode.act(obs)
+    assert per_episode.noise_draws == draws  # one sample for the whole episode
+    q_before = noisy_q(per_episode, obs)
+    per_episode.reset()
+    assert per_episode.noise_draws == draws + 1 and not np.allclose(q_before, noisy_q(per_episode, obs))
+    every3 = randomised_actor(NOISY, seed=1, numpy_inference=numpy_inference, noisy_resample_every_actions=3)
+    draws = every3.noise_draws
+    for _ in range(7):  # redrawn before actions 4 and 7
+        every3.act(obs)
+    assert every3.noise_draws == draws + 2
+    for _ in range(5):
+        every3.act(obs, test=True)  # greedy actions neither use nor redraw noise
+    assert every3.noise_draws == draws + 2
+
+
+def noisy_q(actor: IQNActor, obs: np.ndarray) -> np.ndarray:
+    """The actor's exploring mean Q at the midpoint taus (fixed taus: only the noise varies)."""
+    if actor._numpy is not None:
+        return actor._numpy(obs, None, noise=True)
+    for m in actor._noisy:
+        m.act_with_noise = True
+    return torch_q(actor, obs, actor._midpoints)
+
+
+def test_the_numpy_noise_sample_is_the_torch_one():
+    actor = randomised_actor(NOISY, seed=2)
+    actor.reset()
+    obs = np.linspace(-2, 2, 5).astype(np.float32)
+    q_np = actor._numpy(obs, None, noise=True)
+    for m in actor._noisy:
+        m.act_with_noise = True
+    np.testing.assert_allclose(q_np, torch_q(actor, obs, actor._midpoints), rtol=1e-5, atol=1e-5)
+    for m in actor._noisy:
+        m.act_with_noise = False
+    assert not np.allclose(q_np, torch_q(actor, obs, actor._midpoints))  # the mean weights differ
+
+
+def test_exploration_uses_one_uniform_draw_as_linesight():
+    """r < epsilon: uniform action; r < epsilon + epsilon_boltzmann: argmax of Q + tau N(0, 1);
+    else greedy. Replayed draw by draw from a twin of the actor's generator."""
+    actor = randomised_actor(BASE, seed=4, epsilon=0.3, epsilon_boltzmann=0.4, tau_epsilon_boltzmann=1e-9)
+    twin = np.random.default_rng(4)
+    obs = np.ones(5, np.float32)
+    kinds = {"random": 0, "boltzmann": 0, "greedy": 0}
+    for _ in range(300):
+        action, info = actor.act_with_info(obs)
+        r = twin.random()
+        if r < 0.3:
+            expected, kind = int(twin.integers(3)), "random"
+        elif r < 0.7:
+            twin.standard_normal(3)  # a tiny tau: the Boltzmann pick is the greedy action
+            expected, kind = int(np.argmax(info["q_values"])), "boltzmann"
+        else:
+            expected, kind = int(np.argmax(info["q_values"])), "greedy"
+        kinds[kind] += 1
+        assert action == expected
+    assert all(v > 50 for v in kinds.values())

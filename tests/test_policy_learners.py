@@ -46,6 +46,21 @@ def test_steps_memory_waits_for_the_steps_of_all_workers_and_drops_stale_data():
     assert batch.stats["memory/stale_dropped"] == 2 and batch.stats["memory/skipped_evaluation"] == 1
 
 
+def test_steps_memory_keeps_one_step_segments_and_ppo_trains_on_them():
+    """An episode of length 1 mod segment_max_steps ends in a 1-step segment: PPO keeps it."""
+    from rulka.agents.policy.settings import make_agent
+
+    mem = StepsMemory(rollout_steps_per_update=5)
+    assert mem.append(seg("a", t=4, done=False)) == 4
+    assert mem.append(seg("a", index=1, t=1, done=True)) == 1 and mem.counters["too_short"] == 0
+    batch = mem.take()
+    assert [len(r) for r in batch.rollouts] == [4, 1]
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "ppo", "seed": 0},
+                            "ppo": {"num_minibatches": 2, "update_epochs": 1}})
+    metrics = make_agent(cfg, device="cpu").train(batch)
+    assert metrics["charts/update_steps"] == 5.0 and np.isfinite(metrics["losses/policy_loss"])
+
+
 def test_group_memory_gives_exactly_k_episodes_of_one_start():
     mem = GroupMemory(group_size=3)
     # worker a runs start 7, worker b start 9; episodes come in two segments each
@@ -85,6 +100,59 @@ def test_pair_memory_online_best_and_worst_then_removed():
     assert len(mem.buffer) == 3 and mem.counters["fifo_evicted"] == 1
     chosen, rejected = mem.take().rollouts
     assert (chosen.score, rejected.score) == (16.0, 8.0) and [r.score for r in mem.buffer] == [12.0]
+
+
+def test_pair_memory_pairs_episodes_of_one_start_by_default():
+    """Start 7 (worker a: scores 20, 8, 40) holds the best and start 9 (worker b: 4, 16) the
+    worst: across starts (40, 4) would be the pair; within one start the pairs are (40, 8) of
+    start 7, then (16, 4) of start 9. ``within_start=False`` pairs the whole buffer as before."""
+    def fill(mem):
+        for ep, (w, start, r) in enumerate([("a", 7, 5.0), ("b", 9, 1.0), ("a", 7, 2.0), ("b", 9, 4.0),
+                                            ("a", 7, 10.0)]):
+            mem.append(seg(w, episode=ep, reward=r, start=start))
+    mem = PairMemory(pair_buffer_max=8)
+    fill(mem)
+    first = [r.score for r in mem.take().rollouts]
+    assert first == [40.0, 8.0]
+    assert [r.score for r in mem.take().rollouts] == [16.0, 4.0]
+    assert not mem.ready() and [r.score for r in mem.buffer] == [20.0]
+    across = PairMemory(pair_buffer_max=8, within_start=False)
+    fill(across)
+    assert [r.score for r in across.take().rollouts] == [40.0, 4.0]
+
+
+def test_dpo_keeps_its_reference_and_regresses_v_on_discounted_returns():
+    """Default: the reference stays fixed over many pairs (the margin grows from 0 as the policy
+    moves); the value term's target is the discounted return, not the recorded values."""
+    from rulka.agents.policy.settings import make_agent
+
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "dpo", "seed": 0, "lr_schedule": [[0, 1e-2]]},
+                            "dpo": {"dpo_update_epochs": 1, "dpo_vf_coef": 1.0}})
+    agent = make_agent(cfg, device="cpu")
+    assert agent.hp.ref_sync_every_updates == 50
+    margins = []
+    for i in range(3):
+        mem = PairMemory()
+        good, bad = seg(episode=0, reward=2.0), seg(episode=1, reward=1.0)
+        good.arrays["action"][:] = 1
+        mem.append(good)
+        mem.append(bad)
+        margins.append(agent.train(mem.take())["losses/dpo_margin"])
+    assert margins[0] == 0.0 and margins[2] > margins[1] > 0.0
+    # the value loss is against G_t of each 4-step episode (per-step rewards 2 and 1, the rollout gamma)
+    from rulka.agents.policy.losses import discounted_returns
+
+    mem = PairMemory()
+    mem.append(seg(episode=0, reward=2.0))
+    mem.append(seg(episode=1, reward=1.0))
+    batch = mem.take()
+    data = agent._states(batch.rollouts)
+    with torch.no_grad():
+        v = agent.net(data.img, data.flt)[1]
+    g = np.concatenate([discounted_returns(r.reward, r.gamma) for r in batch.rollouts])
+    expected = float(((v.numpy() - g) ** 2).mean())
+    agent.hp.update_epochs = 1
+    assert agent.train(batch)["losses/value_loss"] == pytest.approx(expected, rel=1e-5)
 
 
 def test_pair_memory_both_mode_alternates_offline_and_online(tmp_path):
@@ -172,6 +240,40 @@ def test_grpo_pushes_up_the_better_trajectory():
     p_before = agent.get_actor().distribution(np.zeros(4, np.float32))[0][1]
     agent.train(batch)
     assert agent.get_actor().distribution(np.zeros(4, np.float32))[0][1] > p_before
+
+
+def test_grpo_clipped_uses_the_behaviour_logprobs_and_the_exact_reference_kl():
+    """``grpo_objective: clipped``: the first pass's ratio is pi / behaviour (the recorded
+    log-prob, here 0.69 below a near-uniform pi = 0.5: ratio ~2, clipped), and the reference KL is
+    exactly 0 while the policy equals its reference, then positive after the update."""
+    from rulka.agents.policy.settings import make_agent
+
+    cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": "grpo", "seed": 0, "lr_schedule": [[0, 1e-2]]},
+                            "grpo": {"grpo_group_size": 2, "grpo_ent_coef": 0.0, "grpo_objective": "clipped",
+                                     "grpo_update_epochs": 1, "grpo_ref_kl_coef": 1.0}})
+    agent = make_agent(cfg, device="cpu")
+    assert agent.hp.objective == "clipped"
+    good, bad = seg(episode=0, reward=2.0), seg(episode=1, reward=1.0)
+    for s_ in (good, bad):
+        s_.arrays["extra/logprob"][:] = np.log(0.25)  # the behaviour gave the taken action 1/4
+    mem = GroupMemory(group_size=2)
+    mem.append(good)
+    mem.append(bad)
+    m = agent.train(mem.take())
+    assert m["losses/ref_kl"] == 0.0  # first pass: policy == reference
+    assert m["losses/clipfrac"] == 1.0  # ratio ~0.5 / 0.25 = 2 for every step
+    batch = GroupMemory(group_size=2)
+    batch.append(seg(episode=2, reward=2.0))
+    batch.append(seg(episode=3, reward=1.0))
+    m2 = agent.train(batch.take())
+    assert m2["losses/ref_kl"] > 0.0
+    no_logp = seg(episode=4)
+    del no_logp.arrays["extra/logprob"]
+    mem3 = GroupMemory(group_size=2)
+    mem3.append(no_logp)
+    mem3.append(seg(episode=5, reward=3.0))
+    with pytest.raises(ValueError, match="behaviour log-probs"):
+        agent.train(mem3.take())
 
 
 def test_ppo_through_the_trainer_and_workers(tmp_path):

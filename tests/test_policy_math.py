@@ -10,9 +10,12 @@ import pytest
 import torch
 
 from rulka.agents.policy.losses import (
+    categorical_kl,
+    discounted_returns,
     dpo_loss,
     gae,
     group_relative_advantages,
+    grpo_clipped_loss,
     ppo_policy_loss,
     ppo_value_loss,
 )
@@ -80,6 +83,59 @@ def test_group_relative_advantages_by_hand():
     np.testing.assert_array_equal(group_relative_advantages(np.ones(4), "mean_std").numpy(), np.zeros(4))
     with pytest.raises(ValueError):
         group_relative_advantages(returns, "median")
+
+
+def test_grpo_clipped_loss_averages_steps_within_each_trajectory_by_hand():
+    # trajectory 0 (A = 1): ratios 1.5, 1.0; trajectory 1 (A = -1): ratios 0.5, 1.1, 1.0
+    ratio = torch.tensor([1.5, 1.0, 0.5, 1.1, 1.0])
+    new_logp = ratio.log().requires_grad_(True)
+    owner, lengths = torch.tensor([0, 0, 1, 1, 1]), torch.tensor([2, 3])
+    loss, clipfrac, _ = grpo_clipped_loss(new_logp, torch.zeros(5), torch.tensor([1.0, -1.0]), owner, lengths, 0.2)
+    # traj 0: max(-1.5, -1.2) = -1.2, max(-1, -1) = -1 -> mean -1.1
+    # traj 1: max(0.5, 0.8) = 0.8 (clipped), max(1.1, 1.1) = 1.1, 1.0 -> mean 2.9 / 3
+    assert float(loss.detach()) == pytest.approx((-1.1 + 2.9 / 3) / 2)
+    assert float(clipfrac) == pytest.approx(2 / 5)
+    loss.backward()
+    # d/dlogp of -A r / (T_i K): step 0 and 2 clipped (0); step 1: -1 / 4; steps 3, 4: r / 6
+    np.testing.assert_allclose(new_logp.grad.numpy(), [0.0, -0.25, 0.0, 1.1 / 6, 1.0 / 6], rtol=1e-5)
+    # the per-step mean: doubling a trajectory's steps (same ratios) leaves the loss unchanged
+    twice, _, _ = grpo_clipped_loss(torch.cat([new_logp, new_logp[:2]]).detach(), torch.zeros(7),
+                                    torch.tensor([1.0, -1.0]), torch.tensor([0, 0, 1, 1, 1, 0, 0]),
+                                    torch.tensor([4, 3]), 0.2)
+    assert float(twice) == pytest.approx(float(loss.detach()))
+
+
+def test_categorical_kl_is_exact_and_has_a_gradient():
+    p, q = torch.tensor([[0.5, 0.25, 0.25]]), torch.tensor([[0.25, 0.25, 0.5]])
+    logits = p.log().requires_grad_(True)
+    logp = torch.log_softmax(logits, -1)
+    kl = categorical_kl(logp, q.log())
+    # 0.5 ln 2 + 0 + 0.25 ln 0.5 = 0.25 ln 2
+    assert float(kl.detach()) == pytest.approx(0.25 * math.log(2), rel=1e-6)
+    kl.sum().backward()
+    # d KL / d logit_j = p_j (log p_j - log q_j - KL)
+    d = p[0] * (p[0].log() - q[0].log() - 0.25 * math.log(2))
+    np.testing.assert_allclose(logits.grad[0].numpy(), d.numpy(), rtol=1e-5, atol=1e-7)
+    assert float(categorical_kl(q.log(), q.log())) == 0.0
+
+
+def test_ppo_minibatches_have_no_tiny_remainder_and_normalise_within():
+    from rulka.agents.policy.ppo import minibatch_sizes, normalized
+
+    assert minibatch_sizes(10, 4) == [3, 3, 2, 2]
+    assert minibatch_sizes(9, 4) == [3, 2, 2, 2]
+    assert minibatch_sizes(8, 4) == [2, 2, 2, 2]
+    assert minibatch_sizes(3, 4) == [1, 1, 1]
+    assert minibatch_sizes(1, 1) == [1]
+    # [1, 3]: mean 2, sample std sqrt(2): [-1/sqrt 2, 1/sqrt 2]
+    np.testing.assert_allclose(normalized(torch.tensor([1.0, 3.0])).numpy(), [-2 ** -0.5, 2 ** -0.5], rtol=1e-6)
+    assert normalized(torch.tensor([5.0])).tolist() == [5.0]
+
+
+def test_discounted_returns_by_hand():
+    # G2 = 3; G1 = 2 + .5*3 = 3.5; G0 = 1 + .5*3.5 = 2.75
+    np.testing.assert_allclose(discounted_returns(np.array([1.0, 2.0, 3.0]), 0.5), [2.75, 3.5, 3.0])
+    np.testing.assert_allclose(discounted_returns(np.array([1.0, 1.0]), 1.0), [2.0, 1.0])
 
 
 def test_dpo_loss_by_hand():

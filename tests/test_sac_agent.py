@@ -91,3 +91,14 @@ def test_sac_hyper_defaults_are_the_config_models():
     from rulka.config import RulkaConfig
 
     assert SacHyper() == hyper_from_config(RulkaConfig())  # one home for each default
+
+
+def test_redq_updates_the_actor_once_per_sample_by_default():
+    """policy_every null: one actor update per round(updates_per_sample) critic updates (REDQ's
+    G); an explicit value wins."""
+    from rulka.agents.sac.settings import hyper_from_config
+    from rulka.config import config_from_dict
+
+    assert hyper_from_config(config_from_dict({"sac": {"updates_per_sample": 20.0}})).policy_every == 20
+    assert hyper_from_config(config_from_dict({"sac": {"updates_per_sample": 0.5}})).policy_every == 1
+    assert hyper_from_config(config_from_dict({"sac": {"updates_per_sample": 20.0, "policy_every": 4}})).policy_every == 4

@@ -33,8 +33,6 @@ NOT_BUILT: dict[str, str] = {
     "nn.decoder.shared_input": "the heads read the quantile-modulated features (post_tau); pre_tau heads are not built",
     "nn.decoder.advantage.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
     "nn.decoder.value.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
-    "nn.training.target_self_loss_clamp_ratio": "the target self-loss clamp is not built",
-    "training.weight_decay_lr_ratio": "decoupled weight decay is not built",
     # performance: Linesight's single-machine knobs; rulka's own concept named in each reason
     "performance.gpu_collectors_count": "rulka's collectors are worker processes or machines: "
                                         "`rulka run --workers N` or one rulka-worker per game",

@@ -369,7 +369,7 @@ COMPUTED_KEYS: dict[str, str] = {
     "ms_per_block": "environment.rl_action_offsets_ms and the action timing",
     "n_actions_per_block": "the length of environment.rl_action_offsets_ms",
     "temporal_mini_race_duration_actions": "environment.temporal_mini_race_duration_ms // ms_per_block",
-    "min_horizon_to_update_priority_actions": "temporal_mini_race_duration_actions - 40",
+    "min_horizon_to_update_priority_actions": "temporal_mini_race_duration_actions - 40 (none at 40 or fewer)",
     "max_allowable_distance_to_virtual_checkpoint": "environment.distance_between_checkpoints and road_width",
     "final_speed_reward_per_m_per_s": "rewards.reward_per_m_advanced_along_centerline x "
     "rewards.final_speed_reward_as_if_duration_s",

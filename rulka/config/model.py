@@ -190,9 +190,12 @@ class RulkaConfig(Section):
         return self.nn.h_downsized
 
     @property
-    def min_horizon_to_update_priority_actions(self) -> int:
-        """PER priorities are updated only for mini-race times below this: duration_actions - 40."""
-        return max(0, self.temporal_mini_race_duration_actions - 40)
+    def min_horizon_to_update_priority_actions(self) -> int | None:
+        """PER priorities are updated only for mini-race times below this: duration_actions - 40
+        (Linesight's rule); None (every item) for a mini-race of 40 actions or fewer, where that
+        rule would leave every priority at its first value."""
+        d = self.temporal_mini_race_duration_actions
+        return d - 40 if d > 40 else None
 
     @property
     def mini_race_time_sampling_range(self) -> tuple[int, int]:

@@ -545,6 +545,8 @@ class NnTrainingConfig(Section):
     """Compile networks with TorchScript / torch.compile where supported."""
     use_ddqn: bool = False
     """Double DQN targets: online net picks the action, target net evaluates it."""
+    target_action: Literal["quantile_max", "mean_argmax"] = "quantile_max"
+    """No-DDQN target: max per target quantile (Linesight) or argmax of the quantile mean (IQN paper)."""
     use_amp: bool = True
     """Mixed precision on CUDA (ignored on CPU)."""
     clip_grad_value: PositiveFloat = 1000
@@ -555,8 +557,8 @@ class NnTrainingConfig(Section):
     """Transitions trained on between target network updates."""
     soft_update_tau: Annotated[float, Field(ge=0.0, le=1.0)] = 0.02
     """Target update: target = tau * online + (1 - tau) * target."""
-    target_self_loss_clamp_ratio: PositiveFloat = 4
-    """Clamp of the target self-loss correction."""
+    target_self_loss_clamp_ratio: PositiveFloat | None = 4
+    """Clamp of the target self-loss rescaling of each item's loss (Linesight); null = off."""
     single_reset_flag: int = 0
     """Bump to trigger one soft reset of the network."""
     reset_every_n_frames_generated: PositiveInt = 40_000_000_000_000
@@ -701,7 +703,7 @@ class TrainingConfig(Section):
     adam_beta2: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.999
     """Adam beta2."""
     weight_decay_lr_ratio: NonNegativeFloat = 0.1
-    """Weight decay as a ratio of the learning rate."""
+    """IQN: decoupled weight decay per step, weights *= 1 - ratio * lr (Linesight); 0 = off."""
     global_schedule_speed: PositiveFloat = 1.0
     """Multiplies the frame counts of every schedule (>1 stretches training)."""
     lr_schedule: PositiveKnots = Field(
@@ -915,6 +917,8 @@ class BtrConfig(Section):
     """Factorised noisy linear layers in the heads."""
     noisy_sigma0: PositiveFloat = 0.5
     """Initial noise scale of noisy layers."""
+    noisy_resample_every_actions: NonNegativeInt = 0
+    """Workers' noise sample: redrawn each episode, and every N actions when N > 0 (greedy: none)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -944,7 +948,7 @@ class PpoConfig(Section):
     num_minibatches: PositiveInt = 4
     """Minibatches per epoch."""
     normalize_advantages: bool = True
-    """Normalise advantages per update."""
+    """Normalise advantages within each minibatch (as CleanRL / Stable-Baselines3)."""
     rollout_steps_per_update: PositiveInt = 2048
     """Environment steps gathered before one update."""
     ppo_gamma_schedule: UnitKnots | None = None
@@ -962,16 +966,18 @@ class DpoConfig(Section):
 
     dpo_beta: PositiveFloat = 0.1
     """Preference loss temperature."""
-    dpo_ref_sync_every_updates: PositiveInt = 1
-    """Copy the policy into the reference every N pair updates."""
+    dpo_ref_sync_every_updates: PositiveInt = 50
+    """Copy the policy into the reference every N pair updates (1 = margin 0 at every pair)."""
     dpo_pair_buffer_max: Annotated[int, Field(ge=2)] = 64
     """Online rollouts kept for pairing."""
+    dpo_pair_within_start: bool = True
+    """Online pairs: best and worst of one start (worker.rollouts_per_start), not of the whole buffer."""
     dpo_data_mode: Literal["online", "offline", "both"] = "online"
     """Pairs from online rollouts, an offline file, or both."""
     dpo_offline_pairs_jsonl: str | None = None
     """JSONL of {chosen, rejected} rulka episode files (never pickles)."""
     dpo_vf_coef: NonNegativeFloat = 0.1
-    """Auxiliary value loss weight."""
+    """Auxiliary value loss weight (V regressed on the discounted returns; 0 = off)."""
     dpo_update_epochs: PositiveInt = 4
     """Optimiser steps per pair."""
     dpo_num_minibatches: PositiveInt = 4
@@ -1004,7 +1010,11 @@ class GrpoConfig(Section):
     grpo_ref_sync_every_updates: PositiveInt = 50
     """Copy the policy into the reference every N group updates."""
     grpo_ref_kl_coef: NonNegativeFloat = 0.0
-    """KL-to-reference weight (0 = off)."""
+    """KL-to-reference weight (0 = off); the KL is exact from the logits."""
+    grpo_objective: Literal["reinforce", "clipped"] = "reinforce"
+    """reinforce (the guide's; on-policy only) or clipped (DeepSeekMath: ratio, clip, per-step mean)."""
+    grpo_clip_coef: PositiveFloat = 0.2
+    """Ratio clip range of grpo_objective: clipped."""
     grpo_ent_coef_schedule: FloatKnots | None = None
     """grpo_ent_coef vs frames, linear."""
     grpo_max_grad_norm_schedule: FloatKnots | None = None
@@ -1049,8 +1059,8 @@ class SacConfig(Section):
     """Critics drawn at random for each target's minimum (REDQ's M; 2 of 2 = SAC's clipped double Q)."""
     policy_critic_reduction: Literal["min", "mean"] | None = None
     """Q the actor maximises: min or mean over the critics (null = min for 2 critics, mean for more, as REDQ)."""
-    policy_every: PositiveInt = 1
-    """Actor and temperature update once every N critic updates (REDQ: once per env step, i.e. N = UTD)."""
+    policy_every: PositiveInt | None = None
+    """Actor and temperature update every N critic updates (null = round(updates_per_sample): once per sample, as REDQ)."""
     updates_per_sample: PositiveFloat = 1.0
     """Critic updates per env step received (UTD ratio; REDQ uses 20)."""
     start_learning_size: NonNegativeInt = 5000

@@ -115,8 +115,10 @@ def make_image_head(height: int, width: int, *, in_channels: int = 1, use_impala
 
 
 class NoisyLinear(nn.Module):
-    """Factorised Gaussian noisy linear layer (NoisyNet). Noise is redrawn by ``reset_noise``;
-    ``enabled=False`` (or eval mode) uses the mean weights only."""
+    """Factorised Gaussian noisy linear layer (NoisyNet, Fortunato et al. 2018). Noise is redrawn
+    by ``reset_noise``. In training mode the layer uses its sampled weights; in eval mode the mean
+    weights, unless ``act_with_noise`` is set (an exploring actor: eval mode for everything else,
+    the current noise sample here)."""
 
     def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5) -> None:
         super().__init__()
@@ -129,6 +131,7 @@ class NoisyLinear(nn.Module):
         self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
         bound = 1.0 / math.sqrt(in_features)
         nn.init.uniform_(self.weight_mu, -bound, bound)
+        self.act_with_noise = False
         self.reset_noise()
 
     @property
@@ -143,16 +146,21 @@ class NoisyLinear(nn.Module):
     def _f(x: torch.Tensor) -> torch.Tensor:
         return x.sign() * x.abs().sqrt()
 
-    def reset_noise(self) -> None:
-        self.eps_in.copy_(self._f(torch.randn(self.in_features)))
-        self.eps_out.copy_(self._f(torch.randn(self.out_features)))
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw new factorised noise ``f(eps_in)``, ``f(eps_out)``, ``f(x) = sign(x) sqrt(|x|)``
+        (from ``generator``, e.g. an actor's own, else torch's global generator)."""
+        self.eps_in.copy_(self._f(torch.randn(self.in_features, generator=generator)))
+        self.eps_out.copy_(self._f(torch.randn(self.out_features, generator=generator)))
+
+    def sampled_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight, bias) of the current noise sample: ``mu + sigma * noise``."""
+        w = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        return w, self.bias_mu + self.bias_sigma * self.eps_out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training:
+        if not (self.training or self.act_with_noise):
             return nn.functional.linear(x, self.weight_mu, self.bias_mu)
-        w = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
-        b = self.bias_mu + self.bias_sigma * self.eps_out
-        return nn.functional.linear(x, w, b)
+        return nn.functional.linear(x, *self.sampled_weights())
 
 
 def _linear(i: int, o: int, noisy: bool, sigma0: float) -> nn.Module:

@@ -32,15 +32,15 @@ def to_f32(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy().copy()
 
 
-def compile_sequential(modules: Iterable[nn.Module]) -> list[tuple[Any, ...]]:
-    """Numpy steps for Linear / NoisyLinear (its mean weights: an eval-mode network) /
-    LeakyReLU / ReLU / LayerNorm modules, in order."""
+def compile_sequential(modules: Iterable[nn.Module], noise: bool = False) -> list[tuple[Any, ...]]:
+    """Numpy steps for Linear / NoisyLinear / LeakyReLU / ReLU / LayerNorm modules, in order. A
+    NoisyLinear gives its mean weights, or with ``noise`` its current noise sample (recompile
+    after each ``reset_noise``)."""
     steps: list[tuple[Any, ...]] = []
     for m in modules:
         if isinstance(m, NoisyLinear):
-            if m.training:
-                raise UnsupportedModule("a NoisyLinear in training mode samples noise: use torch")
-            steps.append(("linear", np.ascontiguousarray(to_f32(m.weight_mu).T), to_f32(m.bias_mu)))
+            w, b = m.sampled_weights() if noise else (m.weight_mu, m.bias_mu)
+            steps.append(("linear", np.ascontiguousarray(to_f32(w).T), to_f32(b)))
         elif isinstance(m, nn.Linear):
             bias = to_f32(m.bias) if m.bias is not None else np.zeros(m.out_features, np.float32)
             steps.append(("linear", np.ascontiguousarray(to_f32(m.weight).T), bias))
@@ -57,7 +57,7 @@ def compile_sequential(modules: Iterable[nn.Module]) -> list[tuple[Any, ...]]:
             b = to_f32(m.bias) if m.bias is not None else None
             steps.append(("layer_norm", np.float32(m.eps), w, b))
         elif isinstance(m, nn.Sequential):
-            steps.extend(compile_sequential(m))
+            steps.extend(compile_sequential(m, noise))
         else:
             raise UnsupportedModule(f"no numpy path for {type(m).__name__}")
     return steps

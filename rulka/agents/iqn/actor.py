@@ -1,4 +1,5 @@
-"""``IQNActor``: the IQN policy a worker runs (epsilon-greedy + epsilon-Boltzmann exploration)."""
+"""``IQNActor``: the IQN policy a worker runs (epsilon-greedy + epsilon-Boltzmann exploration, and
+NoisyNet's sampled weights when the network has noisy layers)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, mean_q
 from rulka.interfaces import ActorModule, Weights
+from rulka.nn.blocks import NoisyLinear
 from rulka.nn.numpy_forward import UnsupportedModule, compile_sequential, run_steps, to_f32
 
 EXPLORATION_KEY = "exploration"  # weights entry [epsilon, epsilon_boltzmann, tau_epsilon_boltzmann]
@@ -37,6 +39,7 @@ class _NumpyMeanQ:
         self.embedding = compile_sequential(net.iqn_fc)
         self.value = compile_sequential(net.head.value)
         self.advantage = compile_sequential(net.head.advantage)
+        self.noisy_value, self.noisy_advantage = self.value, self.advantage
         self.mean = to_f32(net.float_mean)
         self.std = to_f32(net.float_std)
         self.k = k
@@ -45,11 +48,17 @@ class _NumpyMeanQ:
         midpoints = (np.arange(k, dtype=np.float32) + 0.5) / k
         self.midpoint_embedding = self._embed(midpoints)  # the greedy (test) taus never change
 
+    def resample(self, net: IQNNetwork) -> None:
+        """Take the heads' current noise sample (after the torch layers' ``reset_noise``)."""
+        self.noisy_value = compile_sequential(net.head.value, noise=True)
+        self.noisy_advantage = compile_sequential(net.head.advantage, noise=True)
+
     def _embed(self, taus: np.ndarray) -> np.ndarray:
         return run_steps(self.embedding, np.cos(taus[:, None] * self.freqs))
 
-    def __call__(self, flt: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
-        """Mean Q per action; ``rng`` None: the midpoint taus, else stratified mirrored draws."""
+    def __call__(self, flt: np.ndarray, rng: np.random.Generator | None, noise: bool = False) -> np.ndarray:
+        """Mean Q per action; ``rng`` None: the midpoint taus, else stratified mirrored draws;
+        ``noise``: the heads' noise sample (see ``resample``), else their mean weights."""
         feats = run_steps(self.features, ((flt - self.mean) / self.std)[None])
         if rng is None:
             emb = self.midpoint_embedding
@@ -57,17 +66,24 @@ class _NumpyMeanQ:
             low = (self.strata + rng.random(self.k // 2, dtype=np.float32)) / self.k
             emb = self._embed(np.concatenate([low, 1.0 - low]))
         x = feats * emb  # (k, width): the features broadcast over the taus
-        adv = run_steps(self.advantage, x)
-        q = run_steps(self.value, x) + adv - adv.mean(axis=1, keepdims=True)
+        value, advantage = (self.noisy_value, self.noisy_advantage) if noise else (self.value, self.advantage)
+        adv = run_steps(advantage, x)
+        q = run_steps(value, x) + adv - adv.mean(axis=1, keepdims=True)
         return q.mean(axis=0, dtype=np.float32)
 
 
 class IQNActor(ActorModule):
     """Chooses actions from the mean of ``iqn_k`` quantiles.
 
-    Exploration (not when ``test=True``): with probability ``epsilon`` a uniformly random action;
-    otherwise with probability ``epsilon_boltzmann`` the argmax of ``Q + tau_epsilon_boltzmann *
-    N(0, 1)``; otherwise the greedy action. ``act_with_info`` records ``q_values`` and ``greedy``
+    Exploration (not when ``test=True``), from one uniform draw ``r`` as Linesight does: ``r <
+    epsilon`` a uniformly random action; ``r < epsilon + epsilon_boltzmann`` the argmax of ``Q +
+    tau_epsilon_boltzmann * N(0, 1)``; otherwise the greedy action. So the shares are exactly
+    ``epsilon`` and ``epsilon_boltzmann`` (their sum capped at 1).
+
+    NoisyNet (a network with noisy layers, ``btr.use_noisy_linear``): exploring, Q comes from the
+    heads' sampled weights, drawn from the actor's own generator (each worker its own) at every
+    ``reset()`` (episode start) and, with ``noisy_resample_every_actions`` N > 0, every N actions
+    too; with ``test=True`` (evaluation episodes, the best policy) from the mean weights. ``act_with_info`` records ``q_values`` and ``greedy``
     (whether the chosen action is the argmax of Q). With ``mini_race_actions`` set, the float
     slot 0 (mini-race time) is set to 0: acting always looks a full mini-race ahead.
 
@@ -83,7 +99,7 @@ class IQNActor(ActorModule):
     def __init__(self, network: dict[str, Any], iqn_k: int = 32, epsilon: float = 0.0,
                  epsilon_boltzmann: float = 0.0, tau_epsilon_boltzmann: float = 0.01,
                  mini_race_actions: int | None = None, seed: int | None = None, device: str = "cpu",
-                 numpy_inference: bool = True) -> None:
+                 numpy_inference: bool = True, noisy_resample_every_actions: int = 0) -> None:
         if iqn_k % 2:
             raise ValueError("iqn_k must be even")
         self.spec = IQNNetworkSpec.from_dict(dict(network))
@@ -98,8 +114,35 @@ class IQNActor(ActorModule):
         self.rng = np.random.default_rng(seed)
         self._tau_rng = self.rng.spawn(1)[0]  # the numpy path's taus; leaves self.rng's draws as they were
         self.numpy_inference = bool(numpy_inference)
+        self._noisy = [m for m in self.net.modules() if isinstance(m, NoisyLinear)]
+        self.noisy_resample_every_actions = int(noisy_resample_every_actions)
+        self._noise_gen = torch.Generator().manual_seed(int(self.rng.spawn(1)[0].integers(2**63)))
+        self.noise_draws = 0  # how many noise samples this actor has drawn
+        self._actions_since_noise = 0
         self._numpy: _NumpyMeanQ | None = None
         self._refresh_numpy()
+        self.resample_noise()
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the network has noisy layers (NoisyNet exploration)."""
+        return bool(self._noisy)
+
+    def resample_noise(self) -> None:
+        """Draw a new noise sample for the noisy layers (no-op without them)."""
+        if not self._noisy:
+            return
+        with torch.no_grad():
+            for m in self._noisy:
+                m.reset_noise(self._noise_gen)
+        if self._numpy is not None:
+            self._numpy.resample(self.net)
+        self.noise_draws += 1
+        self._actions_since_noise = 0
+
+    def reset(self) -> None:
+        """Episode start: a new noise sample (NoisyNet)."""
+        self.resample_noise()
 
     def _refresh_numpy(self) -> None:
         self._numpy = None
@@ -107,7 +150,9 @@ class IQNActor(ActorModule):
             try:
                 self._numpy = _NumpyMeanQ(self.net, self.iqn_k)
             except UnsupportedModule:
-                pass
+                return
+            if self._noisy:
+                self._numpy.resample(self.net)  # the noise sample drawn so far, on the new weights
 
     @property
     def uses_numpy(self) -> bool:
@@ -120,8 +165,11 @@ class IQNActor(ActorModule):
         if self.mini_race_actions:
             flt = flt.copy()
             flt[0] = 0.0
+        noise = self.noisy and not test
         if self._numpy is not None:
-            return self._numpy(flt, None if test else self._tau_rng)
+            return self._numpy(flt, None if test else self._tau_rng, noise)
+        for m in self._noisy:
+            m.act_with_noise = noise
         with torch.inference_mode():  # less per-call bookkeeping than no_grad; outputs leave as numpy
             img_t = None if img is None or not self.spec.uses_image else torch.from_numpy(img[None]).to(self.device)
             flt_t = torch.from_numpy(flt[None]).to(self.device)
@@ -129,13 +177,18 @@ class IQNActor(ActorModule):
             return mean_q(self.net, img_t, flt_t, self.iqn_k, taus)[0].cpu().numpy().astype(np.float32)
 
     def act_with_info(self, obs: Any, test: bool = False) -> tuple[int, dict[str, Any]]:
+        if not test and self._noisy and self.noisy_resample_every_actions > 0:
+            if self._actions_since_noise >= self.noisy_resample_every_actions:
+                self.resample_noise()
+            self._actions_since_noise += 1
         q = self.q_values(obs, test)
         greedy_action = int(np.argmax(q))
         action = greedy_action
         if not test:
-            if self.rng.random() < self.epsilon:
+            r = self.rng.random()
+            if r < self.epsilon:
                 action = int(self.rng.integers(len(q)))
-            elif self.rng.random() < self.epsilon_boltzmann:
+            elif r < self.epsilon + self.epsilon_boltzmann:
                 action = int(np.argmax(q + self.tau_epsilon_boltzmann * self.rng.standard_normal(len(q))))
         return action, {"q_values": q, "greedy": action == greedy_action}
 

@@ -13,7 +13,13 @@ import numpy as np
 import torch
 
 from rulka.agents.iqn.actor import EXPLORATION_KEY, IQNActor
-from rulka.agents.iqn.loss import munchausen_bonus, munchausen_next_value, quantile_huber_loss
+from rulka.agents.iqn.loss import (
+    TargetSelfLossScale,
+    greedy_next_value,
+    munchausen_bonus,
+    munchausen_next_value,
+    quantile_huber_loss,
+)
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
 from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config.schedules import exponential_schedule, linear_schedule
@@ -52,6 +58,13 @@ class IQNHyper:
     adam_beta2: float = _TRAINING.adam_beta2
     optimizer: str = "radam"  # radam | adam (not a config key: the guide's learner uses RAdam)
     use_ddqn: bool = _NN_TRAINING.use_ddqn
+    target_action: str = _NN_TRAINING.target_action
+    """Without DDQN or Munchausen: ``quantile_max`` (Linesight: the max over actions of each target
+    quantile) or ``mean_argmax`` (the IQN paper: one action, the argmax of the target's quantile mean)."""
+    target_self_loss_clamp_ratio: float | None = _NN_TRAINING.target_self_loss_clamp_ratio
+    """Linesight's per-item rescaling by the target self-loss (``loss.TargetSelfLossScale``); None: off."""
+    weight_decay_lr_ratio: float = _TRAINING.weight_decay_lr_ratio
+    """Decoupled weight decay after each step: online parameters *= 1 - ratio * lr (Linesight)."""
     clip_grad_norm: float = _NN_TRAINING.clip_grad_norm
     clip_grad_value: float = _NN_TRAINING.clip_grad_value
     soft_update_tau: float = _NN_TRAINING.soft_update_tau
@@ -64,6 +77,8 @@ class IQNHyper:
     epsilon_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_schedule))
     epsilon_boltzmann_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_boltzmann_schedule))
     tau_epsilon_boltzmann: float = _EXPLORATION.tau_epsilon_boltzmann
+    noisy_resample_every_actions: int = _BTR.noisy_resample_every_actions
+    """NoisyNet actors: a new noise sample at each episode start and, when > 0, every N actions."""
     mini_race_actions: int | None = EnvironmentConfig().temporal_mini_race_duration_actions
     """Mini-race length in decisions (the time slot of the floats); None: no mini-race slot."""
     use_amp: bool = _NN_TRAINING.use_amp  # CUDA only
@@ -72,6 +87,8 @@ class IQNHyper:
     def __post_init__(self) -> None:
         if self.iqn_n % 2 or self.iqn_k % 2:
             raise ValueError("iqn_n and iqn_k must be even (taus are mirrored around 0.5)")
+        if self.target_action not in ("quantile_max", "mean_argmax"):
+            raise ValueError(f"target_action must be quantile_max or mean_argmax, got {self.target_action!r}")
 
 
 def _t(a: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
@@ -108,6 +125,8 @@ class IQNAgent(TrainingAgent):
         self.memories_trained = 0
         self._next_target_update = self.hp.number_memories_trained_on_between_target_network_updates
         self.resetter: Any = None  # rulka.agents.iqn.reset.IQNResetter, set by the factory
+        ratio = self.hp.target_self_loss_clamp_ratio
+        self.self_loss_scale = TargetSelfLossScale(ratio) if ratio else None
 
     # -------------------------------------------------------------- schedules
     @property
@@ -122,8 +141,8 @@ class IQNAgent(TrainingAgent):
                 linear_schedule(self.hp.epsilon_boltzmann_schedule, self.frames_played))
 
     # -------------------------------------------------------------- learning
-    def _targets(self, batch: ReplayBatch, n: int, b: int) -> torch.Tensor:
-        """Target quantile samples, (B, n)."""
+    def _targets(self, batch: ReplayBatch, n: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Target quantile samples (B, n) and their taus (B, n)."""
         dev = self.device
         next_img, next_float = _t(batch.next_img, dev), _t(batch.next_float, dev)
         reward = _t(batch.reward, dev).float()
@@ -141,21 +160,24 @@ class IQNAgent(TrainingAgent):
             a_star = q_online_next.reshape(n, b, -1).mean(0).argmax(1)  # (B,)
             next_value = q_next.gather(2, a_star[None, :, None].expand(n, b, 1))[..., 0]
         else:
-            next_value = q_next.max(dim=2).values  # max over actions per target quantile
-        return (reward[None] + gamma[None] * next_value).transpose(0, 1)  # (B, n)
+            next_value = greedy_next_value(q_next, self.hp.target_action)
+        target = (reward[None] + gamma[None] * next_value).transpose(0, 1)  # (B, n)
+        return target, taus.reshape(n, b).transpose(0, 1)
 
-    def _loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _loss(self, batch: ReplayBatch
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(per-item loss (B,), online quantiles (B, n), targets (B, n), all online Q, target taus)."""
         n, b, dev = self.hp.iqn_n, len(batch), self.device
         with torch.autocast(device_type=dev.type, dtype=torch.float16, enabled=self.amp):
             with torch.no_grad():
-                target = self._targets(batch, n, b)
+                target, target_taus = self._targets(batch, n, b)
             taus = stratified_mirrored_taus(b, n, device=dev)
             q = self._online_fwd(_t(batch.state_img, dev), _t(batch.state_float, dev), taus)
             a = _t(batch.action, dev).long()
             online = q.reshape(n, b, -1).gather(2, a[None, :, None].expand(n, b, 1))[..., 0].transpose(0, 1)
         online = online.float()
         per_item = quantile_huber_loss(target.float(), online, taus.reshape(n, b).transpose(0, 1), self.hp.iqn_kappa)
-        return per_item, online, target, q
+        return per_item, online, target, q, target_taus
 
     def train(self, batch: ReplayBatch) -> dict[str, float]:
         """One update on ``batch``; returns ``losses/...`` and ``charts/...`` metrics."""
@@ -168,8 +190,10 @@ class IQNAgent(TrainingAgent):
         lr = self.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        per_item, online, target, q = self._loss(batch)
+        per_item, online, target, q, target_taus = self._loss(batch)
         weights = _t(batch.weights, self.device).float()
+        if self.self_loss_scale is not None:
+            weights = weights * self.self_loss_scale(target.float(), target_taus.float(), self.hp.iqn_kappa)
         # summed over the batch, as the reference implementation does (Adam is scale-invariant)
         total = (weights * per_item).sum()
         self.optimizer.zero_grad(set_to_none=True)
@@ -179,6 +203,8 @@ class IQNAgent(TrainingAgent):
         torch.nn.utils.clip_grad_value_(self.online.parameters(), self.hp.clip_grad_value)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.hp.weight_decay_lr_ratio > 0:  # decoupled from the gradient, after the step (Linesight)
+            self.decay_weights(1.0 - self.hp.weight_decay_lr_ratio * lr)
 
         b = len(batch)
         self.batches_trained += 1
@@ -214,6 +240,14 @@ class IQNAgent(TrainingAgent):
         return float(per_item.mean())
 
     @torch.no_grad()
+    def decay_weights(self, factor: float) -> None:
+        """Multiply every trainable parameter of the online network by ``factor`` (not buffers:
+        the input normalisation is not a weight)."""
+        for p in self.online.parameters():
+            if p.requires_grad:
+                p.mul_(factor)
+
+    @torch.no_grad()
     def soft_update_target(self) -> None:
         """target <- tau * online + (1 - tau) * target."""
         tau = self.hp.soft_update_tau
@@ -228,7 +262,9 @@ class IQNAgent(TrainingAgent):
         return {"actor": "iqn", "kwargs": {
             "network": self.spec.to_dict(), "iqn_k": self.hp.iqn_k, "epsilon": eps,
             "epsilon_boltzmann": eps_b, "tau_epsilon_boltzmann": self.hp.tau_epsilon_boltzmann,
-            "mini_race_actions": self.hp.mini_race_actions}}
+            "mini_race_actions": self.hp.mini_race_actions,
+            **({"noisy_resample_every_actions": self.hp.noisy_resample_every_actions}
+               if self.spec.use_noisy_linear else {})}}
 
     def actor_weights(self) -> dict[str, torch.Tensor]:
         """What to publish: the online network's tensors (not copies: the trainer encodes them at
@@ -252,6 +288,7 @@ class IQNAgent(TrainingAgent):
                          "memories_trained": self.memories_trained, "next_target_update": self._next_target_update},
             "spec": self.spec.to_dict(),
             **({"reset": self.resetter.state_dict()} if self.resetter is not None else {}),
+            "self_loss_scale": self.self_loss_scale.state_dict() if self.self_loss_scale is not None else {},
         }
 
     def take_sample_credit(self) -> int:
@@ -271,3 +308,5 @@ class IQNAgent(TrainingAgent):
         if self.resetter is not None and "reset" in state:
             self.resetter.load_state_dict(state["reset"])
         self._next_target_update = int(c.get("next_target_update", self._next_target_update))
+        if self.self_loss_scale is not None:
+            self.self_loss_scale.load_state_dict(state.get("self_loss_scale") or {})

@@ -100,11 +100,12 @@ def mean_q(network: IQNNetwork, img: torch.Tensor | None, floats: torch.Tensor, 
 def float_normalisation(float_dim: int, mini_race_actions: int | None,
                         mean: Sequence[float] | None = None, std: Sequence[float] | None = None
                         ) -> tuple[list[float], list[float]]:
-    """Default per-feature mean/std: 0/1 everywhere, and for the mini-race time slot (index 0)
-    mean = std = duration/2 as in the guide."""
+    """Per-feature mean/std: the given ones (default 0/1 everywhere), and with mini-races the time
+    slot (index 0) always mean = std = duration/2 as in the guide, whatever the given or
+    sample-derived values say (workers send 0 there, so a sample estimate is mean 0, std ~0)."""
     m = list(mean) if mean is not None else [0.0] * float_dim
     s = list(std) if std is not None else [1.0] * float_dim
-    if mini_race_actions and mean is None:
+    if mini_race_actions:
         m[0] = mini_race_actions / 2.0
         s[0] = mini_race_actions / 2.0
     return m, s

@@ -169,8 +169,8 @@ class MiniRaceReplayMemory(Memory):
         self.prio_alpha = float(prio_alpha)
         self.prio_epsilon = float(prio_epsilon)
         self.prio_beta = float(prio_beta)
-        if min_horizon_to_update_priority_actions is None and self.mini_race:
-            min_horizon_to_update_priority_actions = self.mini_race - 40
+        if min_horizon_to_update_priority_actions is None and self.mini_race and self.mini_race > 40:
+            min_horizon_to_update_priority_actions = self.mini_race - 40  # else every item (short races)
         self.min_horizon_prio = min_horizon_to_update_priority_actions
         self.test_ratio = float(buffer_test_ratio)
         self.test_every = int(test_every)
@@ -446,7 +446,8 @@ class MiniRaceReplayMemory(Memory):
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray, time: np.ndarray | None) -> None:
         """PER: priority = (|td| + prio_epsilon) ** prio_alpha, only for items whose mini-race
-        time is below ``min_horizon_to_update_priority_actions``."""
+        time is below ``min_horizon_to_update_priority_actions`` (every item when it is None: no
+        mini-race, or one of 40 actions or fewer)."""
         if self.tree is None:
             return
         td = np.abs(np.asarray(td_errors, np.float64))

@@ -99,7 +99,9 @@ def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
         iqn_n=iqn.n, iqn_k=iqn.k, iqn_kappa=iqn.kappa,
         lr_schedule=_knots(cfg, "training.lr_schedule"),
         adam_epsilon=tr.adam_epsilon, adam_beta1=tr.adam_beta1, adam_beta2=tr.adam_beta2,
-        use_ddqn=t.use_ddqn, clip_grad_norm=t.clip_grad_norm, clip_grad_value=t.clip_grad_value,
+        use_ddqn=t.use_ddqn, target_action=t.target_action,
+        target_self_loss_clamp_ratio=t.target_self_loss_clamp_ratio, weight_decay_lr_ratio=tr.weight_decay_lr_ratio,
+        clip_grad_norm=t.clip_grad_norm, clip_grad_value=t.clip_grad_value,
         soft_update_tau=t.soft_update_tau,
         number_memories_trained_on_between_target_network_updates=(
             t.number_memories_trained_on_between_target_network_updates),
@@ -108,6 +110,7 @@ def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
         epsilon_schedule=_knots(cfg, "exploration.epsilon_schedule"),
         epsilon_boltzmann_schedule=_knots(cfg, "exploration.epsilon_boltzmann_schedule"),
         tau_epsilon_boltzmann=exp.tau_epsilon_boltzmann,
+        noisy_resample_every_actions=btr.noisy_resample_every_actions,
         mini_race_actions=cfg.temporal_mini_race_duration_actions if uses_mini_races(cfg) else None,
         use_jit=t.use_jit, use_amp=t.use_amp,
     )

@@ -5,21 +5,26 @@ One ``train(batch)`` is one pair ``[chosen, rejected]`` from ``PairMemory``. For
 trajectory are compared with the frozen reference's:
 
     loss = -log sigmoid(beta * ((log pi(c) - log ref(c)) - (log pi(r) - log ref(r))))
-           + dpo_vf_coef * mean((V(s) - V_collected(s))^2)
+           + dpo_vf_coef * mean_t (V(s_t) - G_t)^2
 
-(the value term regresses the value head on the values recorded at collection, when both
-trajectories carry them), with ``dpo_max_grad_norm`` clipping. After each pair the counter of
-pair updates grows; every ``dpo_ref_sync_every_updates``-th copies the policy into the reference.
+where ``G_t`` is the discounted return from step t to the episode's end with the rollout
+discount (``losses.discounted_returns``; the value head learns V of the current policy's data, not
+its own recorded outputs), with ``dpo_max_grad_norm`` clipping. After each pair the counter of
+pair updates grows; every ``dpo_ref_sync_every_updates``-th (default 50) copies the policy into
+the reference, so the reference stays fixed over many pairs and the margin measures how far the
+policy has moved from it (with a sync after every pair each pair starts at margin 0 and beta is
+only a step size).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from rulka.agents.policy.base import OptimHyper, PolicyLearner, knots_at
-from rulka.agents.policy.losses import dpo_loss
+from rulka.agents.policy.losses import discounted_returns, dpo_loss
 from rulka.agents.policy.memory import PolicyBatch
 from rulka.agents.policy.network import PolicyNetworkSpec
 
@@ -32,7 +37,7 @@ class DPOHyper:
     vf_coef_schedule: list = dataclasses.field(default_factory=lambda: [[0, 0.1]])
     max_grad_norm_schedule: list = dataclasses.field(default_factory=lambda: [[0, 0.5]])
     update_epochs: int = 4
-    ref_sync_every_updates: int = 1
+    ref_sync_every_updates: int = 50
 
 
 class DPOAgent(PolicyLearner):
@@ -57,6 +62,8 @@ class DPOAgent(PolicyLearner):
         with torch.no_grad():
             ref_logp = self.ref.evaluate_actions(data.img, data.flt, data.action)[0]
         ref_c, ref_r = ref_logp[:n_chosen].sum(), ref_logp[n_chosen:].sum()
+        returns = torch.from_numpy(np.concatenate([discounted_returns(r.reward, r.gamma)
+                                                   for r in batch.rollouts])).to(self.device)
         self.net.train()
         totals = {"dpo": 0.0, "v": 0.0, "margin": 0.0, "grad": 0.0}
         for _ in range(self.hp.update_epochs):
@@ -64,8 +71,8 @@ class DPOAgent(PolicyLearner):
             pref, margin = dpo_loss(logp[:n_chosen].sum(), ref_c, logp[n_chosen:].sum(), ref_r, beta)
             loss = pref
             v_loss = torch.zeros((), device=self.device)
-            if data.old_value is not None and vf_coef > 0:
-                v_loss = ((value - data.old_value) ** 2).mean()
+            if vf_coef > 0:
+                v_loss = ((value - returns) ** 2).mean()
                 loss = loss + vf_coef * v_loss
             totals["grad"] += self._step(loss, max_norm)
             totals["dpo"] += float(pref.detach())

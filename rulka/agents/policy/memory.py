@@ -7,7 +7,8 @@ removes and returns it as a ``PolicyBatch``.
   ``grpo.grpo_group_size`` of them share a start (``info["start_id"]`` from a worker running
   ``worker.rollouts_per_start`` episodes per start; without it, any episodes group together).
 - ``PairMemory`` (DPO): whole episodes in a FIFO of ``dpo_pair_buffer_max``; a pair is the best
-  and the worst by summed shaped reward (both removed), or an offline pair, per ``dpo_data_mode``.
+  and the worst by summed shaped reward among the episodes of one start (``dpo_pair_within_start``;
+  both removed), or an offline pair, per ``dpo_data_mode``.
 
 Staleness: the trainer tells the memory each version it publishes (``set_policy_version``);
 data whose weights are more than ``max_policy_lag`` versions older is dropped and counted
@@ -217,9 +218,11 @@ class _PolicyMemory(Memory):
 
 class StepsMemory(_PolicyMemory):
     """PPO: each segment is a rollout; ``take()`` returns all of them once they hold at least
-    ``rollout_steps_per_update`` steps (the last segment may overshoot)."""
+    ``rollout_steps_per_update`` steps (the last segment may overshoot). A 1-step segment is kept
+    (GAE needs no second step: an episode whose length is 1 mod ``segment_max_steps`` ends in one)."""
 
     def __init__(self, *, rollout_steps_per_update: int = 2048, **kw: Any) -> None:
+        kw.setdefault("min_rollout_steps", 1)
         super().__init__(**kw)
         self.rollout_steps_per_update = int(rollout_steps_per_update)
         self.rollouts: list[Rollout] = []
@@ -327,14 +330,19 @@ class PairMemory(_PolicyMemory):
 
     online: complete episodes enter a FIFO of ``pair_buffer_max``; a pair is the highest- and the
     lowest-scoring episode (sum of shaped rewards), both removed; no pair while they coincide.
+    With ``within_start`` (default) both come from one start (equal ``start_key``: one worker's
+    ``worker.rollouts_per_start`` episodes from one reset seed; episodes without a start id share
+    the key None), the oldest start that has two different scores first: a harder start or track
+    must not decide which episode is "preferred".
     offline: the pairs of ``offline_pairs`` in file order, cycling. both: an offline pair when
     the buffer holds fewer than two episodes or the pair-update count is odd, else online.
     """
 
     def __init__(self, *, data_mode: str = "online", pair_buffer_max: int = 64,
                  offline_pairs: Callable[[float], list[tuple[Rollout, Rollout]]] | None = None,
-                 **kw: Any) -> None:
+                 within_start: bool = True, **kw: Any) -> None:
         super().__init__(**kw)
+        self.within_start = bool(within_start)
         if data_mode not in ("online", "offline", "both"):
             raise ValueError(f"dpo_data_mode must be online, offline or both, got {data_mode!r}")
         if data_mode != "online" and offline_pairs is None:
@@ -377,9 +385,17 @@ class PairMemory(_PolicyMemory):
     def _online_pair(self) -> tuple[int, int] | None:
         if len(self.buffer) < 2:
             return None
-        scores = [r.score for r in self.buffer]
-        best, worst = int(np.argmax(scores)), int(np.argmin(scores))
-        return None if best == worst else (best, worst)
+        groups: dict[Any, list[int]] = {}
+        for i, r in enumerate(self.buffer):
+            groups.setdefault(r.start_key if self.within_start else None, []).append(i)
+        for members in groups.values():  # in order of each start's oldest episode
+            if len(members) < 2:
+                continue
+            scores = [self.buffer[i].score for i in members]
+            best, worst = int(np.argmax(scores)), int(np.argmin(scores))
+            if scores[best] != scores[worst]:
+                return members[best], members[worst]
+        return None
 
     def _use_offline(self) -> bool:
         if self.data_mode == "offline":

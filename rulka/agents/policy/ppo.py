@@ -2,8 +2,10 @@
 
 One ``train(batch)`` is one PPO update on the rollouts ``StepsMemory`` gathered (at least
 ``rollout_steps_per_update`` steps): GAE(lambda) with the discount each rollout was shaped with,
-optional advantage normalisation over the whole update, then ``update_epochs`` passes, each a
-fresh permutation of all T steps cut into minibatches of ``max(1, T // num_minibatches)``.
+then ``update_epochs`` passes, each a fresh permutation of all T steps cut into
+``min(num_minibatches, T)`` minibatches whose sizes differ by at most one (no tiny trailing
+minibatch), with the advantages normalised within each minibatch (as CleanRL and
+Stable-Baselines3 do) when ``normalize_advantages``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,21 @@ class PPOHyper:
     update_epochs: int = 4
     num_minibatches: int = 4
     normalize_advantages: bool = True
+
+
+def minibatch_sizes(t: int, num_minibatches: int) -> list[int]:
+    """``min(num_minibatches, t)`` sizes summing to ``t`` that differ by at most one, larger first
+    (10 steps in 4: 3, 3, 2, 2; never 2, 2, 2, 2, 2 or a 1-step remainder)."""
+    k = max(1, min(int(num_minibatches), t))
+    base, extra = divmod(t, k)
+    return [base + 1] * extra + [base] * (k - extra)
+
+
+def normalized(adv: torch.Tensor) -> torch.Tensor:
+    """``(A - mean) / (std + 1e-8)`` over one minibatch (unchanged for a single step)."""
+    if adv.numel() <= 1:
+        return adv
+    return (adv - adv.mean()) / (adv.std() + 1e-8)
 
 
 class PPOAgent(PolicyLearner):
@@ -77,20 +94,18 @@ class PPOAgent(PolicyLearner):
         adv = torch.from_numpy(adv_np).to(dev)
         ret = torch.from_numpy(ret_np).to(dev)
         old_v = torch.from_numpy(val_np).to(dev)
-        if self.hp.normalize_advantages and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         t = len(adv)
-        mb = max(1, t // self.hp.num_minibatches)
+        sizes = minibatch_sizes(t, self.hp.num_minibatches)
         sums = {"pg": 0.0, "v": 0.0, "ent": 0.0, "kl": 0.0, "clip": 0.0, "grad": 0.0}
         n = 0
         self.net.train()
         for _ in range(self.hp.update_epochs):
             perm = torch.randperm(t, generator=self._perm).to(dev)
-            for start in range(0, t, mb):
-                idx = perm[start:start + mb]
+            for idx in torch.split(perm, sizes):
                 img = data.img[idx] if data.img is not None else None
                 logp, entropy, value = self.net.evaluate_actions(img, data.flt[idx], data.action[idx])
-                pg_loss, clipfrac, approx_kl = ppo_policy_loss(logp, data.old_logp[idx], adv[idx], self.hp.clip_coef)
+                mb_adv = normalized(adv[idx]) if self.hp.normalize_advantages else adv[idx]
+                pg_loss, clipfrac, approx_kl = ppo_policy_loss(logp, data.old_logp[idx], mb_adv, self.hp.clip_coef)
                 v_loss = ppo_value_loss(value, old_v[idx], ret[idx], self.hp.clip_coef_vf)
                 ent = entropy.mean()
                 loss = pg_loss - ent_coef * ent + vf_coef * v_loss

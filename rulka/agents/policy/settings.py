@@ -81,7 +81,8 @@ def grpo_hyper(cfg: Any) -> GRPOHyper:
                      ent_coef_schedule=_knots(cfg, "grpo.grpo_ent_coef_schedule"),
                      max_grad_norm_schedule=_knots(cfg, "grpo.grpo_max_grad_norm_schedule"),
                      ref_kl_coef_schedule=_knots(cfg, "grpo.grpo_ref_kl_coef_schedule"),
-                     update_epochs=int(g.grpo_update_epochs), ref_sync_every_updates=int(g.grpo_ref_sync_every_updates))
+                     update_epochs=int(g.grpo_update_epochs), ref_sync_every_updates=int(g.grpo_ref_sync_every_updates),
+                     objective=str(g.grpo_objective), clip_coef=float(g.grpo_clip_coef))
 
 
 def dpo_hyper(cfg: Any) -> DPOHyper:
@@ -141,5 +142,5 @@ def make_memory(cfg: Any = None) -> StepsMemory | GroupMemory | PairMemory:
 
             offline = offline_pair_loader(cfg.dpo.dpo_offline_pairs_jsonl, n_actions=common["n_actions"])
         return PairMemory(data_mode=str(cfg.dpo.dpo_data_mode), pair_buffer_max=int(cfg.dpo.dpo_pair_buffer_max),
-                          offline_pairs=offline, **common)
+                          offline_pairs=offline, within_start=bool(cfg.dpo.dpo_pair_within_start), **common)
     raise ValueError(f"training.algorithm {algorithm!r} is not a policy learner (ppo, grpo, dpo)")

@@ -52,7 +52,7 @@ class SacHyper:
     n_critics: int = _SAC.n_critics
     target_critics: int = _SAC.target_critics
     policy_critic_reduction: str | None = _SAC.policy_critic_reduction
-    policy_every: int = _SAC.policy_every
+    policy_every: int = 1  # the config's null: round(updates_per_sample) (settings.policy_every)
     random_steps: int = _SAC.random_steps
 
     @property

@@ -64,7 +64,15 @@ def hyper_from_config(cfg: Any) -> SacHyper:
                     alpha_lr=float(s.alpha_lr), tau=float(s.tau), autotune_alpha=bool(s.autotune_alpha),
                     init_alpha=float(s.init_alpha), target_entropy=s.target_entropy, n_critics=int(s.n_critics),
                     target_critics=int(s.target_critics), policy_critic_reduction=s.policy_critic_reduction,
-                    policy_every=int(s.policy_every), random_steps=int(s.random_steps))
+                    policy_every=policy_every(s), random_steps=int(s.random_steps))
+
+
+def policy_every(s: Any) -> int:
+    """``sac.policy_every``, or when null once per env step: ``round(updates_per_sample)`` critic
+    updates per actor update (REDQ, Chen et al. 2021, updates the policy once per G critic steps)."""
+    if s.policy_every is not None:
+        return int(s.policy_every)
+    return max(1, round(float(s.updates_per_sample)))
 
 
 def memory_kwargs_from_config(cfg: Any) -> dict[str, Any]:
