@@ -25,10 +25,13 @@ _DERIVED = (("worker", "actor"), ("trainer", "agent"), ("trainer", "memory"), ("
 @functools.cache
 def field_docs() -> dict[tuple[str, str], str]:
     """(class name, field name) -> the docstring written under the field in the source."""
+    import importlib
+
     from rulka.config import model, sections
 
     docs: dict[tuple[str, str], str] = {}
-    for module in (sections, model):
+    parts = [importlib.import_module(f"rulka.config.sections.{name}") for name in sections.MODULES]
+    for module in (*parts, model):
         tree = ast.parse(inspect.getsource(module))
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
             body = cls.body

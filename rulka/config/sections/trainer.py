@@ -1,0 +1,119 @@
+"""``trainer`` (rulka's own): memory and agent plugins, rate limiting, publishing, checkpoints."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+)
+
+from rulka.config.sections.common import Section
+
+
+class RateLimitConfig(Section):
+    """The trainer's rate limiter (after Reverb's SampleToInsertRatio): how many times a
+    transition is trained on, held within a window in both directions."""
+
+    mode: Literal["ratio", "throughput"] = "ratio"
+    """ratio: hold samples per insert both ways; throughput: never slow the workers.
+    ratio: the learner waits for data when ahead, and workers are slowed (credit withheld) when
+    it is behind. throughput: the learner trains as fast as it can up to the ratio, and the
+    achieved ratio sinks when data comes faster than it trains."""
+    samples_per_insert: PositiveFloat | None = None
+    """Mean times a transition is sampled (null = the memory's own, else max_updates_per_env_step x batch).
+    The memory's own: memory.number_times_single_memory_is_used_before_discard for IQN. Neither
+    set: no limit."""
+    error_buffer: PositiveFloat | None = None
+    """Half-width of the window, in samples (null = 0.1 x samples_per_insert x start size).
+    At least half a batch, so that a batch always fits in the window."""
+    credit_segments: PositiveInt = 4
+    """Segments each worker may produce beyond the last one the trainer received.
+    Counted in steps (credit_segments x worker.segment_max_steps): a worker whose segments are
+    shorter (episodes that end early) may send more of them, up to 16x credit_segments."""
+    max_deferred_segments: PositiveInt = 256
+    """Segments held back while the learner is behind; above this the oldest is dropped (counted).
+    Held back: received, journaled and acknowledged, not yet in the memory."""
+
+
+class TrainerConfig(Section):
+    """The trainer (GPU box): plugins, update ratio, publishing, checkpoints."""
+
+    agent: str | None = None
+    """TrainingAgent plugin: registry name or module:Class (null = training.algorithm)."""
+    agent_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the agent plugin."""
+    memory: str | None = None
+    """Memory plugin: registry name or module:Class (null = training.algorithm)."""
+    memory_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the memory plugin."""
+    max_updates_per_env_step: PositiveFloat | None = None
+    """Pause training above this ratio of updates to received env steps (null = no limit but the memory's own)."""
+    publish_every_updates: PositiveInt | None = None
+    """Publish weights every N updates (null = 1 for the on-policy ppo/grpo/dpo, 100 otherwise).
+
+    On-policy learners need every update to reach the workers; over a network IQN publishes rarer
+    than the guide's shared-memory 8."""
+    max_policy_lag: NonNegativeInt | None = 4
+    """ppo/grpo/dpo: drop (and count) data from weights more than N versions old (null = keep all)."""
+    checkpoint_every_s: PositiveFloat = 300
+    """Seconds between checkpoints."""
+    eval_every_versions: NonNegativeInt = 0
+    """Every N weights versions, ask one worker (in turn) for greedy test episodes, logged as eval/... and not trained on (0 = never)."""
+    eval_episodes: PositiveInt = 1
+    """Greedy test episodes per request."""
+    best_policy_every_frames: NonNegativeInt = 20000
+    """Runs without greedy map-cycle entries: every N frames played, the next weights version is a
+    best-policy candidate and one worker (in turn) drives ``best_policy_episodes`` greedy episodes with
+    it (per map of an exploring cycle), not trained on; the best candidate goes to ``<run>/best``
+    (``map_cycle.keep_best_policy``; 0 = no requested episodes, no best policy without greedy entries)."""
+    best_policy_episodes: PositiveInt = 1
+    """Greedy episodes per map that judge a best-policy candidate the trainer asks for: a race is
+    deterministic (one is enough); a Gymnasium env is ranked by the mean return of these episodes."""
+    verify: bool = False
+    """Check that the memory rebuilds exactly what workers saw."""
+    device: str = "auto"
+    """Torch device the learner trains on: auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:1, mps."""
+    torch_threads: PositiveInt | None = None
+    """CPU threads torch may use in the trainer (null = every core; `rulka run`: what workers leave).
+    `rulka run` gives it the cores its workers leave, at least 1."""
+    rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    """Samples per insert and backpressure to workers."""
+    ingest_threads: PositiveInt = 1
+    """Threads that decompress each batch of received segments (zstd releases the GIL).
+    More than 1 pays off with image segments and spare cores (bench/ingest.py)."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|(cuda|xpu)(:\d+)?", value):
+            raise ValueError(f"must be auto, cpu, cuda, cuda:N, xpu, xpu:N or mps, got {value!r}")
+        return value
+
+    def torch_device(self) -> str:
+        """The device to train on: ``device`` with ``auto`` resolved (imports torch).
+
+        Raises ConfigError when a named accelerator is not available here.
+        """
+        import torch
+
+        from rulka.errors import ConfigError
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        kind, _, index = self.device.partition(":")
+        if kind == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError(f"config key `trainer.device` is {self.device} but torch sees no CUDA device")
+            if index and int(index) >= torch.cuda.device_count():
+                raise ConfigError(
+                    f"config key `trainer.device` is {self.device} but torch sees {torch.cuda.device_count()} CUDA device(s)"
+                )
+        if kind == "mps" and not torch.backends.mps.is_available():
+            raise ConfigError("config key `trainer.device` is mps but torch sees no MPS device")
+        return self.device

@@ -1,0 +1,70 @@
+"""``training``: the learner, batch, learning-rate and discount schedules, n-step."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
+
+from rulka.config.sections.common import Algorithm, PositiveKnots, Section, SuffixKnots, UnitKnots
+
+
+class TrainingConfig(Section):
+    """Run identity, algorithm, optimiser and schedules (guide: Training Configuration)."""
+
+    run_name: str = "rulka"
+    """Run identifier: names the run folder, logs and checkpoints."""
+    algorithm: Algorithm = "iqn"
+    """Learner: iqn (replay, mini-races), ppo, dpo, grpo (on-policy), sac."""
+    seed: int | None = None
+    """Random seed for the trainer and workers (null = random)."""
+    batch_size: PositiveInt = 512
+    """Transitions per training batch."""
+    adam_epsilon: PositiveFloat = 1e-4
+    """Adam epsilon."""
+    adam_beta1: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    """Adam beta1."""
+    adam_beta2: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.999
+    """Adam beta2."""
+    weight_decay_lr_ratio: NonNegativeFloat = 0.1
+    """IQN: decoupled weight decay per step, weights *= 1 - ratio * lr (Linesight); 0 = off."""
+    global_schedule_speed: PositiveFloat = 1.0
+    """Multiplies the frame counts of every schedule (>1 stretches training)."""
+    lr_schedule: PositiveKnots = Field(
+        default_factory=lambda: [(0, 1e-3), (3_000_000, 5e-5), (12_000_000, 5e-5), (15_000_000, 1e-5)]
+    )
+    """Learning rate vs frames, exponential interpolation."""
+    gamma_schedule: UnitKnots = Field(
+        default_factory=lambda: [(0, 0.999), (1_500_000, 0.999), (2_500_000, 1.0)]
+    )
+    """IQN n-step discount vs frames, linear."""
+    policy_rollout_gamma: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """On-policy rollout discount (ppo/dpo/grpo); null = ppo.gamma."""
+    policy_rollout_gamma_schedule: UnitKnots | None = None
+    """On-policy rollout discount vs frames, linear; wins over ppo.ppo_gamma_schedule."""
+    n_steps: PositiveInt = 3
+    """n-step returns."""
+    discard_non_greedy_actions_in_nsteps: bool = True
+    """Cut n-step returns at exploratory actions."""
+    tensorboard_suffix_schedule: SuffixKnots = Field(
+        default_factory=lambda: [
+            (0, ""),
+            (6_000_000, "_2"),
+            (15_000_000, "_3"),
+            (30_000_000, "_4"),
+            (45_000_000, "_5"),
+            (80_000_000, "_6"),
+            (150_000_000, "_7"),
+        ]
+    )
+    """TensorBoard folder suffix vs frames, staircase."""
+    oversample_long_term_steps: NonNegativeInt = 40
+    """Mini-race time sampling: oversample times with many steps left."""
+    oversample_maximum_term_steps: NonNegativeInt = 5
+    """Mini-race time sampling: shift and upper margin of the extended range."""

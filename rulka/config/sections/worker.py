@@ -1,0 +1,61 @@
+"""``worker`` (rulka's own): the episode loop, segments, outbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
+
+from rulka.config.sections.common import Section
+
+
+class WorkerConfig(Section):
+    """A worker (gaming PC): policy, compression, bounded resend queue."""
+
+    name: str | None = None
+    """Worker name in logs and credentials (null = host name)."""
+    actor: str | None = None
+    """ActorModule plugin: registry name or module:Class (null = training.algorithm)."""
+    actor_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the actor plugin."""
+    compressor: str = "zstd"
+    """SampleCompressor plugin: registry name or module:Class."""
+    compressor_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the compressor plugin."""
+    segment_max_steps: PositiveInt = 200
+    """Steps per segment sent to the trainer (episodes are split into segments)."""
+    unacked_limit_segments: PositiveInt = 10_000
+    """Unacknowledged segments kept for resending."""
+    unacked_memory_limit_mb: PositiveInt = 256
+    """RAM for unacknowledged segments before spilling to disk."""
+    spill_dir: Path | None = None
+    """Folder for spilled segments (null = a folder in the run directory)."""
+    spill_limit_mb: NonNegativeInt = 4096
+    """Disk for spilled segments."""
+    on_full: Literal["block", "drop_oldest"] = "block"
+    """When the resend queue is full: pause collection, or drop the oldest segment (counted)."""
+    num_envs: PositiveInt = 1
+    """Environments this worker runs."""
+    rollouts_per_start: PositiveInt = 1
+    """Episodes run from one start (same reset seed) before drawing another; GRPO groups by start.
+
+    Set it to grpo.grpo_group_size so each GRPO group compares rollouts from one start state;
+    1 = a fresh start each episode."""
+    max_steps_per_s: PositiveFloat | None = None
+    """Cap on env steps per second (null = as fast as the env goes). A fast simulator would
+    otherwise take the CPU a trainer on the same machine needs; a real game sets its own pace."""
+    torch_threads: PositiveInt = 1
+    """CPU threads torch may use for inference in the worker (1: fastest for one observation).
+    One observation at a time: more threads only take cores from the game. numpy's BLAS gets
+    the same limit (float-only IQN networks act in numpy on CPU)."""
+    pause_for_credit: bool = True
+    """Pause between segments while the trainer withholds credit (false: a real-time game).
+    The trainer withholds credit while its learner is behind the replay ratio. A real-time game
+    that cannot wait keeps acting; the trainer defers, then drops (counted), what its rate
+    limiter cannot admit."""
