@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.targets import dig as _dig
-from bench.targets import targets_table
+from bench.targets import study_arms, targets_table
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -358,6 +358,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
         lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"])]
     lines += extended_runs(BENCH_DIR / "extended_runs.json")
     lines += recipe_studies(BENCH_DIR / "recipe_studies.json")
+    lines += learner_fix_studies(BENCH_DIR / "learner_fix_studies.json")
     lines += track_results(BENCH_DIR / "track_results.json")
     lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
     return "\n".join(lines)
@@ -381,6 +382,44 @@ def recipe_studies(path: Path) -> list[str]:
                        "One recipe, several seeds, the trainer's schedule without the network "
                        "(`bench/recipe.py`, deterministic per seed): in how many seeds the greedy policy "
                        "reached the target within the frame budget. Rows in `bench/recipe_studies.json`.")
+
+
+def learner_fix_studies(path: Path) -> list[str]:
+    """Seed studies of the learner fixes (issue 31), from ``bench/learner_fix_studies.json``: one row
+    per arm (date, command, seeds, per seed the env steps to a greedy 475 and the best greedy
+    average), then the studies recorded as one run (their ``result``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    studies = [s for s in data.get("studies", []) if isinstance(s, dict)] if isinstance(data, dict) else []
+    arms = study_arms(path)
+    if not arms and not studies:
+        return []
+    lines = ["", "## Learner-fix studies (seeds)", "",
+             "The learner fixes of issue 31 on CartPole-v1, deterministic and frame-budgeted: GRPO's "
+             "`grpo.grpo_objective` reinforce vs clipped with the workers' weights `lag` updates behind "
+             "(`bench/learner_fix_studies.py grpo`), NoisyNet with epsilon 0 vs the epsilon schedule and "
+             "IQN weight decay / self-loss clamp on vs off (`bench/recipe.py`). Per seed: the env steps "
+             "at which the greedy average first reached 475 (`-`: not within the budget) and the best "
+             "greedy average. Rows in `bench/learner_fix_studies.json`"
+             + (f" ({format_number(data.get('machine'))})" if data.get("machine") else "") + ".", "",
+             "| study | arm | seeds | frames | reached 475 at | best greedy | date | command |",
+             "|---|---|---|---|---|---|---|---|"]
+    for arm in arms:
+        lines.append(" | ".join(["", arm["study"], arm["arm"], format_number(arm["seeds"]),
+                                 format_number(arm["frames"]), format_number(arm["reached"]),
+                                 format_number(arm["best"]), arm["date"], f"`{arm['command']}`", ""]).strip())
+    for study in studies:
+        result = study.get("result")
+        if not isinstance(result, dict):
+            continue
+        lines += ["", f"{study.get('name', '')} ({study.get('date', '')}): `{study.get('command', '')}`", "",
+                  "| figure | value |", "|---|---|"]
+        lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(result)]
+        if study.get("note"):
+            lines += ["", format_number(study["note"])]
+    return lines
 
 
 def track_results(path: Path) -> list[str]:

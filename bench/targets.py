@@ -231,12 +231,13 @@ def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Pa
         rows.append((f"`{target.script}`", target.goal, shown, str(res.get("date", "")), holds))
     rows += extended_targets(bench_dir / "extended_runs.json")
     rows += recipe_targets(bench_dir / "recipe_studies.json")
+    rows += study_targets(bench_dir / "learner_fix_studies.json")
     held = sum(1 for r in rows if r[4] is True)
     lines = ["", "## Targets", "",
              f"Every goal a benchmark or a learning run is held to, with the figure last measured: "
              f"{held} of {len(rows)} hold. A benchmark's row reads its latest finished run (its section "
              "below); a learning row reads the latest recorded run of that test or recipe (\"Extended "
-             "learning runs\", \"Recipe studies\").", "",
+             "learning runs\", \"Recipe studies\", \"Learner-fix studies\").", "",
              "| source | goal | last measured | date | holds |", "|---|---|---|---|---|"]
     for source, goal, shown, date, holds in rows:
         verdict = {True: "yes", False: "**no**", None: "-"}[holds]
@@ -247,3 +248,58 @@ def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Pa
         lines += ["", "Figures without a target (they describe rather than judge): "
                   + ", ".join(f"`{name}`" for name in free) + "."]
     return lines
+
+
+def study_arms(path: Path) -> list[dict[str, Any]]:
+    """The arms of the seed studies in ``bench/learner_fix_studies.json`` (``{"studies": [...]}``),
+    one dict per arm: study, arm, date, command, frames (the budget), seeds, reached (per seed the
+    env steps at which the greedy average first reached 475, None when it did not), best (per seed
+    the best greedy average). A study holds either ``runs`` (``bench/learner_fix_studies.py``: one
+    arm per ``objective``) or ``arms`` (``bench/recipe.py`` runs, each with its own runs); a study
+    with neither (one recorded run with a ``result``) has no arms."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    studies = data.get("studies") if isinstance(data, dict) else None
+    out: list[dict[str, Any]] = []
+    for study in studies if isinstance(studies, list) else []:
+        if not isinstance(study, dict):
+            continue
+        groups: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
+        if isinstance(study.get("runs"), list):
+            by_objective: dict[str, list[dict[str, Any]]] = {}
+            for run in study["runs"]:
+                if isinstance(run, dict):
+                    by_objective.setdefault(str(run.get("objective", "")), []).append(run)
+            groups = [(objective, study, runs) for objective, runs in by_objective.items()]
+        elif isinstance(study.get("arms"), list):
+            groups = [(str(arm.get("arm", "")), arm, [r for r in arm.get("runs", []) if isinstance(r, dict)])
+                      for arm in study["arms"] if isinstance(arm, dict)]
+        for arm, where, runs in groups:
+            out.append({
+                "study": str(study.get("name", "")), "arm": arm, "date": _date(where),
+                "command": str(where.get("command", "")),
+                "frames": where.get("frames_cap", where.get("frames")),
+                "seeds": [r.get("seed") for r in runs],
+                "reached": [r.get("reached_475_env_steps", r.get("reached_475_at_frames")) for r in runs],
+                "best": [r.get("best_greedy") for r in runs],
+            })
+    return out
+
+
+def study_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
+    """Each learner-fix study arm: does the greedy average reach 475 in every seed within its budget."""
+    out = []
+    for arm in study_arms(path):
+        reached = [r for r in arm["reached"] if isinstance(r, int | float)]
+        shown = f"{len(reached)}/{len(arm['reached'])} seeds"
+        if reached:
+            shown += f" (at {', '.join(_num(r) for r in reached)} steps)"
+        frames = arm["frames"]
+        out.append(("`bench/learner_fix_studies.json`",
+                    f"{arm['study']}, {arm['arm']}: greedy reaches 475 in every seed, budget "
+                    f"{_num(frames) if isinstance(frames, int | float) else '?'} frames (the last update "
+                    "may pass it)",
+                    shown, arm["date"], bool(arm["reached"]) and len(reached) == len(arm["reached"])))
+    return out

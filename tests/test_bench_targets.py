@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.__main__ import main, previous_machine
-from bench.targets import extended_targets, recipe_targets, targets_table
+from bench.__main__ import learner_fix_studies, main, previous_machine
+from bench.targets import extended_targets, recipe_targets, study_targets, targets_table
 
 RESULTS = {
     "transport": {"date": "2026-01-02 03:04 UTC", "figures": {
@@ -86,3 +86,35 @@ def test_rewrite_puts_targets_first_and_keeps_the_measuring_machine(tmp_path: Pa
     assert text.index("## Targets") < text.index("## Machine") < text.index("## Summary") < text.index("## transport")
     assert "| cpu | The Old One |" in text
     assert "| 79.5 MB/s (26MB messages, the slowest size) |" in text
+
+
+def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_path: Path) -> None:
+    path = tmp_path / "learner_fix_studies.json"
+    path.write_text(json.dumps({"machine": "m", "studies": [
+        {"name": "g", "date": "2026-01-05 00:00 UTC", "command": "python bench/learner_fix_studies.py grpo",
+         "frames_cap": 1000, "runs": [
+             {"objective": "reinforce", "seed": 0, "reached_475_env_steps": 900, "best_greedy": 480.0},
+             {"objective": "reinforce", "seed": 1, "reached_475_env_steps": 700, "best_greedy": 500.0},
+             {"objective": "clipped", "seed": 0, "reached_475_env_steps": None, "best_greedy": 300.5},
+             {"objective": "clipped", "seed": 1, "reached_475_env_steps": 800, "best_greedy": 476.0}]},
+        {"name": "n", "arms": [{"arm": "eps 0", "date": "2026-01-06 00:00 UTC", "frames": 2000, "command": "c",
+                                "runs": [{"seed": 3, "reached_475_at_frames": None, "best_greedy": 9.9}]}]},
+        {"name": "once", "date": "2026-01-07 00:00 UTC", "command": "rulka run x", "result": {"frames": 5}},
+    ]}))
+    assert study_targets(path) == [
+        ("`bench/learner_fix_studies.json`", "g, reinforce: greedy reaches 475 in every seed, budget 1,000 frames "
+         "(the last update may pass it)", "2/2 seeds (at 900, 700 steps)", "2026-01-05 00:00 UTC", True),
+        ("`bench/learner_fix_studies.json`", "g, clipped: greedy reaches 475 in every seed, budget 1,000 frames "
+         "(the last update may pass it)", "1/2 seeds (at 800 steps)", "2026-01-05 00:00 UTC", False),
+        ("`bench/learner_fix_studies.json`", "n, eps 0: greedy reaches 475 in every seed, budget 2,000 frames "
+         "(the last update may pass it)", "0/1 seeds", "2026-01-06 00:00 UTC", False),
+    ]
+    (tmp_path / "extended_runs.json").write_text("[]")
+    text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
+    assert "| 1/2 seeds (at 800 steps) | 2026-01-05 00:00 UTC | **no** |" in text
+    assert "1 of 15 hold" in text  # 12 unmeasured benchmark targets, 3 study arms
+    section = "\n".join(learner_fix_studies(path))
+    assert ("| g | clipped | 0, 1 | 1,000 | -, 800 | 300.5, 476 | 2026-01-05 00:00 UTC "
+            "| `python bench/learner_fix_studies.py grpo` |") in section
+    assert "| n | eps 0 | 3 | 2,000 | - | 9.9 | 2026-01-06 00:00 UTC | `c` |" in section
+    assert "once (2026-01-07 00:00 UTC): `rulka run x`" in section and "| frames | 5 |" in section
