@@ -21,7 +21,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,18 +36,14 @@ def child(network: str, batch_size: int, seconds: float, kept: bool) -> dict:
 
     applied = keep_freed_memory() if kept else False
     torch.set_num_threads(1)
-    from bench.learner import NETWORKS, build_agent, filled_memory
+    from bench.learner import NETWORKS, build_agent, filled_memory, train_for
 
     agent = build_agent(NETWORKS[network], "cpu")
     mem = filled_memory(agent.spec.image_height, agent.spec.image_width, batch_size)
     for _ in range(3):
         agent.train(mem.sample(batch_size))
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds or n < 3:
-        agent.train(mem.sample(batch_size))
-        n += 1
-    elapsed = time.perf_counter() - t0
+    n, elapsed = train_for(agent, mem, batch_size, seconds, min_updates=3)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     return {"updates_per_s": round(n / elapsed, 2), "page_faults_per_update": round(faults / n, 1),
             "kept": applied}

@@ -147,6 +147,23 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
             "weights_published": trainer.version, "limiter_dropped": trainer.counters["limiter_dropped"]}
 
 
+def train_for(agent: Any, memory: Any, batch_size: int, seconds: float, min_updates: int = 0,
+              cuda: bool = False) -> tuple[int, float]:
+    """The bare learner, ``agent.train(memory.sample(batch_size))`` in a loop for ``seconds`` (and at
+    least ``min_updates`` updates): (updates, elapsed seconds). With ``cuda`` the clock starts and
+    stops on a synchronized device. ``bench/allocator.py`` and ``bench/trainer_loop.py`` (so
+    ``bench/colocation.py``) time the learner with this loop too."""
+    if cuda:
+        torch.cuda.synchronize()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds or n < min_updates:
+        agent.train(memory.sample(batch_size))
+        n += 1
+    if cuda:
+        torch.cuda.synchronize()
+    return n, time.perf_counter() - t0
+
+
 def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float) -> dict[str, Any]:
     cuda = device == "cuda"
     agent = build_agent(net_kw, device)
@@ -160,15 +177,7 @@ def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, sec
     sample_s = (time.perf_counter() - t0) / n
     for _ in range(2):  # warm-up (allocations, cudnn autotune)
         agent.train(mem.sample(batch_size))
-    if cuda:
-        torch.cuda.synchronize()
-    t0, n = time.perf_counter(), 0
-    while time.perf_counter() - t0 < seconds or n < 3:
-        agent.train(mem.sample(batch_size))
-        n += 1
-    if cuda:
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - t0
+    n, elapsed = train_for(agent, mem, batch_size, seconds, min_updates=3, cuda=cuda)
     return {"network": name, "device": device, "batch_size": batch_size, "batches": n,
             "batches_per_s": round(n / elapsed, 3), "samples_per_s": round(n * batch_size / elapsed, 1),
             "sample_collate_ms": round(1000 * sample_s, 2),

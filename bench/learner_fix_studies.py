@@ -30,7 +30,6 @@ sys.path.insert(0, str(REPO / "tests"))  # the collector and greedy evaluation t
 
 def grpo_run(objective: str, seed: int, frames_cap: int, lag: int, target: float = 475.0) -> dict:
     import gymnasium as gym
-    import numpy as np
     import torch
     from policy_helpers import SegmentCollector, greedy_return
 

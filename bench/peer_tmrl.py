@@ -44,7 +44,6 @@ import os
 import pickle
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,13 +54,18 @@ from typing import Any
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.transport import SIZES as RELAY_SIZES  # noqa: E402 - the relay sizes transport measures rulka at
+from bench.transport import tlspyo_throughput  # noqa: E402
+from rulka.net.tls import free_local_port as free_port  # noqa: E402
+
 TMRL_VERSION = "0.7.1"
 # what `import tmrl.networking` needs on Linux besides what rulka already has
 TMRL_EXTRA_PACKAGES = ["pandas", "mss", "pytz", "six"]
 IMG_SIZE = 64
 IMG_HIST_LEN = 4
 TMRL_HEADER_SIZE = 12
-RELAY_SIZES = {"64KB": 64 * 1024, "1MB": 1024 * 1024, "26MB": 26 * 1024 * 1024}
 
 
 # -- simulator transitions (shared by both sides) --------------------------------------------------
@@ -179,12 +183,6 @@ def tmrl_config(port: int, local_ports: list[int], tls: bool, keys_dir: str) -> 
                                   "MAX_STRAY": 100.0}},
         "__VERSION__": "0.6.0",
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_tls_credentials(folder: Path) -> None:
@@ -318,21 +316,7 @@ def _tmrl_relay(job: dict[str, Any], tls: bool) -> dict[str, Any]:
         for name in job["sizes"]:
             size = RELAY_SIZES[name]
             reps = int(job["reps"][name])
-            payload = os.urandom(size)
-            trainer.notify(groups={"trainers": -1})
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                worker.produce(payload, "trainers")
-            received = 0
-            deadline = time.monotonic() + 300
-            while received < reps and time.monotonic() < deadline:
-                items = trainer.receive_all(blocking=False)
-                received += len(items)
-                if not items:
-                    time.sleep(0.005)
-                # "-1" fetches what the relay holds now; a consumer keeps asking, as TMRL's trainer does
-                trainer.notify(groups={"trainers": -1})
-            seconds = time.perf_counter() - t0
+            received, seconds = tlspyo_throughput(worker, trainer, "trainers", size, reps)
             if received < reps:
                 out[name] = {"error": f"{received}/{reps} messages arrived within 300 s"}
             else:

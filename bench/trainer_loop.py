@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # bench.learner, when run as a script
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "cartpole": ("configs/cartpole_iqn.yaml", []),
     # the default sim run with its 48x36 camera image (the CPU default runs without it)
@@ -185,11 +186,10 @@ class BareLearner:
             self.agent.train(self.memory.sample(self.batch_size))
 
     def updates_per_s(self, seconds: float) -> float:
-        t0, n = time.perf_counter(), 0
-        while time.perf_counter() - t0 < seconds:
-            self.agent.train(self.memory.sample(self.batch_size))
-            n += 1
-        return round(n / (time.perf_counter() - t0), 2)
+        from bench.learner import train_for
+
+        n, elapsed = train_for(self.agent, self.memory, self.batch_size, seconds)
+        return round(n / elapsed, 2)
 
 
 def alone(run_dir: Path, seconds: float) -> dict[str, Any]:

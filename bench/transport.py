@@ -143,6 +143,27 @@ def raw_tls_ceiling(keys: Path, size: int, count: int) -> float:
     return want / MB / elapsed
 
 
+def tlspyo_throughput(producer: Any, consumer: Any, group: str, size: int, count: int,
+                      timeout_s: float = 300.0) -> tuple[int, float]:
+    """``count`` messages of ``size`` random bytes from one tlspyo Endpoint to ``group`` through a
+    tlspyo Relay, fetched as TMRL's trainer does (``notify`` -1: what the relay holds now, then
+    ``receive_all``, again until all arrived or ``timeout_s``): (messages received, seconds).
+    ``TlspyoPickle`` here and TMRL's own ``Server`` in ``bench/peer_tmrl.py`` are timed with it."""
+    payload = os.urandom(size)
+    consumer.notify({group: -1})
+    t0 = time.perf_counter()
+    for _ in range(count):
+        producer.produce(payload, group)
+    received, deadline = 0, time.monotonic() + timeout_s
+    while received < count and time.monotonic() < deadline:
+        items = consumer.receive_all(blocking=False)
+        received += len(items)
+        if not items:
+            time.sleep(0.002)
+        consumer.notify({group: -1})  # a consumer keeps asking
+    return received, time.perf_counter() - t0
+
+
 class TlspyoPickle:
     """The TMRL path: tlspyo Relay + Endpoints with the default (pickle) serializer."""
 
@@ -172,17 +193,10 @@ class TlspyoPickle:
 
     def throughput(self, size: int, count: int) -> float:
         """MB/s of ``count`` messages of ``size`` bytes, producer to consumer."""
-        payload = os.urandom(size)
-        t0 = time.perf_counter()
-        for _ in range(count):
-            self.producer.produce(payload, "consumers")
-        got = 0
-        while got < count:
-            self.consumer.notify({"consumers": -1})
-            got += len(self.consumer.receive_all(blocking=False))
-            if got < count:
-                time.sleep(0.002)
-        return count * size / MB / (time.perf_counter() - t0)
+        got, seconds = tlspyo_throughput(self.producer, self.consumer, "consumers", size, count)
+        if got < count:
+            raise RuntimeError(f"only {got}/{count} messages of {size} bytes arrived through plain tlspyo")
+        return count * size / MB / seconds
 
     def close(self) -> None:
         for ep in (self.producer, self.consumer):
