@@ -18,10 +18,8 @@ Linux only (affinity, signals).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import signal
 import sys
 import tempfile
@@ -40,6 +38,7 @@ from bench.trainer_loop import (  # noqa: E402
     _records,
     _signal_groups,
     measure_role,
+    print_results,
     role_groups,
     wait_for_training,
 )
@@ -152,9 +151,7 @@ def main() -> int:
             row = measure_config(name, args.workers, args.windows, args.seconds, Path(tmp))
             print(json.dumps(row), file=sys.stderr, flush=True)
             results.append(row)
-    print(json.dumps({"bench": "colocation", "results": results,
-                      "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-                      "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}))
+    print_results("colocation", results)
     return 0
 
 

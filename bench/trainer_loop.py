@@ -496,6 +496,13 @@ def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def print_results(bench: str, results: list[dict[str, Any]]) -> None:
+    """The script's one JSON line: its rows, the machine and the date (``bench/colocation.py`` too)."""
+    print(json.dumps({"bench": bench, "results": results,
+                      "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                      "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="cartpole, 2 workers, 30 s")
@@ -553,9 +560,7 @@ def main() -> int:
                 row = median_row(reps)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 results.append(row)
-    print(json.dumps({"bench": "trainer_loop", "results": results,
-                      "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-                      "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}))
+    print_results("trainer_loop", results)
     return 0
 
 
