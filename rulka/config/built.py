@@ -46,8 +46,6 @@ NOT_BUILT: dict[str, str] = {
                                              "TensorBoard and W&B, and `rulka plot` draws them",
     "performance.plot_race_time_left_curves": "Linesight's matplotlib figures; see `rulka plot`",
     "performance.n_transitions_to_plot_in_distribution_curves": "Linesight's matplotlib figures; see `rulka plot`",
-    "performance.apply_randomcrop_augmentation": "random-crop augmentation of replayed images is not built",
-    "performance.n_pixels_to_crop_on_each_side": "random-crop augmentation of replayed images is not built",
     "performance.frames_before_save_best_runs": "Linesight saves game inputs of best runs; rulka keeps the best "
                                                 "policy per map (best/) and `rulka eval` replays it",
     "performance.threshold_to_save_all_runs_ms": "Linesight saves game inputs of good runs; rulka keeps the best "
