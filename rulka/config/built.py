@@ -28,11 +28,9 @@ NOT_BUILT: dict[str, str] = {
     "environment.rl_action_offsets_ms": "multi-action blocks (several actions per decision) are not built: "
                                         "workers take one action per decision",
     "exploration.multi_action_exploration": "explores within multi-action blocks, which are not built",
-    # nn: the fusion trunks, ViT stem, freeze flags, pretrained init and resets are built
-    # (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset); the decoder heads are MLPs
+    # nn: the fusion trunks, ViT stem, freeze flags, pretrained init, resets and IQN's transformer
+    # heads are built (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset, rulka.nn.transformer)
     "nn.decoder.shared_input": "the heads read the quantile-modulated features (post_tau); pre_tau heads are not built",
-    "nn.decoder.advantage.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
-    "nn.decoder.value.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
     # performance: Linesight's single-machine knobs; rulka's own concept named in each reason
     "performance.gpu_collectors_count": "rulka's collectors are worker processes or machines: "
                                         "`rulka run --workers N` or one rulka-worker per game",
