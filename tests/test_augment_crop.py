@@ -27,6 +27,8 @@ def test_shift_by_hand() -> None:
                          [20, 20, 21, 22],
                          [20, 20, 21, 22]], dtype=np.uint8)
     np.testing.assert_array_equal(out, expected)
+    # replayed frames without a channel axis, (B, H, W), move the same way
+    np.testing.assert_array_equal(shift_images(_grid()[None], np.array([1]), np.array([-1]))[0], expected)
     # no shift is the identity; the dtype and shape are kept
     same = shift_images(img, np.array([0]), np.array([0]))
     assert same.dtype == np.uint8 and same.shape == img.shape
@@ -119,3 +121,18 @@ def test_learner_step_trains_on_the_augmented_batch() -> None:
     trained = agent.seen[0]
     assert trained is not memory.batch
     assert not np.array_equal(trained.state_img, memory.batch.state_img)
+
+
+def test_trainer_wires_the_configured_crop_into_its_learner_step():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from roles_helpers import CountingAgent, ListMemory
+
+    from rulka.net.local import LocalHub
+    from rulka.trainer.trainer import Trainer
+
+    key = Ed25519PrivateKey.generate()
+    off = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=key)
+    assert off.learner.augment is None
+    cfg = config_from_dict({"performance": {"apply_randomcrop_augmentation": True, "n_pixels_to_crop_on_each_side": 4}})
+    on = Trainer(cfg, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=key)
+    assert isinstance(on.learner.augment, RandomCrop) and on.learner.augment.n == 4
