@@ -85,3 +85,11 @@ def test_workers_rebuild_the_topology_in_torch():
 def test_policy_learners_refuse_transformer_heads():
     with pytest.raises(ConfigError, match="nn.decoder.value.transformer"):
         check_built(cfg({"value": {"transformer": SLOT}}, algorithm="ppo"))
+
+
+def test_freeze_flag_covers_a_transformer_head():
+    c = cfg({"advantage": {"transformer": SLOT, "freeze": True}})
+    agent = make_agent(c, device="cpu", seed=0)
+    frozen = {n for n, p in agent.online.named_parameters() if not p.requires_grad}
+    assert {"head.advantage.pos", "head.advantage.out.weight"} <= frozen
+    assert all(n.startswith("head.advantage.") for n in frozen)
