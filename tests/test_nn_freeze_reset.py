@@ -203,3 +203,19 @@ def test_a_reset_leaves_frozen_tensors_alone():
     assert agent.resetter.step(agent)
     state = agent.online.state_dict()
     assert all(torch.equal(state[n], v) for n, v in frozen.items())
+
+
+def test_decoupled_weight_decay_leaves_frozen_tensors_alone():
+    agent = make_iqn({"float": {"mlp": {"hidden_dim": 16}, "freeze": True}})
+    assert agent.hp.weight_decay_lr_ratio > 0  # the default decays after every step
+    before = {n: p.detach().clone() for n, p in agent.online.named_parameters()}
+    frozen = {n for n, p in agent.online.named_parameters() if not p.requires_grad}
+    assert frozen and all(n.startswith("float_feature_extractor.") for n in frozen)
+    agent.decay_weights(0.5)  # by hand: trainable tensors halve, frozen ones keep every value
+    for n, p in agent.online.named_parameters():
+        assert torch.equal(p, before[n] if n in frozen else before[n] * 0.5), n
+    # and through training, with a decay large enough to show (1 - 0.5 * lr per step)
+    agent.hp.weight_decay_lr_ratio = 50.0
+    agent.train(batch())
+    for n, p in agent.online.named_parameters():
+        assert torch.equal(p, before[n]) == (n in frozen), n

@@ -28,11 +28,9 @@ NOT_BUILT: dict[str, str] = {
     "environment.rl_action_offsets_ms": "multi-action blocks (several actions per decision) are not built: "
                                         "workers take one action per decision",
     "exploration.multi_action_exploration": "explores within multi-action blocks, which are not built",
-    # nn: the fusion trunks, ViT stem, freeze flags, pretrained init and resets are built
-    # (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset); the decoder heads are MLPs
+    # nn: the fusion trunks, ViT stem, freeze flags, pretrained init, resets and IQN's transformer
+    # heads are built (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset, rulka.nn.transformer)
     "nn.decoder.shared_input": "the heads read the quantile-modulated features (post_tau); pre_tau heads are not built",
-    "nn.decoder.advantage.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
-    "nn.decoder.value.transformer": "transformer decoder heads are not built: the heads are MLPs (nn.decoder.*.mlp)",
     # performance: Linesight's single-machine knobs; rulka's own concept named in each reason
     "performance.gpu_collectors_count": "rulka's collectors are worker processes or machines: "
                                         "`rulka run --workers N` or one rulka-worker per game",
@@ -46,8 +44,6 @@ NOT_BUILT: dict[str, str] = {
                                              "TensorBoard and W&B, and `rulka plot` draws them",
     "performance.plot_race_time_left_curves": "Linesight's matplotlib figures; see `rulka plot`",
     "performance.n_transitions_to_plot_in_distribution_curves": "Linesight's matplotlib figures; see `rulka plot`",
-    "performance.apply_randomcrop_augmentation": "random-crop augmentation of replayed images is not built",
-    "performance.n_pixels_to_crop_on_each_side": "random-crop augmentation of replayed images is not built",
     "performance.frames_before_save_best_runs": "Linesight saves game inputs of best runs; rulka keeps the best "
                                                 "policy per map (best/) and `rulka eval` replays it",
     "performance.threshold_to_save_all_runs_ms": "Linesight saves game inputs of good runs; rulka keeps the best "

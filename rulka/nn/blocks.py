@@ -202,11 +202,14 @@ class DuelingHead(nn.Module):
 
     def __init__(self, in_dim: int, hidden_dim: int, n_actions: int, n_hidden_layers: int = 1, *,
                  value_hidden_dim: int | None = None, value_hidden_layers: int | None = None,
-                 layer_norm: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5) -> None:
+                 layer_norm: bool = False, noisy: bool = False, noisy_sigma0: float = 0.5,
+                 advantage_module: nn.Module | None = None, value_module: nn.Module | None = None) -> None:
         super().__init__()
         kw = dict(layer_norm=layer_norm, noisy=noisy, noisy_sigma0=noisy_sigma0)
-        self.advantage = make_mlp(in_dim, hidden_dim, n_actions, n_hidden_layers, **kw)
-        self.value = make_mlp(in_dim, value_hidden_dim or hidden_dim, 1, value_hidden_layers or n_hidden_layers, **kw)
+        # a given module (e.g. rulka.nn.transformer.TransformerHead) replaces that head's MLP
+        self.advantage = advantage_module or make_mlp(in_dim, hidden_dim, n_actions, n_hidden_layers, **kw)
+        self.value = value_module or make_mlp(in_dim, value_hidden_dim or hidden_dim, 1,
+                                              value_hidden_layers or n_hidden_layers, **kw)
 
     @staticmethod
     def combine(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:

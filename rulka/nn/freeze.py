@@ -144,7 +144,7 @@ RESET_KEYS = ("single_reset_flag", "reset_every_n_frames_generated", "additional
 
 
 def inert_keys(cfg: Any) -> list[str]:
-    """Freeze flags, pretrained init, network topology and IQN reset knobs set away from their
+    """Freeze flags, pretrained init, network topology, IQN transformer heads and IQN reset knobs set away from their
     defaults for a learner they do not apply to (``rulka.config.built.check_built`` refuses them)."""
     from rulka.config.sections import NnTrainingConfig
 
@@ -162,6 +162,10 @@ def inert_keys(cfg: Any) -> list[str]:
             out.append(f"the fusion modes and transformer stems are built for IQN and PPO/GRPO/DPO, "
                        f"not training.algorithm {algorithm}")
     if kind != "iqn":
+        for head in ("advantage", "value"):
+            if getattr(nn_cfg.decoder, head).transformer is not None:
+                out.append(f"`nn.decoder.{head}.transformer` (IQN's transformer heads) does not apply to "
+                           f"training.algorithm {algorithm}")
         default = NnTrainingConfig()
         for key in RESET_KEYS:
             if getattr(nn_cfg.training, key) != getattr(default, key):

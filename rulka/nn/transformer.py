@@ -75,3 +75,30 @@ def make_vision_transformer(height: int, width: int, slot: Mapping[str, Any]) ->
 
         return HfVisionBackbone(height, width, slot)
     return VisionViT(height, width, slot)
+
+
+class TransformerHead(nn.Module):
+    """A decoder head (``nn.decoder.advantage.transformer`` / ``value.transformer``) over one
+    feature vector per row: the vector is zero-padded to a multiple of ``d_model`` and cut into
+    ``ceil(in_dim / d_model)`` tokens of ``d_model`` features, each token gets a learned position,
+    the ``n_layers`` pre-norm stack mixes them, and the LayerNorm'd mean token goes through a
+    linear layer to ``out_dim`` outputs. ``(N, in_dim) -> (N, out_dim)``.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, slot: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.d_model = int(slot["d_model"])
+        self.in_dim = int(in_dim)
+        self.n_tokens = -(-self.in_dim // self.d_model)
+        self.pos = nn.Parameter(torch.zeros(1, self.n_tokens, self.d_model))
+        nn.init.normal_(self.pos, std=0.02)
+        self.stack = stack_from(slot)
+        self.norm = nn.LayerNorm(self.d_model)
+        self.out = nn.Linear(self.d_model, out_dim)  # registered last: the reset's "last layer"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = self.n_tokens * self.d_model - self.in_dim
+        if pad:
+            x = nn.functional.pad(x, (0, pad))
+        tokens = x.reshape(x.shape[0], self.n_tokens, self.d_model) + self.pos
+        return self.out(self.norm(self.stack(tokens).mean(dim=1)))

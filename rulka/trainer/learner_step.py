@@ -19,7 +19,7 @@ class LearnerStep:
 
     def __init__(self, state: RunState, window: Window, agent: TrainingAgent, memory: Memory,
                  limiter: SampleToInsertRatio | None, publish: Callable[[], int], *, batch_size: int,
-                 publish_every: int, slice_s: float) -> None:
+                 publish_every: int, slice_s: float, augment: Callable[[Any], Any] | None = None) -> None:
         self.state = state
         self.window = window
         self.agent = agent
@@ -29,6 +29,8 @@ class LearnerStep:
         self.batch_size = batch_size
         self.publish_every = publish_every
         self.slice_s = slice_s
+        # applied to sampled (replay) batches only, e.g. rulka.memory.augment.RandomCrop
+        self.augment = augment
         self.last_metrics: dict[str, Any] = {}
 
     def _start_size(self) -> int:
@@ -64,6 +66,8 @@ class LearnerStep:
                 return False
             if self.limiter is not None:
                 self.limiter.record_sample(self.batch_size)
+            if self.augment is not None:
+                batch = self.augment(batch)
         else:
             return False
         t0 = time.perf_counter()

@@ -49,6 +49,7 @@ from rulka.compress import SegmentDecoder
 from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.errors import BadInput, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
+from rulka.memory.augment import RandomCrop
 from rulka.net.link import LinkClosed, Message, TrainerLink
 from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
 from rulka.segment import Segment, pack
@@ -195,7 +196,7 @@ class Trainer:
                                    best_policy=self.best_policy)
         self.learner = LearnerStep(self.state, self.window, self.agent, self.memory, self.limiter, self.publish,
                                    batch_size=self.batch_size, publish_every=self.publish_every,
-                                   slice_s=train_slice_s)
+                                   slice_s=train_slice_s, augment=RandomCrop.for_config(cfg))
         self.reporter = Reporter(self.state, self.window, self.workers, self.intake, self.learner, self.memory,
                                  self.limiter, self.best_policy, batch_size=self.batch_size,
                                  log_every_s=float(log_every_s if log_every_s is not None else cfg.logging.log_every_s),

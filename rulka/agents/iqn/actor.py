@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, mean_q
 from rulka.interfaces import ActorModule, Weights
@@ -35,6 +36,8 @@ class _NumpyMeanQ:
     def __init__(self, net: IQNNetwork, k: int) -> None:
         if not net.plain_encoder:
             raise UnsupportedModule("image heads and fusion trunks stay in torch")
+        if not isinstance(net.head.value, nn.Sequential) or not isinstance(net.head.advantage, nn.Sequential):
+            raise UnsupportedModule("transformer decoder heads stay in torch")
         self.features = compile_sequential(net.float_feature_extractor)
         self.embedding = compile_sequential(net.iqn_fc)
         self.value = compile_sequential(net.head.value)

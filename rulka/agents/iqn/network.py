@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from torch import nn
 from rulka.nn import DuelingHead, NoisyLinear, cosine_embedding, init_orthogonal
 from rulka.nn.blocks import LEAKY_SLOPE, leaky_gain
 from rulka.nn.encoder import EncoderSpec, ImageFloatEncoder
+from rulka.nn.transformer import TransformerHead
 
 
 @dataclasses.dataclass
@@ -27,6 +29,9 @@ class IQNNetworkSpec(EncoderSpec):
     head_layers: int = 1
     value_hidden_dim: int | None = None  # the value head's MLP; None: as the advantage head's
     value_layers: int | None = None
+    # a head's transformer slot (nn.decoder.<head>.transformer dumped); None: that head is an MLP
+    advantage_transformer: dict[str, Any] | None = None
+    value_transformer: dict[str, Any] | None = None
     use_layer_norm: bool = False
     use_noisy_linear: bool = False
     noisy_sigma0: float = 0.5
@@ -48,6 +53,10 @@ def stratified_mirrored_taus(batch_size: int, n: int, *, generator: torch.Genera
     return torch.cat([low, 1.0 - low])
 
 
+def _transformer_head(in_dim: int, out_dim: int, slot: dict[str, Any] | None) -> nn.Module | None:
+    return None if slot is None else TransformerHead(in_dim, out_dim, slot)
+
+
 class IQNNetwork(ImageFloatEncoder):
     """Q-quantiles for ``n`` taus per item. ``forward(img, floats, taus)`` with ``img`` uint8
     ``(B, H, W)`` (or None without image), ``floats`` ``(B, F)`` and ``taus`` ``(n*B,)``
@@ -67,7 +76,9 @@ class IQNNetwork(ImageFloatEncoder):
         self.head = DuelingHead(dense_in, head_hidden, spec.n_actions, spec.head_layers,
                                 value_hidden_dim=spec.value_hidden_dim, value_hidden_layers=spec.value_layers,
                                 layer_norm=spec.use_layer_norm, noisy=spec.use_noisy_linear,
-                                noisy_sigma0=spec.noisy_sigma0)
+                                noisy_sigma0=spec.noisy_sigma0,
+                                advantage_module=_transformer_head(dense_in, spec.n_actions, spec.advantage_transformer),
+                                value_module=_transformer_head(dense_in, 1, spec.value_transformer))
 
     def features(self, img: torch.Tensor | None, floats: torch.Tensor) -> torch.Tensor:
         """Per-item features before the quantile embedding, ``(B, dense_input_dimension)``."""

@@ -9,7 +9,7 @@ from typing import Any
 from rulka.agents.iqn.agent import IQNAgent, IQNHyper
 from rulka.agents.iqn.network import IQNNetworkSpec, float_normalisation
 from rulka.config import ConfigLike, RulkaConfig, as_config
-from rulka.config.sections import VisCnnConfig
+from rulka.config.sections import MlpSlotConfig, VisCnnConfig
 from rulka.agents.iqn.reset import IQNResetter, ResetSettings
 from rulka.nn.freeze import freeze_prefixes, prepare_network
 from rulka.nn.fusion import float_hidden_dim, topology_from_config
@@ -73,9 +73,10 @@ def network_spec_from_config(cfg: RulkaConfig) -> IQNNetworkSpec:
     nn_cfg, btr = cfg.nn, cfg.btr
     # no image or a ViT stem (the topology): the cnn section is unset and unused
     cnn = nn_cfg.vis.cnn or VisCnnConfig()
-    adv, val = nn_cfg.decoder.advantage.mlp, nn_cfg.decoder.value.mlp
-    if adv is None or val is None:
-        raise ValueError("the IQN network builds MLP heads: nn.decoder.advantage/value must be mlp")
+    dec = nn_cfg.decoder
+    # each head is its mlp or its transformer slot (MlpSlotConfig defaults when it is a transformer)
+    adv, val = dec.advantage.mlp or MlpSlotConfig(), dec.value.mlp or MlpSlotConfig()
+    adv_t, val_t = dec.advantage.transformer, dec.value.transformer
     return IQNNetworkSpec(
         float_dim=float_dim, n_actions=n_actions,
         image_height=hw[0] if hw else 0, image_width=hw[1] if hw else 0,
@@ -84,6 +85,8 @@ def network_spec_from_config(cfg: RulkaConfig) -> IQNNetworkSpec:
         embedding_dimension=nn_cfg.iqn.embedding_dimension,
         head_hidden_dim=nn_cfg.head_hidden_dim("advantage"), head_layers=adv.n_hidden_layers,
         value_hidden_dim=nn_cfg.head_hidden_dim("value"), value_layers=val.n_hidden_layers,
+        advantage_transformer=adv_t.model_dump() if adv_t is not None else None,
+        value_transformer=val_t.model_dump() if val_t is not None else None,
         use_impala_cnn=cnn.use_impala_cnn, impala_model_size=cnn.impala_model_size,
         use_adaptive_maxpool=cnn.use_adaptive_maxpool, adaptive_maxpool_size=cnn.adaptive_maxpool_size,
         use_spectral_norm=cnn.use_spectral_norm,

@@ -247,7 +247,7 @@ class HeadSlotConfig(Section):
     transformer: TransformerStackConfig | None = Field(
         default=None, validation_alias=AliasChoices("transformer", "transformer_encoder")
     )
-    """Transformer head (alias transformer_encoder)."""
+    """Transformer head (alias transformer_encoder; IQN only): the head's input cut into d_model tokens."""
 
     @model_validator(mode="before")
     @classmethod

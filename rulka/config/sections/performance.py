@@ -31,9 +31,12 @@ class PerformanceConfig(Section):
     n_transitions_to_plot_in_distribution_curves: PositiveInt = 1000
     """Transitions in distribution plots."""
     apply_randomcrop_augmentation: bool = False
-    """Random-crop augmentation of frames."""
+    """Random-crop augmentation of replayed frames, on the learner's sampled batches only.
+
+    Each sampled item's state and next-state images are edge-padded and cropped back at one random
+    offset (rulka.memory.augment); workers and stored frames never see it."""
     n_pixels_to_crop_on_each_side: NonNegativeInt = 2
-    """Crop margin for that augmentation."""
+    """Crop margin for that augmentation: images move by up to this many pixels on each axis."""
     frames_before_save_best_runs: NonNegativeInt = 1_500_000
     """Frames before best runs are saved."""
     threshold_to_save_all_runs_ms: int = -1
