@@ -32,8 +32,8 @@ from rtgym import DEFAULT_CONFIG_DICT, DummyRCDrone, RealTimeGymInterface
 
 from rulka.errors import BadInput
 from rulka.interfaces import ActorModule, Memory, SampleCompressor, TrainingAgent
-from rulka.segment import Segment, pack, segment_from_plain, segment_to_plain, unpack
 from rulka.local import run_local
+from rulka.segment import Segment, pack, segment_from_plain, segment_to_plain, unpack
 
 
 # -- the env ------------------------------------------------------------------------------------

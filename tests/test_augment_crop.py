@@ -7,8 +7,8 @@ import pytest
 
 from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config import RulkaConfig
-from rulka.config.loader import config_from_dict
 from rulka.config.built import check_built
+from rulka.config.loader import config_from_dict
 from rulka.memory.augment import RandomCrop, shift_images
 from rulka.trainer.learner_step import LearnerStep
 from rulka.trainer.state import RunState, Window

@@ -111,8 +111,9 @@ def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_p
     ]
     (tmp_path / "extended_runs.json").write_text("[]")
     text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
-    assert "| 1/2 seeds (at 800 steps) | 2026-01-05 00:00 UTC | **no** |" in text
-    assert "1 of 15 hold" in text  # 12 unmeasured benchmark targets, 3 study arms
+    # comparisons between arms are not goals: they stay out of the targets table and its count
+    assert "1/2 seeds (at 800 steps)" not in text
+    assert "0 of 12 hold" in text  # the 12 unmeasured benchmark targets only
     section = "\n".join(learner_fix_studies(path))
     assert ("| g | clipped | 0, 1 | 1,000 | -, 800 | 300.5, 476 | 2026-01-05 00:00 UTC "
             "| `python bench/learner_fix_studies.py grpo` |") in section

@@ -131,7 +131,7 @@ def test_dpo_keeps_its_reference_and_regresses_v_on_discounted_returns():
     agent = make_agent(cfg, device="cpu")
     assert agent.hp.ref_sync_every_updates == 50
     margins = []
-    for i in range(3):
+    for _i in range(3):
         mem = PairMemory()
         good, bad = seg(episode=0, reward=2.0), seg(episode=1, reward=1.0)
         good.arrays["action"][:] = 1

@@ -92,8 +92,8 @@ def test_visual_pretrain_trains_and_writes_the_image_stem(tmp_path):
     saved = load_file(str(out / TENSORS))
     assert saved and all(k.startswith("img_head.") for k in saved)
     # the loss fell (the decoder reconstructs the pooled frames better than at the start)
-    from rulka.pretrain.visual import train_visual
     from rulka.agents.policy.episodes import read_episode
+    from rulka.pretrain.visual import train_visual
 
     frames = read_episode(ep[0])[0].arrays["obs/img"]
     res = train_visual(load_config(config), frames, updates=150, batch_size=32, lr=2e-3)

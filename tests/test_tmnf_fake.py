@@ -111,8 +111,8 @@ def test_frames_are_clean_the_console_closed_and_the_pb_ghost_hidden(tmp_path):
     # the fake draws TMInterface's console while it is open (it opens at launch) and the PB
     # ghost when the map's personal-best autosave exists; rulka closes the one after a launch
     # and renames the other away before loading the map, so the frames show only the track
-    from rulka.envs.tmnf.fake import draw_overlays
     from rulka.envs.sim.camera import Camera
+    from rulka.envs.tmnf.fake import draw_overlays
 
     base = tmp_path / "TrackMania"
     autosaves = base / "Tracks" / "Replays" / "Autosaves"

@@ -181,7 +181,7 @@ def tminterface_config(text: str, shim: str = "") -> str:
                 # "SceneVehicleCar::State X" inside namespace TM names TM::SceneVehicleCar::State;
                 # 2.35 resolves the scope against the class of that name, so qualify it fully.
                 line = re.sub(r"^((?:const )?)(\w+)::",
-                              lambda m: m.group(1) + (f"{ns}::{m.group(2)}::" if f"{ns}::{m.group(2)}" in namespaces
+                              lambda m, ns=ns: m.group(1) + (f"{ns}::{m.group(2)}::" if f"{ns}::{m.group(2)}" in namespaces
                                                       else f"{m.group(2)}::"), line)
                 cfg.add(phase, ns, f"objprop {q(tname)} {q(line)} 0 0")
     for ns, kind, name, body in items:

@@ -8,9 +8,9 @@ from typing import Any
 
 from rulka.agents.iqn.agent import IQNAgent, IQNHyper
 from rulka.agents.iqn.network import IQNNetworkSpec, float_normalisation
+from rulka.agents.iqn.reset import IQNResetter, ResetSettings
 from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.config.sections import MlpSlotConfig, VisCnnConfig
-from rulka.agents.iqn.reset import IQNResetter, ResetSettings
 from rulka.nn.freeze import freeze_prefixes, prepare_network
 from rulka.nn.fusion import float_hidden_dim, topology_from_config
 
