@@ -196,19 +196,19 @@ class ScriptLauncher:
         path = Path(self.script).expanduser()
         if not path.is_file():
             raise UserError(f"game launch script {path} does not exist (user.linux_launch_game_path)")
-        if sys.platform == "win32":
-            return _PopenProcess(subprocess.Popen([str(path), str(port)]))
-        import fcntl  # POSIX only: this branch never runs on a Windows worker
+        if sys.platform != "win32":  # the Wine spawn lock: POSIX only, never on a Windows worker
+            import fcntl
 
-        lock = Path(self.lock_path or Path(tempfile.gettempdir()) / "rulka-tmnf-spawn.lock")
-        with open(lock, "a+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                proc = _PopenProcess(subprocess.Popen([str(path), str(port)]))
-                time.sleep(self.settle_s)
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-        return proc
+            lock = Path(self.lock_path or Path(tempfile.gettempdir()) / "rulka-tmnf-spawn.lock")
+            with open(lock, "a+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    proc = _PopenProcess(subprocess.Popen([str(path), str(port)]))
+                    time.sleep(self.settle_s)
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+            return proc
+        return _PopenProcess(subprocess.Popen([str(path), str(port)]))
 
 
 class AttachLauncher:
