@@ -15,6 +15,7 @@ held out to report accuracy.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,24 @@ def bc_return_settings(cfg: Any) -> tuple[int | None, float]:
     return (int(cfg.temporal_mini_race_duration_actions) if uses_mini_races(cfg) else None), gamma
 
 
+def fit(opt: torch.optim.Optimizer, updates: int, batch_loss: Callable[[], torch.Tensor], *, label: str,
+        log_every: int, digits: int = 4) -> tuple[float, float]:
+    """``updates`` optimizer steps on ``batch_loss()`` (a fresh batch each call); the first and last
+    loss, logged every ``log_every`` updates. The loop of every ``rulka pretrain`` trainer."""
+    first = last = float("nan")
+    for u in range(updates):
+        loss = batch_loss()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        last = float(loss.detach())
+        if u == 0:
+            first = last
+        if log_every and (u + 1) % log_every == 0:
+            log.info("%s update %d/%d: loss %.*f", label, u + 1, updates, digits, last)
+    return first, last
+
+
 def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 256, lr: float = 1e-3,
              seed: int = 0, log_every: int = 500, value_coef: float = 1.0) -> BCResult:
     """Fit the config's network to the recorded actions (see the module docstring)."""
@@ -111,8 +130,7 @@ def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 2
         if steps.returns is None:
             raise UserError("IQN behaviour cloning needs the recorded returns (load_steps computes them)")
         returns = torch.from_numpy(steps.returns)
-    first = last = float("nan")
-    for u in range(updates):
+    def batch_loss() -> torch.Tensor:
         idx = rng.choice(train, size=min(batch_size, len(train)), replace=False)
         img, flt, act = tensors(idx)
         out = logits(net, kind, img, flt, n_taus)
@@ -120,14 +138,9 @@ def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 2
         if returns is not None:
             chosen = out.gather(1, act[:, None])[:, 0]
             loss = loss + value_coef * nn.functional.mse_loss(chosen, returns[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        last = float(loss.detach())
-        if u == 0:
-            first = last
-        if log_every and (u + 1) % log_every == 0:
-            log.info("bc update %d/%d: loss %.4f", u + 1, updates, last)
+        return loss
+
+    first, last = fit(opt, updates, batch_loss, label="bc", log_every=log_every)
 
     @torch.no_grad()
     def accuracy(idx: np.ndarray) -> float:

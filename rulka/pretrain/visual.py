@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from rulka.errors import UserError
-from rulka.pretrain.bc import build_network
+from rulka.pretrain.bc import build_network, fit
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +53,10 @@ def train_visual(cfg: Any, frames: np.ndarray, *, updates: int = 1000, batch_siz
         width, target_width = stem(probe).shape[1], pooled_target(probe, pool).shape[1]
     decoder = nn.Linear(width, target_width)
     opt = torch.optim.Adam([*stem.parameters(), *decoder.parameters()], lr=lr)
-    first = last = float("nan")
-    for u in range(updates):
+    def batch_loss() -> torch.Tensor:
         img = torch.from_numpy(frames[rng.integers(0, len(frames), size=min(batch_size, len(frames)))])
-        loss = nn.functional.mse_loss(decoder(stem(img)), pooled_target(img, pool))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        last = float(loss.detach())
-        if u == 0:
-            first = last
-        if log_every and (u + 1) % log_every == 0:
-            log.info("visual update %d/%d: loss %.5f", u + 1, updates, last)
+        return nn.functional.mse_loss(decoder(stem(img)), pooled_target(img, pool))
+
+    first, last = fit(opt, updates, batch_loss, label="visual", log_every=log_every, digits=5)
     tensors = {f"img_head.{k}": v for k, v in stem.state_dict().items()}
     return VisualResult(tensors, kind, spec.to_dict(), first, last)
