@@ -359,6 +359,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
     lines += extended_runs(BENCH_DIR / "extended_runs.json")
     lines += recipe_studies(BENCH_DIR / "recipe_studies.json")
     lines += learner_fix_studies(BENCH_DIR / "learner_fix_studies.json")
+    lines += run_studies(BENCH_DIR / "run_studies.json")
     lines += track_results(BENCH_DIR / "track_results.json")
     lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
     return "\n".join(lines)
@@ -417,6 +418,63 @@ def learner_fix_studies(path: Path) -> list[str]:
         lines += ["", f"{study.get('name', '')} ({study.get('date', '')}): `{study.get('command', '')}`", "",
                   "| figure | value |", "|---|---|"]
         lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(result)]
+        if study.get("note"):
+            lines += ["", format_number(study["note"])]
+    return lines
+
+
+def _race(outcome: dict[str, Any] | None) -> str:
+    """One greedy race in a table cell: the time, or the metres of an unfinished race."""
+    if not outcome:
+        return "-"
+    if outcome.get("finished"):
+        return f"{outcome['race_time_s']:.2f} s"
+    return f"{max(outcome.get('progress_m') or 0.0, 0.0):.0f} m"
+
+
+def run_studies(path: Path) -> list[str]:
+    """Repeated `rulka run`s of one config per arm, from ``bench/run_studies.json`` (``python
+    bench/seeds.py ... --record NOTE``): per run the frames, the exploring workers' first finish,
+    the greedy race of the best policy and of the final weights on the run's track, divergence."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    studies = [s for s in data.get("studies", []) if isinstance(s, dict)] if isinstance(data, dict) else []
+    if not studies:
+        return []
+    lines = ["", "## Repeated runs (as a user runs them)", "",
+             "One config run several times with `rulka run` (`bench/seeds.py`; a distributed run is not "
+             "repeatable, so each run is one more draw), per arm: the frames the trainer received, the "
+             "exploring workers' first finish, the greedy race on the run's track of the best policy "
+             "(`rulka eval RUN`) and of the final weights (`rulka eval RUN --final`), and whether the "
+             "learner's health went over the divergence thresholds. Rows in `bench/run_studies.json`."]
+    for study in studies:
+        track = ""
+        lines += ["", f"### {study.get('name', '')} ({study.get('date', '')})", "",
+                  f"`{study.get('command', '')}` ({format_number(study.get('machine', ''))})", "",
+                  "| arm | run | frames | updates | minutes | first finish (frames) | best | final | scripted | diverged |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for arm in study.get("arms", []):
+            track = (arm.get("summary") or {}).get("track", track)
+            for i, run in enumerate(arm.get("runs", [])):
+                first = (run.get("first_finish") or {}).get(track) or {}
+                best = (run.get("best") or {}).get("tracks", {}).get(track)
+                final = (run.get("final") or {}).get("tracks", {}).get(track)
+                scripted = (best or final or {}).get("scripted_s")
+                lines.append(" | ".join(["", str(arm.get("arm", "")), str(i), format_number(run.get("frames")),
+                                         format_number(run.get("updates")), format_number(run.get("wall_minutes")),
+                                         format_number(first.get("frames", "-")), _race(best), _race(final),
+                                         f"{scripted:.2f} s" if scripted else "-",
+                                         ", ".join((run.get("health") or {}).get("diverged", [])) or "no",
+                                         ""]).strip())
+        for arm in study.get("arms", []):
+            s = arm.get("summary") or {}
+            lines.append("")
+            lines.append(f"{arm.get('arm', '')} on `{s.get('track', '')}`: best policy beats the scripted driver in "
+                         f"{s.get('best_beats_scripted')} of {s.get('runs')} runs (finishes in {s.get('best_finished')}), "
+                         f"final weights in {s.get('final_beats_scripted')} (finish in {s.get('final_finished')}); "
+                         f"diverged: {s.get('diverged')}.")
         if study.get("note"):
             lines += ["", format_number(study["note"])]
     return lines

@@ -1,0 +1,211 @@
+"""Benchmark: a recipe judged the way a user meets it: several `rulka run`s of one config, per arm.
+
+A distributed run is not repeatable (two workers' interleaving, thread timing), so a "seed" here is
+one more run of the same command. Each run is ``rulka run CONFIG --workers W [--minutes M]
+[--frames F] --set ...`` in its own folder; then, per run:
+
+- totals from its ``metrics.jsonl``: frames, updates, minutes; the exploring workers' first finish
+  on the run's track (frames, minutes);
+- the learner's health: the worst mean over windows of ``--window`` metric records of ``q_mean``,
+  ``td_loss`` and ``grad_norm`` (absolute values), and which of them went over ``bench/recipe.py``'s
+  divergence thresholds;
+- the greedy outcome of the run's best policy (``best/``, what ``rulka eval RUN`` drives) and of its
+  final weights (``rulka eval RUN --final``) on the five bundled tracks (``bench/learning.py``'s
+  races), each against the scripted driver.
+
+::
+
+    python bench/seeds.py --config configs/sim_iqn.yaml --runs 3 --minutes 20
+    python bench/seeds.py --config configs/sim_grpo.yaml --runs 2 --frames 800000 \\
+        --arm reinforce:grpo.grpo_objective=reinforce --arm clipped:grpo.grpo_objective=clipped
+
+``--record NOTE`` appends the study to ``bench/run_studies.json`` (BENCHMARKS.md after ``python -m
+bench --rewrite``). Simulator configs only (the greedy races use the simulator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_STUDIES = Path(__file__).resolve().parent / "run_studies.json"
+HEALTH = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "losses/grad_norm"}
+
+
+def parse_arm(text: str) -> tuple[str, list[str]]:
+    """``NAME:key=value,key=value`` (or ``NAME`` alone: the config as it is) -> (name, overrides)."""
+    name, _, rest = text.partition(":")
+    if not name:
+        raise argparse.ArgumentTypeError(f"arm {text!r}: give it a name, NAME:key=value,...")
+    overrides = [kv for kv in rest.split(",") if kv] if rest else []
+    for kv in overrides:
+        if "=" not in kv:
+            raise argparse.ArgumentTypeError(f"arm {text!r}: {kv!r} is not key=value")
+    return name, overrides
+
+
+def health(records: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    """Worst window mean of each health metric (absolute values) and the ones over the thresholds."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from recipe import DIVERGENCE
+
+    out: dict[str, Any] = {}
+    over = []
+    for short, name in HEALTH.items():
+        values = [abs(float(r["metrics"][name])) for r in records if name in r["metrics"]]
+        if not values:
+            continue
+        means = [sum(values[i:i + window]) / len(values[i:i + window]) for i in range(0, len(values), window)]
+        worst = max(means)
+        out[f"{short}_worst_window_mean"] = round(worst, 3)
+        if worst > DIVERGENCE[short]:
+            over.append(short)
+    out["diverged"] = over
+    return out
+
+
+def summarise_metrics(run_dir: Path, window: int) -> dict[str, Any]:
+    """Totals, first exploring finish per track and the learner's health from ``metrics.jsonl``."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from learning import first_finishes
+
+    from rulka.telemetry.logger import read_metrics
+
+    records = list(read_metrics(run_dir)) if (run_dir / "metrics.jsonl").is_file() else []
+    if not records:
+        return {"frames": 0, "updates": 0, "minutes": 0.0, "first_finish": {}, "health": {"diverged": []}}
+    last = records[-1]
+    return {
+        "frames": int(last["step"]),
+        "updates": int(max((r["metrics"].get("charts/batches_trained", 0) for r in records), default=0)),
+        "minutes": round((last.get("wall_time", 0.0) - records[0].get("wall_time", 0.0)) / 60, 1),
+        "first_finish": first_finishes(run_dir),
+        "health": health(records, window),
+    }
+
+
+def greedy(run_dir: Path, policy: str, max_seconds: float) -> dict[str, Any]:
+    """Per bundled track: finished, race time (s) or metres, scripted time, beats scripted."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from learning import evaluate
+
+    result = evaluate(run_dir, [], max_seconds, 1, policy)
+    out = {}
+    for row in result["tracks"]:
+        g = row["greedy"]
+        out[row["track"]] = {"trained_on": row["trained_on"], "finished": bool(g["finished"]),
+                             "race_time_s": g["race_time_s"] if g["finished"] else None,
+                             "progress_m": g.get("progress_m"), "scripted_s": row["scripted_s"],
+                             "beats_scripted": row["beats_scripted"]}
+    return {"policy": result["policy"], "best_policy": result.get("best_policy"), "tracks": out}
+
+
+def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
+            frames: int | None, window: int, max_seconds: float) -> dict[str, Any]:
+    """``rulka run`` once, then its summary (``rc`` and the stderr tail when it failed)."""
+    cmd = [sys.executable, "-m", "rulka.cli", "run", str(config), "--workers", str(workers),
+           "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
+    if minutes is not None:
+        cmd += ["--minutes", str(minutes)]
+    if frames is not None:
+        cmd += ["--frames", str(frames)]
+    for kv in overrides:
+        cmd += ["--set", kv]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    out: dict[str, Any] = {"run_dir": str(run_dir), "rc": proc.returncode,
+                           "wall_minutes": round((time.monotonic() - t0) / 60, 1)}
+    if proc.returncode != 0:
+        out["stderr_tail"] = proc.stderr[-2000:]
+    out.update(summarise_metrics(run_dir, window))
+    if (run_dir / "weights").exists() or (run_dir / "best").exists():
+        out["best"] = greedy(run_dir, "best", max_seconds)
+        out["final"] = greedy(run_dir, "final", max_seconds)
+    return out
+
+
+def arm_summary(runs: list[dict[str, Any]], track: str) -> dict[str, Any]:
+    """Per arm on the run's track: how many runs' best / final policies finish and beat the scripted driver."""
+    def count(which: str, key: str) -> int:
+        return sum(bool(r.get(which, {}).get("tracks", {}).get(track, {}).get(key)) for r in runs)
+
+    return {"track": track, "runs": len(runs),
+            "best_finished": count("best", "finished"), "best_beats_scripted": count("best", "beats_scripted"),
+            "final_finished": count("final", "finished"), "final_beats_scripted": count("final", "beats_scripted"),
+            "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
+
+
+def record(study: dict[str, Any], path: Path = RUN_STUDIES) -> None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {"studies": []}
+    data.setdefault("studies", []).append(study)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", type=Path, required=True)
+    p.add_argument("--runs", type=int, default=3, help="runs per arm")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--minutes", type=float, default=None)
+    p.add_argument("--frames", type=int, default=None)
+    p.add_argument("--arm", type=parse_arm, action="append", default=[],
+                   help="NAME:key=value,... (repeatable); none: the config as it is")
+    p.add_argument("--out-dir", type=Path, default=Path("runs/seeds"))
+    p.add_argument("--window", type=int, default=20, help="metric records per health window")
+    p.add_argument("--max-seconds", type=float, default=120.0)
+    p.add_argument("--record", metavar="NOTE", help="append the study to bench/run_studies.json")
+    p.add_argument("--name", help="the study's name in the table (default: the config's stem)")
+    args = p.parse_args(argv)
+    if args.minutes is None and args.frames is None:
+        p.error("give --minutes and/or --frames (a run's budget)")
+    from rulka.config import load_config
+
+    cfg = load_config(args.config)
+    if cfg.environment.backend != "sim":
+        p.error(f"{args.config}: simulator configs only (backend {cfg.environment.backend!r})")
+    track = str(cfg.environment.track)
+    arms = args.arm or [("as_shipped", [])]
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    study: dict[str, Any] = {
+        "name": args.name or args.config.stem, "config": str(args.config),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()} cpus, {platform.platform()}",
+        "budget": {"minutes": args.minutes, "frames": args.frames, "workers": args.workers},
+        "command": "python bench/seeds.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "arms": [],
+    }
+    for name, overrides in arms:
+        runs = []
+        for i in range(args.runs):
+            run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
+            r = one_run(args.config, overrides, run_dir, args.workers, args.minutes, args.frames,
+                        args.window, args.max_seconds)
+            runs.append(r)
+            print(json.dumps({"arm": name, "run": i, **{k: r.get(k) for k in ("rc", "frames", "updates", "minutes")},
+                              "first_finish": r.get("first_finish", {}).get(track),
+                              "best": r.get("best", {}).get("tracks", {}).get(track),
+                              "final": r.get("final", {}).get("tracks", {}).get(track),
+                              "diverged": r.get("health", {}).get("diverged")}), flush=True)
+        study["arms"].append({"arm": name, "overrides": overrides, "runs": runs, "summary": arm_summary(runs, track)})
+    print(json.dumps(study, indent=2))
+    if args.record:
+        study["note"] = args.record
+        record(study)
+
+
+if __name__ == "__main__":
+    main()

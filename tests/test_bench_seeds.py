@@ -1,0 +1,66 @@
+"""bench/seeds.py: arms parse as the user writes them, the learner's health is judged per window
+against recipe.py's thresholds, the per-arm counts and the BENCHMARKS.md rows say what the runs did."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+import seeds  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("bench_main", BENCH / "__main__.py")
+bench_main = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_main)
+
+
+def test_arms_parse_and_bad_arms_are_refused():
+    assert seeds.parse_arm("clipped:grpo.grpo_objective=clipped,grpo.grpo_clip_coef=0.1") == (
+        "clipped", ["grpo.grpo_objective=clipped", "grpo.grpo_clip_coef=0.1"])
+    assert seeds.parse_arm("shipped") == ("shipped", [])
+    with pytest.raises(argparse.ArgumentTypeError):
+        seeds.parse_arm(":a=1")
+    with pytest.raises(argparse.ArgumentTypeError):
+        seeds.parse_arm("x:not_a_pair")
+
+
+def _records(q: list[float]) -> list[dict]:
+    return [{"step": i, "metrics": {"charts/q_mean": v, "losses/grad_norm": 1.0}} for i, v in enumerate(q)]
+
+
+def test_health_is_the_worst_window_mean_against_the_thresholds():
+    # windows of 2: (1, 3) -> 2, (-120, 100) -> |.| mean 110 > 50 (recipe.DIVERGENCE), (4) -> 4
+    h = seeds.health(_records([1.0, 3.0, -120.0, 100.0, 4.0]), window=2)
+    assert h["q_mean_worst_window_mean"] == 110.0
+    assert h["grad_norm_worst_window_mean"] == 1.0
+    assert h["diverged"] == ["q_mean"]
+    # one spike in a long window stays under: (1 x 9 + 120) / 10 = 12.9
+    assert seeds.health(_records([1.0] * 9 + [120.0]), window=10)["diverged"] == []
+
+
+def _run(best: float | None, final: float | None, diverged: list[str]) -> dict:
+    def tracks(t: float | None) -> dict:
+        return {"tracks": {"default": {"finished": t is not None, "race_time_s": t, "progress_m": 300.0,
+                                       "scripted_s": 22.84, "beats_scripted": t is not None and t < 22.84}}}
+    return {"frames": 770000, "updates": 90000, "wall_minutes": 20.1, "first_finish": {"default": {"frames": 200000}},
+            "best": tracks(best), "final": tracks(final), "health": {"diverged": diverged}}
+
+
+def test_arm_summary_and_the_benchmarks_rows(tmp_path):
+    runs = [_run(22.3, 28.7, []), _run(22.9, None, ["q_mean"]), _run(21.5, 22.0, [])]
+    s = seeds.arm_summary(runs, "default")
+    assert s == {"track": "default", "runs": 3, "best_finished": 3, "best_beats_scripted": 2,
+                 "final_finished": 2, "final_beats_scripted": 1, "diverged": 1}
+    path = tmp_path / "run_studies.json"
+    path.write_text(json.dumps({"studies": [{"name": "sim_iqn", "date": "d", "command": "c", "machine": "m",
+                                              "arms": [{"arm": "shipped", "runs": runs, "summary": s}]}]}))
+    text = "\n".join(bench_main.run_studies(path))
+    assert "| shipped | 1 | 770,000 | 90,000 | 20.1 | 200,000 | 22.90 s | 300 m | 22.84 s | q_mean |" in text
+    assert "best policy beats the scripted driver in 2 of 3 runs (finishes in 3), final weights in 1" in text
+    assert bench_main.run_studies(tmp_path / "missing.json") == []
