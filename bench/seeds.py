@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     track = str(cfg.environment.track)
     arms = args.arm or [("as_shipped", [])]
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    args.out_dir.mkdir(parents=True, exist_ok=True)  # study-<stamp>.json there keeps the runs done so far
     study: dict[str, Any] = {
         "name": args.name or args.config.stem, "config": str(args.config),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -188,18 +189,22 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python bench/seeds.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "arms": [],
     }
-    for name, overrides in arms:
-        runs = []
-        for i in range(args.runs):
+    by_arm: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in arms}
+    for i in range(args.runs):  # interleaved (run i of every arm, then run i+1): load drifts hit every arm
+        for name, overrides in arms:
             run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
             r = one_run(args.config, overrides, run_dir, args.workers, args.minutes, args.frames,
                         args.window, args.max_seconds)
-            runs.append(r)
+            by_arm[name].append(r)
+            partial = {**study, "arms": [{"arm": n, "overrides": o, "runs": by_arm[n]} for n, o in arms]}
+            (args.out_dir / f"study-{stamp}.json").write_text(json.dumps(partial, indent=2), encoding="utf-8")
             print(json.dumps({"arm": name, "run": i, **{k: r.get(k) for k in ("rc", "frames", "updates", "minutes")},
                               "first_finish": r.get("first_finish", {}).get(track),
                               "best": r.get("best", {}).get("tracks", {}).get(track),
                               "final": r.get("final", {}).get("tracks", {}).get(track),
                               "diverged": r.get("health", {}).get("diverged")}), flush=True)
+    for name, overrides in arms:
+        runs = by_arm[name]
         study["arms"].append({"arm": name, "overrides": overrides, "runs": runs, "summary": arm_summary(runs, track)})
     print(json.dumps(study, indent=2))
     if args.record:
