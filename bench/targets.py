@@ -216,6 +216,45 @@ def recipe_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     return out
 
 
+RUN_TARGETS = {
+    # study name (bench/seeds.py --name) -> (runs, best policy beats the scripted driver in, final weights in)
+    "readme_main_command": (5, 5, 4),
+}
+"""Issue 32's goals for studies of repeated `rulka run`s (``bench/run_studies.json``)."""
+
+
+def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
+    """The latest study of each name in ``RUN_TARGETS`` (its as-shipped arm): in how many runs the
+    best policy and the final weights beat the scripted driver on the run's track."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    latest: dict[str, dict[str, Any]] = {}
+    for study in data.get("studies", []) if isinstance(data, dict) else []:
+        name = str(study.get("name", "")) if isinstance(study, dict) else ""
+        if name in RUN_TARGETS and (name not in latest or _date(study) >= _date(latest[name])):
+            latest[name] = study
+    out = []
+    for name, study in latest.items():
+        runs_needed, best_needed, final_needed = RUN_TARGETS[name]
+        arm = next((a for a in study.get("arms", []) if a.get("arm") == "as_shipped"), None)
+        if arm is None:
+            continue
+        s = arm.get("summary") or {}
+        runs, best, final = int(s.get("runs", 0)), int(s.get("best_beats_scripted", 0)), int(s.get("final_beats_scripted", 0))
+        goal = (f"`{study.get('config', '')}` as the README runs it: over {runs_needed} runs the best policy beats the "
+                f"scripted driver in {best_needed}, the final weights in {final_needed}, no divergence")
+        shown = (f"best {best}/{runs}, final {final}/{runs} runs on `{s.get('track', '')}`, diverged {s.get('diverged', 0)}"
+                 + (f" ({runs} of {runs_needed} runs made)" if runs < runs_needed else ""))
+        # decided once the runs that are missing could no longer change the verdict
+        missing = max(runs_needed - runs, 0)
+        fails = best + missing < best_needed or final + missing < final_needed or int(s.get("diverged", 0)) > 0
+        holds: bool | None = False if fails else (True if missing == 0 else None)
+        out.append(("`bench/seeds.py`", goal, shown, _date(study), holds))
+    return out
+
+
 def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path,
                   described: dict[str, str]) -> list[str]:
     """The Markdown lines of the targets table. ``last_ok(name)`` gives a script's latest finished
@@ -231,6 +270,7 @@ def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Pa
         rows.append((f"`{target.script}`", target.goal, shown, str(res.get("date", "")), holds))
     rows += extended_targets(bench_dir / "extended_runs.json")
     rows += recipe_targets(bench_dir / "recipe_studies.json")
+    rows += run_targets(bench_dir / "run_studies.json")
     # the learner-fix studies are comparisons between arms at small budgets, not goals: their rows
     # (study_targets) are in their own section below, never counted as targets that fail
     held = sum(1 for r in rows if r[4] is True)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bench.__main__ import learner_fix_studies, main, previous_machine
-from bench.targets import extended_targets, recipe_targets, study_targets, targets_table
+from bench.targets import extended_targets, recipe_targets, run_targets, study_targets, targets_table
 
 RESULTS = {
     "transport": {"date": "2026-01-02 03:04 UTC", "figures": {
@@ -119,3 +119,28 @@ def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_p
             "| `python bench/learner_fix_studies.py grpo` |") in section
     assert "| n | eps 0 | 3 | 2,000 | - | 9.9 | 2026-01-06 00:00 UTC | `c` |" in section
     assert "once (2026-01-07 00:00 UTC): `rulka run x`" in section and "| frames | 5 |" in section
+
+
+def _study(date: str, runs: int, best: int, final: int, diverged: int = 0, name: str = "readme_main_command") -> dict:
+    return {"name": name, "config": "configs/sim_iqn.yaml", "date": date,
+            "arms": [{"arm": "as_shipped", "summary": {"track": "default", "runs": runs, "best_beats_scripted": best,
+                                                        "final_beats_scripted": final, "diverged": diverged}}]}
+
+
+def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_them(tmp_path: Path) -> None:
+    path = tmp_path / "run_studies.json"
+
+    def verdict(*studies: dict) -> list:
+        path.write_text(json.dumps({"studies": list(studies)}))
+        return [row[4] for row in run_targets(path)]
+
+    # 5 runs needed, best in 5, final in 4: 2 runs with best 2/2 and final 1/2 may still hold
+    assert verdict(_study("2026-11-26", 2, 2, 1)) == [None]
+    assert verdict(_study("2026-11-26", 2, 1, 2)) == [False]  # best can no longer be 5 of 5
+    assert verdict(_study("2026-11-26", 5, 5, 4)) == [True]
+    assert verdict(_study("2026-11-26", 5, 5, 3)) == [False]
+    assert verdict(_study("2026-11-26", 5, 5, 5, diverged=1)) == [False]
+    # the latest study of the name decides; studies of other names (comparisons) are no target
+    assert verdict(_study("2026-11-25", 5, 5, 5), _study("2026-11-26", 3, 0, 0),
+                   _study("2026-11-27", 2, 0, 0, name="sim_grpo_objective")) == [False]
+    assert "best 0/3, final 0/3" in run_targets(path)[0][2]
