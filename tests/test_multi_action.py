@@ -321,9 +321,15 @@ def test_config_builds_both_keys_and_refuses_what_does_not_apply():
     for bad in ([10, 20], [0, 20], [0, 10, 10], [0, 15]):
         with pytest.raises(Exception, match="rl_action_offsets_ms|offsets"):
             config_from_dict({"environment": {"rl_action_offsets_ms": bad}})
-    for algorithm in ("ppo", "grpo", "dpo"):  # sac and redq need continuous actions anyway
-        with pytest.raises(ConfigError, match=f"rl_action_offsets_ms.*iqn learner only.*'{algorithm}'"):
-            check_built(config_from_dict({**multi, "training": {"algorithm": algorithm}}))
+    for algorithm in ("ppo", "grpo", "dpo"):
+        check_built(config_from_dict({**multi, "training": {"algorithm": algorithm}}))
+        with pytest.raises(ConfigError, match=f"multi_action_exploration.*the {algorithm} policy samples"):
+            check_built(config_from_dict({**multi, "training": {"algorithm": algorithm},
+                                          "exploration": {"multi_action_exploration": "per_block"}}))
+    for algorithm in ("sac",):  # continuous actions (REDQ is SAC with more critics)
+        with pytest.raises(ConfigError, match=f"rl_action_offsets_ms.*iqn, ppo, grpo, dpo learners.*'{algorithm}'"):
+            check_built(config_from_dict({"environment": {"rl_action_offsets_ms": [0, 10], "continuous_actions": True},
+                                          "nn": {"vis": {"no_image": True}}, "training": {"algorithm": algorithm}}))
     with pytest.raises(ConfigError, match="continuous_actions"):
         check_built(config_from_dict({"environment": {"rl_action_offsets_ms": [0, 10], "continuous_actions": True}}))
     with pytest.raises(ConfigError, match="multi_action_exploration.*one action"):
@@ -341,3 +347,73 @@ def test_config_reaches_the_network_memory_and_actor():
     assert agent.actor_spec()["kwargs"]["multi_action_exploration"] == "per_block"
     assert agent.get_actor().multi_action_exploration == "per_block"
     assert make_memory(cfg).n_action_branches == 5
+
+
+# ---------------------------------------------------------------------------------- policy learners
+def test_factorised_categorical_logp_entropy_and_kl_by_hand():
+    """2 branches of 2 actions: branch 0 logits [0, ln 3] (probabilities 1/4, 3/4), branch 1
+    [0, 0] (1/2, 1/2). Block (1, 0): log pi = ln 3/4 + ln 1/2; entropy = H(1/4, 3/4) + ln 2."""
+    from rulka.agents.policy.losses import categorical_kl
+    from rulka.agents.policy.network import ActorCritic, PolicyNetworkSpec, factored_logp_entropy
+
+    net = ActorCritic(PolicyNetworkSpec(float_dim=2, n_actions=2, trunk_hidden_dim=8, n_action_branches=2))
+    logp_all = net.log_probs(torch.tensor([[0.0, np.log(3.0), 0.0, 0.0]]))
+    assert logp_all.shape == (1, 2, 2)
+    logp, entropy = factored_logp_entropy(logp_all, torch.tensor([[1, 0]]))
+    assert logp.item() == pytest.approx(np.log(0.75) + np.log(0.5), rel=1e-6)
+    h0 = -(0.25 * np.log(0.25) + 0.75 * np.log(0.75))
+    assert entropy.item() == pytest.approx(h0 + np.log(2.0), rel=1e-6)
+    # the KL of two factorised policies is the sum of the per-branch KLs (as GRPO takes it)
+    ref = net.log_probs(torch.zeros(1, 4))  # uniform in both branches
+    kl0 = 0.25 * np.log(0.25 / 0.5) + 0.75 * np.log(0.75 / 0.5)
+    assert categorical_kl(logp_all, ref).sum(-1).item() == pytest.approx(kl0, rel=1e-5)
+
+
+def test_policy_actor_samples_blocks_and_records_their_joint_logprob():
+    from rulka.agents.policy.actor import PolicyActor
+    from rulka.agents.policy.network import PolicyNetworkSpec
+
+    spec = PolicyNetworkSpec(float_dim=3, n_actions=4, trunk_hidden_dim=16, n_action_branches=3)
+    actor = PolicyActor(spec.to_dict(), seed=0)
+    obs = np.ones(3, np.float32)
+    logp, _ = actor.distribution(obs)
+    assert logp.shape == (3, 4)
+    block, info = actor.act_with_info(obs)
+    assert block.shape == (3,) and block.dtype == np.int64
+    assert info["logprob"] == pytest.approx(float(logp[np.arange(3), block].sum()), rel=1e-5)
+    greedy, _ = actor.act_with_info(obs, test=True)
+    assert greedy.tolist() == np.argmax(logp, axis=1).tolist()
+
+
+def policy_segment(episode, reward, t=5, n=3, action=None):
+    rng = np.random.default_rng(episode)
+    arrays = {"obs/x": rng.normal(size=(t + 1, 4)).astype(np.float32),
+              "action": rng.integers(0, 2, (t, n)) if action is None else action,
+              "reward": np.full(t, reward, np.float32), "terminated": np.array([False] * (t - 1) + [True]),
+              "truncated": np.zeros(t, bool), "extra/logprob": np.full(t, -2.0, np.float32),
+              "extra/value": np.zeros(t, np.float32)}
+    return Segment(run_id="r", worker_id="w", episode_id=episode, seq=episode, index_in_episode=0, first_step=0,
+                   policy_version=1, arrays=arrays, episode_done=True, info={"start_id": 7})
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo", "dpo"])
+def test_policy_learners_train_on_blocks_and_refuse_wrong_shapes(algorithm):
+    from rulka.agents.policy.settings import make_agent, make_memory
+
+    cfg = config_from_dict({"environment": {"backend": "gym", "gym_id": "CartPole-v1",
+                                            "rl_action_offsets_ms": [0, 10, 20]},
+                            "nn": {"vis": {"no_image": True}, "float": {"mlp": {"hidden_dim": 16}},
+                                   "decoder": {"dense_hidden_dimension": 32}},
+                            "training": {"algorithm": algorithm, "seed": 0},
+                            "ppo": {"rollout_steps_per_update": 8},
+                            "grpo": {"grpo_group_size": 2, "grpo_ref_kl_coef": 0.1}})
+    agent, memory = make_agent(cfg, device="cpu"), make_memory(cfg)
+    assert agent.spec.n_action_branches == 3
+    with pytest.raises(BadInput, match=r"shape \(T, 3\); got \(5,\)"):
+        memory.append(policy_segment(9, 1.0, action=np.zeros(5, np.int64)))
+    for ep, r in enumerate([1.0, 3.0, 2.0, 0.5]):
+        memory.append(policy_segment(ep, r))
+    metrics = agent.train(memory.take())
+    assert metrics and all(np.isfinite(float(v)) for v in metrics.values())
+    block = agent.get_actor().act(np.zeros(4, np.float32))
+    assert block.shape == (3,)

@@ -1,7 +1,8 @@
-"""`rulka run` with multi-action blocks: the default simulator recipe with
+"""`rulka run` with multi-action blocks: the simulator recipes (IQN, PPO) with
 ``environment.rl_action_offsets_ms=[0,10,20,30,40]`` (5 actions per 50 ms decision, one network
-pass per block) trains a few hundred IQN updates with finite losses, no segment is refused, the
-replay holds (N,) actions per transition, and the trained weights reach the worker."""
+pass per block) train a few hundred IQN updates (PPO: 8 policy updates) with finite losses, no
+segment is refused, IQN's replay holds (N,) actions per transition, and the trained weights reach
+the worker."""
 
 from __future__ import annotations
 
@@ -21,15 +22,27 @@ ROOT = Path(__file__).resolve().parent.parent
 RULKA = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
 
 
-def test_multi_action_blocks_train_through_rulka_run(tmp_path):
+# config: (overrides, loss key, (counter, least value)): a few hundred IQN updates; PPO an update
+# every 256 blocks, 4 epochs x 8 minibatches each
+CASES = {
+    "sim_iqn.yaml": (["exploration.multi_action_exploration=per_block", "memory.memory_size_schedule=[[0,[20000,500]]]",
+                      "trainer.publish_every_updates=20"], "losses/td_loss", ("charts/batches_trained", 200)),
+    "sim_ppo.yaml": (["ppo.rollout_steps_per_update=256", "trainer.publish_every_updates=1"],
+                     "losses/policy_loss", ("charts/policy_updates", 8)),
+}
+
+
+@pytest.mark.parametrize("config", sorted(CASES))
+def test_multi_action_blocks_train_through_rulka_run(tmp_path, config):
+    overrides, loss_key, (counter, least) = CASES[config]
     run_dir = tmp_path / "run"
-    # training starts after 500 blocks; 8 samples per insert at batch 64: ~300 updates by 3000 blocks
-    cmd = [*RULKA, "run", str(ROOT / "configs" / "sim_iqn.yaml"), "--workers", "1", "--frames", "3000",
+    # IQN: training starts after 500 blocks; 8 samples per insert at batch 64: ~300 updates by 3000 blocks
+    cmd = [*RULKA, "run", str(ROOT / "configs" / config), "--workers", "1", "--frames", "3000",
            "--minutes", "3", "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false",
            "--set", "logging.progress=never", "--set", "logging.log_every_s=2",
-           "--set", "environment.rl_action_offsets_ms=[0,10,20,30,40]",
-           "--set", "exploration.multi_action_exploration=per_block",
-           "--set", "memory.memory_size_schedule=[[0,[20000,500]]]", "--set", "trainer.publish_every_updates=20"]
+           "--set", "environment.rl_action_offsets_ms=[0,10,20,30,40]"]
+    for o in overrides:
+        cmd += ["--set", o]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = []
@@ -38,14 +51,16 @@ def test_multi_action_blocks_train_through_rulka_run(tmp_path):
             rows.append(json.loads(line).get("metrics", {}))
         except json.JSONDecodeError:
             pass
-    assert max(r.get("charts/batches_trained", 0) for r in rows) >= 200
-    losses = [r["losses/td_loss"] for r in rows if "losses/td_loss" in r]
+    assert max(r.get(counter, 0) for r in rows) >= least
+    losses = [r[loss_key] for r in rows if loss_key in r]
     assert losses and all(math.isfinite(x) for x in losses), losses
     assert max(r.get("perf/segments_dropped", 0) for r in rows) == 0  # every block segment accepted
     worker_log = (run_dir / "logs" / "worker0.log").read_text()
     assert "refused weights" not in worker_log and "cannot build" not in worker_log
     version = int(re.findall(r"weights v(\d+)", worker_log)[-1])
     assert version >= 3, worker_log[-2000:]
+    if config != "sim_iqn.yaml":
+        return
     # the checkpointed replay holds one transition per block with its 5 actions
     from rulka.agents.iqn.replay import MiniRaceReplayMemory
     from rulka.memory.files import ChunkStore

@@ -90,12 +90,16 @@ def check_built(cfg: RulkaConfig) -> None:
                       f"remove it or use the default")
 
 
+MULTI_ACTION_LEARNERS = ("iqn", "ppo", "grpo", "dpo")  # learners that take N actions per decision
+
+
 def check_multi_action(cfg: RulkaConfig) -> None:
     """Multi-action blocks (``environment.rl_action_offsets_ms`` with N > 1 offsets) are built for
-    the IQN learner on a discrete action space (``rulka.envs.multi_action``, action branching in
-    ``rulka.agents.iqn.branching``); any other learner is refused by name, and
-    ``exploration.multi_action_exploration`` away from its default with one action per decision
-    (where it would do nothing) is refused too."""
+    the IQN learner (action branching, ``rulka.agents.iqn.branching``) and the PPO / GRPO / DPO
+    actor-critic (a factorised categorical, ``rulka.agents.policy.network``) on a discrete action
+    space (``rulka.envs.multi_action``); any other learner (SAC, REDQ, a plugin) is refused by name.
+    ``exploration.multi_action_exploration`` away from its default where it would do nothing (one
+    action per decision, or a policy learner, which samples its actions) is refused too."""
     env = cfg.environment
     if not env.is_multi_action:
         if cfg.exploration.multi_action_exploration != "per_action":
@@ -105,11 +109,17 @@ def check_multi_action(cfg: RulkaConfig) -> None:
                 f"{env.rl_action_offsets_ms} (one action): remove it or set the offsets, e.g. [0, 10, 20, 30, 40]")
         return
     agent = str(cfg.trainer.agent)
-    if agent != "iqn":
+    if agent not in MULTI_ACTION_LEARNERS:
         raise ConfigError(
             f"config key `environment.rl_action_offsets_ms` ({env.rl_action_offsets_ms}): multi-action blocks "
-            f"are built for the iqn learner only, not for `training.algorithm` / `trainer.agent` {agent!r}; "
+            f"are built for the {', '.join(MULTI_ACTION_LEARNERS)} learners, not for `training.algorithm` / "
+            f"`trainer.agent` {agent!r}; "
             "use [0] (one action per decision) with this learner")
+    if agent != "iqn" and cfg.exploration.multi_action_exploration != "per_action":
+        raise ConfigError(
+            f"config key `exploration.multi_action_exploration` ({cfg.exploration.multi_action_exploration}) "
+            f"applies IQN's epsilon-greedy to a block; the {agent} policy samples each action of a block "
+            "from its own distribution: remove it")
     if env.continuous_actions:
         raise ConfigError(
             f"config key `environment.rl_action_offsets_ms` ({env.rl_action_offsets_ms}): multi-action blocks "
