@@ -88,6 +88,21 @@ def test_simulator_runs_10_ms_steps_in_50_ms_blocks():
         env.close()
 
 
+def test_tmnf_steps_10_ms_per_action_in_blocks():
+    """The TMNF backend's step period follows environment.ms_per_action (10 ms with blocks): with
+    rulka's fake game in lock-step, each 5-action block is 50 ms of race time."""
+    cfg = load_config("configs/tmnf_fake.yaml", overrides=["environment.rl_action_offsets_ms=[0,10,20,30,40]"],
+                      env_file=None)
+    env = make_env(cfg)
+    try:
+        assert isinstance(env, ActionBlockEnv)
+        env.reset(seed=0)
+        times = [env.step([0, 0, 0, 0, 0])[4]["race_time_ms"] for _ in range(4)]
+    finally:
+        env.close()
+    assert times == [50, 100, 150, 200]
+
+
 # ---------------------------------------------------------------------------------- the learner
 class FixedQ(torch.nn.Module):
     """Stands in for a network: Q(item b, column c, tau) = base[b, c] + tau."""
