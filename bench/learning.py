@@ -48,7 +48,7 @@ def drive(env: Any, act: Any, max_seconds: float) -> dict[str, Any]:
     """One episode from ``env.reset(seed=0)`` with ``act(obs) -> action``; its outcome."""
     obs, info = env.reset(seed=0)
     total = 0.0
-    while env.car.race_time_ms < max_seconds * 1000:
+    while env.unwrapped.car.race_time_ms < max_seconds * 1000:  # unwrapped: a multi-action block wrapper
         obs, reward, terminated, truncated, info = env.step(act(obs))
         total += float(reward)
         if terminated or truncated:
@@ -127,6 +127,7 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
 
     from rulka.config import config_from_dict
     from rulka.envs.map_cycle import MapCycle
+    from rulka.envs.multi_action import wrap_for_blocks
     from rulka.envs.sim.env import SimTrackEnv
     from rulka.envs.sim.policy import load_policy
 
@@ -143,7 +144,7 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
     firsts = first_finishes(run_dir)
     rows = []
     for track in [*BUNDLED, *(f"gen:{s}" for s in gen_seeds)]:
-        env = SimTrackEnv(config=cfg, track=track)
+        env = wrap_for_blocks(SimTrackEnv(config=cfg, track=track), cfg.environment.n_actions_per_block)
         greedy = greedy_races(env, actor, races, max_seconds)
         scripted = scripted_time_s(track)
         beats = bool(greedy["finished"] and scripted is not None and greedy["race_time_s"] < scripted)

@@ -64,13 +64,14 @@ def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int, tracks: list[str] 
     if cfg.environment.backend == "sim":
         from learning import drive  # bench/learning.py: one greedy race from the start
 
+        from rulka.envs.multi_action import wrap_for_blocks
         from rulka.envs.sim.env import SimTrackEnv
 
         races = {}
         for track in tracks or [str(cfg.environment.track)]:
             actor.reset()
-            races[track] = drive(SimTrackEnv(config=cfg, track=track), lambda obs: actor.act(obs, test=True),
-                                 max_seconds=120.0)
+            env = wrap_for_blocks(SimTrackEnv(config=cfg, track=track), cfg.environment.n_actions_per_block)
+            races[track] = drive(env, lambda obs: actor.act(obs, test=True), max_seconds=120.0)
         first = next(iter(races.values()))
         return {**first, "finished": all(r["finished"] for r in races.values()),
                 "return": round(sum(r["return"] for r in races.values()), 2), "tracks": races}

@@ -52,8 +52,16 @@ def make_env(cfg: ConfigLike, render_mode: str | None = None) -> Any:
     """The env the config describes: ``environment.backend == "gym"`` makes
     ``gymnasium.make(environment.gym_id, **environment.gym_kwargs)``; any other backend is an
     ``env`` plugin (``"sim"`` by default) called with ``config=cfg``. ``render_mode`` (e.g.
-    ``"rgb_array"`` for videos) is passed on; an env plugin that takes none cannot render."""
+    ``"rgb_array"`` for videos) is passed on; an env plugin that takes none cannot render.
+    With ``environment.rl_action_offsets_ms`` holding N > 1 offsets the env comes wrapped in
+    ``rulka.envs.multi_action.ActionBlockEnv``: one step takes a block of N actions."""
+    from rulka.envs.multi_action import wrap_for_blocks
+
     cfg = as_config(cfg)
+    return wrap_for_blocks(_make_env(cfg, render_mode), cfg.environment.n_actions_per_block)
+
+
+def _make_env(cfg: RulkaConfig, render_mode: str | None) -> Any:
     env_cfg = cfg.environment
     extra = {} if render_mode is None else {"render_mode": render_mode}
     if env_cfg.backend == "gym":

@@ -9,7 +9,9 @@ Array naming convention in ``Segment.arrays``:
 
 - ``obs/<name>``: shape ``(T + 1, ...)``; for TrackMania-like envs ``obs/img`` (uint8, H x W)
   and ``obs/float`` (float32, ``float_input_dim``); a plain-array gym observation is ``obs/x``.
-- ``action``: ``(T,)`` int64 for discrete actions or ``(T, A)`` float32 for continuous ones.
+- ``action``: ``(T,)`` int64 for discrete actions, ``(T, N)`` int64 for blocks of N discrete
+  actions (multi-action, ``environment.rl_action_offsets_ms``), or ``(T, A)`` float32 for
+  continuous ones.
 - ``reward``: ``(T,)`` float32; ``terminated`` and ``truncated``: ``(T,)`` bool.
 - ``extra/<name>``: ``(T, ...)`` per-step extras from the actor or env (``extra/q_values``,
   ``extra/greedy``, ``extra/logprob``, ``extra/value``, ``extra/progress_m`` ...).
@@ -69,6 +71,9 @@ class Segment:
             want = t + 1 if name.startswith("obs/") else t
             if arr.shape[:1] != (want,):
                 raise BadInput("segment", f"array '{name}' has length {arr.shape[:1]}, expected {want}")
+        if self.arrays["action"].ndim not in (1, 2):
+            raise BadInput("segment", f"'action' must be (T,) or (T, N) (N actions per block, or a continuous "
+                                      f"action's N values); got shape {self.arrays['action'].shape}")
         if not any(k.startswith("obs/") for k in self.arrays):
             raise BadInput("segment", "no 'obs/...' array")
 

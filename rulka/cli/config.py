@@ -47,7 +47,10 @@ def summary(cfg: RulkaConfig) -> str:
         parts += [
             f"backend {env.backend}",
             f"{cfg.ms_per_action} ms per action",
-            f"mini-race {cfg.temporal_mini_race_duration_actions} actions",
+            *([f"{cfg.n_actions_per_block} actions per {cfg.ms_per_block} ms block "
+               f"({cfg.exploration.multi_action_exploration} exploration)"] if env.is_multi_action else []),
+            f"mini-race {cfg.temporal_mini_race_duration_actions} "
+            f"{'blocks' if env.is_multi_action else 'actions'}",
             f"float_input_dim {cfg.float_input_dim}",
             image,
         ]

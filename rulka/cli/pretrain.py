@@ -43,8 +43,13 @@ def register(subparsers: Any) -> None:
 
 def _config(path: str) -> Any:
     from rulka.config import load_config
+    from rulka.errors import UserError
 
-    return load_config(path)
+    cfg = load_config(path)
+    if cfg.environment.is_multi_action:
+        raise UserError("config key `environment.rl_action_offsets_ms`: rulka pretrain records and clones "
+                        "one action per decision; multi-action blocks are not supported there")
+    return cfg
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -142,6 +142,7 @@ class _DriverActor:
 def cmd_render(args: argparse.Namespace) -> int:
     import math
 
+    from rulka.envs.multi_action import wrap_for_blocks
     from rulka.envs.sim.env import SimTrackEnv
     from rulka.envs.video import EpisodeRecorder, file_stem
     from rulka.evaluation import run_episode
@@ -155,28 +156,31 @@ def cmd_render(args: argparse.Namespace) -> int:
 
         config = spec_config(read_policy_file(args.policy)[2])
         actor, _ = load_policy(args.policy, config)
-    env = SimTrackEnv(config=config, track=args.track or (None if config is not None else "default"),
+    sim = SimTrackEnv(config=config, track=args.track or (None if config is not None else "default"),
                       render_mode="rgb_array",
                       image=None if config is not None else True)
+    # a policy trained with multi-action blocks takes its N actions per decision
+    per_decision = config.environment.n_actions_per_block if config is not None else 1
+    env = wrap_for_blocks(sim, per_decision)
     reference = checkpoints = None
     options = None
     if args.line is not None:
         from rulka.envs.reference_line import read_reference_file
 
         reference, checkpoints = read_reference_file(args.line)
-        options = {"map": env.track.name, "reference_line": str(args.line)}
+        options = {"map": sim.track.name, "reference_line": str(args.line)}
     if actor is None:
-        actor = _DriverActor(env)
+        actor = _DriverActor(sim)
     recorder = EpisodeRecorder(every=args.every, animate=not args.no_animation)
-    max_steps = math.ceil(args.max_seconds * 1000 / (10 * env.steps_per_action))
+    max_steps = math.ceil(args.max_seconds * 1000 / (10 * sim.steps_per_action * per_decision))
     run_episode(env, actor, seed=0, options=options, max_steps=max_steps, on_reset=recorder.start,
                 on_step=recorder.step)
     who = "policy" if args.policy else "driver"
     outcome = recorder.outcome()
-    paths = recorder.write(args.out, f"{file_stem(env.track.name)}_{who}", fmt=args.format,
-                           title=f"{env.track.name} - {who}: {outcome}", reference=reference,
+    paths = recorder.write(args.out, f"{file_stem(sim.track.name)}_{who}", fmt=args.format,
+                           title=f"{sim.track.name} - {who}: {outcome}", reference=reference,
                            checkpoints=checkpoints)
     for path in paths:
         print(path)
-    print(f"{env.track.name}: {who} {outcome}")
+    print(f"{sim.track.name}: {who} {outcome}")
     return 0

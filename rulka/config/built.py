@@ -24,10 +24,6 @@ if TYPE_CHECKING:
 # path covers every key under it. Edit this map when you build a key: remove its entry, and make
 # sure code reads it. `rulka config defaults` prints each reason beside its key.
 NOT_BUILT: dict[str, str] = {
-    # environment: multi-action blocks
-    "environment.rl_action_offsets_ms": "multi-action blocks (several actions per decision) are not built: "
-                                        "workers take one action per decision",
-    "exploration.multi_action_exploration": "explores within multi-action blocks, which are not built",
     # nn: the fusion trunks, ViT stem, freeze flags, pretrained init, resets and IQN's transformer
     # heads are built (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset, rulka.nn.transformer)
     "nn.decoder.shared_input": "the heads read the quantile-modulated features (post_tau); pre_tau heads are not built",
@@ -83,6 +79,7 @@ def check_built(cfg: RulkaConfig) -> None:
     inert = inert_keys(cfg)
     if inert:
         raise ConfigError("config: " + "; ".join(inert))
+    check_multi_action(cfg)
     keys = not_built_keys(cfg)
     if not keys:
         return
@@ -91,6 +88,42 @@ def check_built(cfg: RulkaConfig) -> None:
     why = "; ".join(f"{k}: {NOT_BUILT[k]}" for k in keys)
     raise ConfigError(f"{subject} not built yet (documented, but nothing acts on it: {why}); "
                       f"remove it or use the default")
+
+
+MULTI_ACTION_LEARNERS = ("iqn", "ppo", "grpo", "dpo")  # learners that take N actions per decision
+
+
+def check_multi_action(cfg: RulkaConfig) -> None:
+    """Multi-action blocks (``environment.rl_action_offsets_ms`` with N > 1 offsets) are built for
+    the IQN learner (action branching, ``rulka.agents.iqn.branching``) and the PPO / GRPO / DPO
+    actor-critic (a factorised categorical, ``rulka.agents.policy.network``) on a discrete action
+    space (``rulka.envs.multi_action``); any other learner (SAC, REDQ, a plugin) is refused by name.
+    ``exploration.multi_action_exploration`` away from its default where it would do nothing (one
+    action per decision, or a policy learner, which samples its actions) is refused too."""
+    env = cfg.environment
+    if not env.is_multi_action:
+        if cfg.exploration.multi_action_exploration != "per_action":
+            raise ConfigError(
+                f"config key `exploration.multi_action_exploration` ({cfg.exploration.multi_action_exploration}) "
+                "acts only with several actions per decision; `environment.rl_action_offsets_ms` is "
+                f"{env.rl_action_offsets_ms} (one action): remove it or set the offsets, e.g. [0, 10, 20, 30, 40]")
+        return
+    agent = str(cfg.trainer.agent)
+    if agent not in MULTI_ACTION_LEARNERS:
+        raise ConfigError(
+            f"config key `environment.rl_action_offsets_ms` ({env.rl_action_offsets_ms}): multi-action blocks "
+            f"are built for the {', '.join(MULTI_ACTION_LEARNERS)} learners, not for `training.algorithm` / "
+            f"`trainer.agent` {agent!r}; "
+            "use [0] (one action per decision) with this learner")
+    if agent != "iqn" and cfg.exploration.multi_action_exploration != "per_action":
+        raise ConfigError(
+            f"config key `exploration.multi_action_exploration` ({cfg.exploration.multi_action_exploration}) "
+            f"applies IQN's epsilon-greedy to a block; the {agent} policy samples each action of a block "
+            "from its own distribution: remove it")
+    if env.continuous_actions:
+        raise ConfigError(
+            f"config key `environment.rl_action_offsets_ms` ({env.rl_action_offsets_ms}): multi-action blocks "
+            "need discrete actions; `environment.continuous_actions` is true")
 
 
 def check_startable(cfg: RulkaConfig, import_plugins: bool = False, replay: bool = True) -> list[str]:

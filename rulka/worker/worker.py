@@ -130,7 +130,7 @@ class EpisodeBuffer:
     def arrays(self) -> dict[str, np.ndarray]:
         out = {k: np.stack([o[k] for o in self.obs]) for k in self.obs[0]}
         first = np.asarray(self.actions[0])
-        if first.ndim == 0 and np.issubdtype(first.dtype, np.integer):
+        if np.issubdtype(first.dtype, np.integer):  # one discrete action, or a block of them (T, N)
             out["action"] = np.asarray(self.actions, np.int64)
         else:
             out["action"] = np.asarray(self.actions, np.float32)

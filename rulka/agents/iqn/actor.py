@@ -36,12 +36,14 @@ class _NumpyMeanQ:
     def __init__(self, net: IQNNetwork, k: int) -> None:
         if not net.plain_encoder:
             raise UnsupportedModule("image heads and fusion trunks stay in torch")
-        if not isinstance(net.head.value, nn.Sequential) or not isinstance(net.head.advantage, nn.Sequential):
+        # one advantage stream, or one per action branch (multi-action blocks)
+        self._streams = list(getattr(net.head.advantage, "branches", [net.head.advantage]))
+        if not isinstance(net.head.value, nn.Sequential) or not all(isinstance(m, nn.Sequential) for m in self._streams):
             raise UnsupportedModule("transformer decoder heads stay in torch")
         self.features = compile_sequential(net.float_feature_extractor)
         self.embedding = compile_sequential(net.iqn_fc)
         self.value = compile_sequential(net.head.value)
-        self.advantage = compile_sequential(net.head.advantage)
+        self.advantage = [compile_sequential(m) for m in self._streams]
         self.noisy_value, self.noisy_advantage = self.value, self.advantage
         self.mean = to_f32(net.float_mean)
         self.std = to_f32(net.float_std)
@@ -54,7 +56,7 @@ class _NumpyMeanQ:
     def resample(self, net: IQNNetwork) -> None:
         """Take the heads' current noise sample (after the torch layers' ``reset_noise``)."""
         self.noisy_value = compile_sequential(net.head.value, noise=True)
-        self.noisy_advantage = compile_sequential(net.head.advantage, noise=True)
+        self.noisy_advantage = [compile_sequential(m, noise=True) for m in self._streams]
 
     def _embed(self, taus: np.ndarray) -> np.ndarray:
         return run_steps(self.embedding, np.cos(taus[:, None] * self.freqs))
@@ -69,9 +71,13 @@ class _NumpyMeanQ:
             low = (self.strata + rng.random(self.k // 2, dtype=np.float32)) / self.k
             emb = self._embed(np.concatenate([low, 1.0 - low]))
         x = feats * emb  # (k, width): the features broadcast over the taus
-        value, advantage = (self.noisy_value, self.noisy_advantage) if noise else (self.value, self.advantage)
-        adv = run_steps(advantage, x)
-        q = run_steps(value, x) + adv - adv.mean(axis=1, keepdims=True)
+        value, streams = (self.noisy_value, self.noisy_advantage) if noise else (self.value, self.advantage)
+        v = run_steps(value, x)
+        qs = []
+        for stream in streams:  # per branch: V + A_d - mean A_d (rulka.agents.iqn.branching)
+            adv = run_steps(stream, x)
+            qs.append(v + adv - adv.mean(axis=1, keepdims=True))
+        q = qs[0] if len(qs) == 1 else np.concatenate(qs, axis=1)
         return q.mean(axis=0, dtype=np.float32)
 
 
@@ -94,6 +100,14 @@ class IQNActor(ActorModule):
     ``test=True`` over the ``iqn_k`` stratum midpoints ``(j + 0.5) / iqn_k``, so the greedy policy
     is a deterministic function of the observation and a race can be driven again.
 
+    Multi-action blocks (a network with ``n_action_branches`` N > 1, ``rulka.agents.iqn.branching``):
+    the action is an int64 array of N actions, each branch's greedy action the argmax of its own
+    Q; exploring, ``multi_action_exploration`` says how the rule above applies (the guide's
+    ``exploration.multi_action_exploration``): ``per_action``, one uniform draw per action, so
+    each action of the block explores on its own; ``per_block``, one draw for the whole block,
+    which is all random, all Boltzmann-perturbed or all greedy. ``greedy`` is True only when every
+    action of the block is its branch's argmax.
+
     On CPU a float-only network acts through a numpy copy of its weights (``_NumpyMeanQ``, the
     same values; ``bench/actor.py`` measures it against torch at batch 1); image networks, GPU
     actors and ``numpy_inference=False`` use torch.
@@ -102,9 +116,13 @@ class IQNActor(ActorModule):
     def __init__(self, network: dict[str, Any], iqn_k: int = 32, epsilon: float = 0.0,
                  epsilon_boltzmann: float = 0.0, tau_epsilon_boltzmann: float = 0.01,
                  mini_race_actions: int | None = None, seed: int | None = None, device: str = "cpu",
-                 numpy_inference: bool = True, noisy_resample_every_actions: int = 0) -> None:
+                 numpy_inference: bool = True, noisy_resample_every_actions: int = 0,
+                 multi_action_exploration: str = "per_action") -> None:
         if iqn_k % 2:
             raise ValueError("iqn_k must be even")
+        if multi_action_exploration not in ("per_action", "per_block"):
+            raise ValueError(f"multi_action_exploration must be per_action or per_block, got {multi_action_exploration!r}")
+        self.multi_action_exploration = multi_action_exploration
         self.spec = IQNNetworkSpec.from_dict(dict(network))
         self.device = torch.device(device)
         self.net = IQNNetwork(self.spec).to(self.device).eval()
@@ -179,12 +197,15 @@ class IQNActor(ActorModule):
             taus = self._midpoints if test else None
             return mean_q(self.net, img_t, flt_t, self.iqn_k, taus)[0].cpu().numpy().astype(np.float32)
 
-    def act_with_info(self, obs: Any, test: bool = False) -> tuple[int, dict[str, Any]]:
+    def act_with_info(self, obs: Any, test: bool = False) -> tuple[Any, dict[str, Any]]:
         if not test and self._noisy and self.noisy_resample_every_actions > 0:
             if self._actions_since_noise >= self.noisy_resample_every_actions:
                 self.resample_noise()
             self._actions_since_noise += 1
         q = self.q_values(obs, test)
+        if self.spec.n_action_branches > 1:
+            block, greedy = self.choose_block(q.reshape(self.spec.n_action_branches, -1), test)
+            return block, {"q_values": q, "greedy": greedy}
         greedy_action = int(np.argmax(q))
         action = greedy_action
         if not test:
@@ -195,7 +216,23 @@ class IQNActor(ActorModule):
                 action = int(np.argmax(q + self.tau_epsilon_boltzmann * self.rng.standard_normal(len(q))))
         return action, {"q_values": q, "greedy": action == greedy_action}
 
-    def act(self, obs: Any, test: bool = False) -> int:
+    def choose_block(self, q: np.ndarray, test: bool = False) -> tuple[np.ndarray, bool]:
+        """N actions from per-branch Q ``(N, A)`` with the exploration of the class docstring, and
+        whether every one is its branch's argmax."""
+        greedy = np.argmax(q, axis=1).astype(np.int64)
+        block = greedy.copy()
+        if test:
+            return block, True
+        n, a = q.shape
+        draws = self.rng.random(n) if self.multi_action_exploration == "per_action" else np.full(n, self.rng.random())
+        for d in range(n):
+            if draws[d] < self.epsilon:
+                block[d] = self.rng.integers(a)
+            elif draws[d] < self.epsilon + self.epsilon_boltzmann:
+                block[d] = np.argmax(q[d] + self.tau_epsilon_boltzmann * self.rng.standard_normal(a))
+        return block, bool(np.array_equal(block, greedy))
+
+    def act(self, obs: Any, test: bool = False) -> Any:
         return self.act_with_info(obs, test)[0]
 
     def set_exploration(self, epsilon: float, epsilon_boltzmann: float, tau_epsilon_boltzmann: float | None = None) -> None:

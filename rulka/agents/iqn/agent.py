@@ -20,6 +20,7 @@ from rulka.agents.iqn.loss import (
     munchausen_next_value,
     quantile_huber_loss,
 )
+from rulka.agents.iqn.branching import branched_next_value, gather_branches, split_branches
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
 from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config.schedules import exponential_schedule, linear_schedule
@@ -77,6 +78,8 @@ class IQNHyper:
     epsilon_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_schedule))
     epsilon_boltzmann_schedule: list = dataclasses.field(default_factory=_knots(_EXPLORATION.epsilon_boltzmann_schedule))
     tau_epsilon_boltzmann: float = _EXPLORATION.tau_epsilon_boltzmann
+    multi_action_exploration: str = _EXPLORATION.multi_action_exploration
+    """With action branches (multi-action blocks): per_action or per_block epsilon draws (``IQNActor``)."""
     noisy_resample_every_actions: int = _BTR.noisy_resample_every_actions
     """NoisyNet actors: a new noise sample at each episode start and, when > 0, every N actions."""
     mini_race_actions: int | None = EnvironmentConfig().temporal_mini_race_duration_actions
@@ -141,43 +144,55 @@ class IQNAgent(TrainingAgent):
                 linear_schedule(self.hp.epsilon_boltzmann_schedule, self.frames_played))
 
     # -------------------------------------------------------------- learning
+    def _actions(self, batch: ReplayBatch) -> torch.Tensor:
+        """The taken actions as ``(B, N)`` (N action branches; N = 1 without multi-action)."""
+        return _t(batch.action, self.device).long().reshape(len(batch), self.spec.n_action_branches)
+
     def _targets(self, batch: ReplayBatch, n: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Target quantile samples (B, n) and their taus (B, n)."""
-        dev = self.device
+        """Target quantile samples (B, n) and their taus (B, n). With N action branches the
+        bootstrap is BDQ's shared one, the mean over branches of each branch's next value
+        (``rulka.agents.iqn.branching``); with N = 1 it is that branch's value."""
+        dev, nb = self.device, self.spec.n_action_branches
         next_img, next_float = _t(batch.next_img, dev), _t(batch.next_float, dev)
         reward = _t(batch.reward, dev).float()
         gamma = _t(batch.gamma, dev).float()
         taus = stratified_mirrored_taus(b, n, device=dev)
-        q_next = self.target(next_img, next_float, taus).reshape(n, b, -1).float()  # (n, B, A)
+        q_next = split_branches(self.target(next_img, next_float, taus).float(), n, b, nb)  # (n, B, N, A)
         if self.hp.use_munchausen:
             ent = self.hp.munchausen_entropy_tau
-            next_value = munchausen_next_value(q_next, ent)  # (n, B)
-            q_s = self.target(_t(batch.state_img, dev), _t(batch.state_float, dev), taus).reshape(n, b, -1).mean(0)
-            a = _t(batch.action, dev).long()
-            reward = reward + munchausen_bonus(q_s, a, self.hp.munchausen_alpha, ent, self.hp.munchausen_lo)
+            next_value = branched_next_value(q_next, lambda q: munchausen_next_value(q, ent))  # (n, B)
+            q_s = split_branches(self.target(_t(batch.state_img, dev), _t(batch.state_float, dev), taus),
+                                 n, b, nb).mean(0)  # (B, N, A)
+            a = self._actions(batch)
+            bonus = munchausen_bonus(q_s.reshape(b * nb, -1), a.reshape(-1), self.hp.munchausen_alpha, ent,
+                                     self.hp.munchausen_lo)
+            reward = reward + bonus.reshape(b, nb).mean(1)  # BDQ's branch mean, as for the bootstrap
         elif self.hp.use_ddqn:
             q_online_next = self._online_fwd(next_img, next_float, stratified_mirrored_taus(b, n, device=dev))
-            a_star = q_online_next.reshape(n, b, -1).mean(0).argmax(1)  # (B,)
-            next_value = q_next.gather(2, a_star[None, :, None].expand(n, b, 1))[..., 0]
+            a_star = split_branches(q_online_next, n, b, nb).mean(0).argmax(2)  # (B, N)
+            next_value = gather_branches(q_next, a_star).mean(2)
         else:
-            next_value = greedy_next_value(q_next, self.hp.target_action)
+            next_value = branched_next_value(q_next, lambda q: greedy_next_value(q, self.hp.target_action))
         target = (reward[None] + gamma[None] * next_value).transpose(0, 1)  # (B, n)
         return target, taus.reshape(n, b).transpose(0, 1)
 
     def _loss(self, batch: ReplayBatch
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(per-item loss (B,), online quantiles (B, n), targets (B, n), all online Q, target taus)."""
-        n, b, dev = self.hp.iqn_n, len(batch), self.device
+        """(per-item loss (B,), online quantiles (B, N, n), targets (B, n), all online Q, target taus).
+        With N action branches each branch's quantiles at its taken action meet the shared target;
+        the per-item loss is the mean over branches (BDQ)."""
+        n, b, dev, nb = self.hp.iqn_n, len(batch), self.device, self.spec.n_action_branches
         with torch.autocast(device_type=dev.type, dtype=torch.float16, enabled=self.amp):
             with torch.no_grad():
                 target, target_taus = self._targets(batch, n, b)
             taus = stratified_mirrored_taus(b, n, device=dev)
             q = self._online_fwd(_t(batch.state_img, dev), _t(batch.state_float, dev), taus)
-            a = _t(batch.action, dev).long()
-            online = q.reshape(n, b, -1).gather(2, a[None, :, None].expand(n, b, 1))[..., 0].transpose(0, 1)
+            online = gather_branches(split_branches(q, n, b, nb), self._actions(batch)).permute(1, 2, 0)  # (B, N, n)
         online = online.float()
-        per_item = quantile_huber_loss(target.float(), online, taus.reshape(n, b).transpose(0, 1), self.hp.iqn_kappa)
-        return per_item, online, target, q, target_taus
+        item_taus = taus.reshape(n, b).transpose(0, 1)
+        per_branch = quantile_huber_loss(target.float().repeat_interleave(nb, 0), online.reshape(b * nb, n),
+                                         item_taus.repeat_interleave(nb, 0), self.hp.iqn_kappa)
+        return per_branch.reshape(b, nb).mean(1), online, target, q, target_taus
 
     def train(self, batch: ReplayBatch) -> dict[str, float]:
         """One update on ``batch``; returns ``losses/...`` and ``charts/...`` metrics."""
@@ -213,7 +228,7 @@ class IQNAgent(TrainingAgent):
             self.soft_update_target()
             self._next_target_update += self.hp.number_memories_trained_on_between_target_network_updates
 
-        td = (online.detach().mean(1) - target.mean(1)).abs()
+        td = (online.detach().mean(2) - target.mean(1, keepdim=True)).abs().mean(1)  # mean over branches
         if batch.report_td_errors is not None:
             batch.report_td_errors(td.cpu().numpy())
         eps, eps_boltzmann = self.exploration()
@@ -264,7 +279,9 @@ class IQNAgent(TrainingAgent):
             "epsilon_boltzmann": eps_b, "tau_epsilon_boltzmann": self.hp.tau_epsilon_boltzmann,
             "mini_race_actions": self.hp.mini_race_actions,
             **({"noisy_resample_every_actions": self.hp.noisy_resample_every_actions}
-               if self.spec.use_noisy_linear else {})}}
+               if self.spec.use_noisy_linear else {}),
+            **({"multi_action_exploration": self.hp.multi_action_exploration}
+               if self.spec.n_action_branches > 1 else {})}}
 
     def actor_weights(self) -> dict[str, torch.Tensor]:
         """What to publish: the online network's tensors (not copies: the trainer encodes them at

@@ -35,6 +35,8 @@ class IQNNetworkSpec(EncoderSpec):
     use_layer_norm: bool = False
     use_noisy_linear: bool = False
     noisy_sigma0: float = 0.5
+    # multi-action blocks: one advantage head per action offset (rulka.agents.iqn.branching)
+    n_action_branches: int = 1
 
 
 def stratified_mirrored_taus(batch_size: int, n: int, *, generator: torch.Generator | None = None,
@@ -79,6 +81,10 @@ class IQNNetwork(ImageFloatEncoder):
                                 noisy_sigma0=spec.noisy_sigma0,
                                 advantage_module=_transformer_head(dense_in, spec.n_actions, spec.advantage_transformer),
                                 value_module=_transformer_head(dense_in, 1, spec.value_transformer))
+        if spec.n_action_branches > 1:  # BDQ: the value stream above, one advantage stream per offset
+            from rulka.agents.iqn.branching import branched_head
+
+            self.head = branched_head(self.head, dense_in, head_hidden, spec)
 
     def features(self, img: torch.Tensor | None, floats: torch.Tensor) -> torch.Tensor:
         """Per-item features before the quantile embedding, ``(B, dense_input_dimension)``."""
@@ -100,7 +106,8 @@ class IQNNetwork(ImageFloatEncoder):
 
 def mean_q(network: IQNNetwork, img: torch.Tensor | None, floats: torch.Tensor, k: int,
            taus: torch.Tensor | None = None) -> torch.Tensor:
-    """Expected Q per action, ``(B, n_actions)``, averaged over ``k`` stratified mirrored taus."""
+    """Expected Q per action, ``(B, n_actions)`` (``(B, N * n_actions)`` with N action branches,
+    branch-major), averaged over ``k`` stratified mirrored taus."""
     b = floats.shape[0]
     if taus is None:
         taus = stratified_mirrored_taus(b, k, device=floats.device)

@@ -76,8 +76,9 @@ class _TransitionRing:
 
     FIELDS = ("state", "next_state", "action", "n_steps", "gamma", "terminal_actions", "rewards")
 
-    def __init__(self, capacity: int, n_max: int) -> None:
+    def __init__(self, capacity: int, n_max: int, action_width: int = 1) -> None:
         self.n_max = n_max
+        self.action_width = action_width  # N actions per transition with multi-action blocks
         self.capacity = 0
         self.count = 0  # transitions ever written
         self.size = 0  # valid transitions: logical indices count - size .. count - 1
@@ -88,7 +89,8 @@ class _TransitionRing:
         old, old_cap = self.arrays, self.capacity
         self.arrays = {
             "state": np.zeros(capacity, np.int64), "next_state": np.zeros(capacity, np.int64),
-            "action": np.zeros(capacity, np.int64), "n_steps": np.zeros(capacity, np.int16),
+            "action": np.zeros((capacity, self.action_width) if self.action_width > 1 else capacity, np.int64),
+            "n_steps": np.zeros(capacity, np.int16),
             "gamma": np.zeros(capacity, np.float32), "terminal_actions": np.zeros(capacity, np.int64),
             "rewards": np.zeros((capacity, self.n_max), np.float32),
         }
@@ -135,7 +137,8 @@ class MiniRaceReplayMemory(Memory):
     the config model's defaults.
 
     Segment arrays used: ``obs/float`` (or ``obs/x``), optional ``obs/img`` (uint8, H x W),
-    ``action``, ``reward``, ``terminated``, optional ``extra/greedy`` (all greedy if absent) and
+    ``action`` ((T,), or (T, N) with N actions per block: ``n_action_branches``), ``reward``,
+    ``terminated``, optional ``extra/greedy`` (all greedy if absent) and
     optional ``obs/potential`` (T + 1,) for potential-based shaping. A segment whose
     ``info["fill_buffer"]`` is False is counted and not stored.
     """
@@ -153,7 +156,7 @@ class MiniRaceReplayMemory(Memory):
                  prio_beta: float = _MEMORY.prio_beta,
                  min_horizon_to_update_priority_actions: int | None = None,
                  buffer_test_ratio: float = _MEMORY.buffer_test_ratio, test_every: int = 20,
-                 n_actions: int | None = None, max_pending_episodes: int = 256,
+                 n_actions: int | None = None, n_action_branches: int = 1, max_pending_episodes: int = 256,
                  seed: int | None = None) -> None:
         if n_steps < 1:
             raise ValueError("n_steps must be >= 1")
@@ -175,12 +178,13 @@ class MiniRaceReplayMemory(Memory):
         self.test_ratio = float(buffer_test_ratio)
         self.test_every = int(test_every)
         self.n_actions = n_actions
+        self.n_action_branches = int(n_action_branches)
         self.max_pending = int(max_pending_episodes)
         self.rng = np.random.default_rng(seed)
 
         size, _ = self._size_now(0)
-        self.train = _TransitionRing(size, self.n_max)
-        self.test = _TransitionRing(max(1, int(size * self.test_ratio) + 1), self.n_max)
+        self.train = _TransitionRing(size, self.n_max, self.n_action_branches)
+        self.test = _TransitionRing(max(1, int(size * self.test_ratio) + 1), self.n_max, self.n_action_branches)
         self.tree: SumTree | None = SumTree(self.train.capacity) if self.prio_alpha > 0 else None
         self._prio_updated = False
         self.max_priority = 1.0  # largest PER priority given so far: new transitions enter at it
@@ -303,8 +307,15 @@ class MiniRaceReplayMemory(Memory):
         if not np.all(np.isfinite(flt)) or not np.all(np.isfinite(a["reward"])):
             raise BadInput("segment", "non-finite observations or rewards")
         action = np.asarray(a["action"])
-        if action.ndim != 1 or not np.issubdtype(action.dtype, np.integer):
+        if not np.issubdtype(action.dtype, np.integer):
             raise BadInput("segment", "IQN memory needs discrete integer actions")
+        nb = self.n_action_branches
+        if nb > 1 and (action.ndim != 2 or action.shape[1] != nb):
+            raise BadInput("segment", f"IQN memory with {nb} actions per block (environment.rl_action_offsets_ms) "
+                                      f"needs 'action' of shape (T, {nb}); got {action.shape}")
+        if nb == 1 and action.ndim != 1:
+            raise BadInput("segment", f"IQN memory with one action per decision needs 'action' of shape (T,); "
+                                      f"got {action.shape} (a multi-action segment: check environment.rl_action_offsets_ms)")
         if len(action) and (action.min() < 0 or (self.n_actions is not None and action.max() >= self.n_actions)):
             raise BadInput("segment", "action index out of range")
         t = len(action)
@@ -467,7 +478,8 @@ class MiniRaceReplayMemory(Memory):
         scratch memory with the same observation layout; nothing is added to this memory."""
         scratch = MiniRaceReplayMemory(batch_size=1, n_steps=1, memory_size_schedule=[[0, (max(1, segment.num_transitions), 1)]],
                                        gamma_schedule=[[0, 1.0]], discard_non_greedy_actions_in_nsteps=False,
-                                       mini_race_duration_actions=None, buffer_test_ratio=0.0, max_pending_episodes=1)
+                                       mini_race_duration_actions=None, buffer_test_ratio=0.0, max_pending_episodes=1,
+                                       n_action_branches=self.n_action_branches)
         t = segment.num_transitions
         ends_race = bool(t > 0 and bool(np.asarray(segment.arrays["terminated"])[-1]))
         whole = dataclasses.replace(segment, episode_done=True, index_in_episode=0, info={})

@@ -50,10 +50,18 @@ class ResetSettings:
 
 
 def last_layer_names(net: nn.Module) -> list[str]:
-    """Parameter names of the advantage head's last layer (its last module with parameters)."""
+    """Parameter names of the advantage head's last layer (its last module with parameters); with
+    action branches (``rulka.agents.iqn.branching``) the last layer of every branch's stream."""
     head = net.head.advantage
+    branches = getattr(head, "branches", None)
+    if branches is not None:
+        return [n for i, b in enumerate(branches) for n in _last_layer(b, f"head.advantage.branches.{i}")]
+    return _last_layer(head, "head.advantage")
+
+
+def _last_layer(head: nn.Module, prefix: str) -> list[str]:
     last = [name for name, m in head.named_children() if any(True for _ in m.parameters(recurse=False))][-1]
-    return [f"head.advantage.{last}.{p}" for p, _ in getattr(head, last).named_parameters()]
+    return [f"{prefix}.{last}.{p}" for p, _ in getattr(head, last).named_parameters()]
 
 
 @torch.no_grad()

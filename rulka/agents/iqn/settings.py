@@ -91,7 +91,8 @@ def network_spec_from_config(cfg: RulkaConfig) -> IQNNetworkSpec:
         use_adaptive_maxpool=cnn.use_adaptive_maxpool, adaptive_maxpool_size=cnn.adaptive_maxpool_size,
         use_spectral_norm=cnn.use_spectral_norm,
         use_layer_norm=btr.use_layer_norm, use_noisy_linear=btr.use_noisy_linear, noisy_sigma0=btr.noisy_sigma0,
-        float_mean=[float(x) for x in mean], float_std=[float(x) for x in std])
+        float_mean=[float(x) for x in mean], float_std=[float(x) for x in std],
+        n_action_branches=cfg.environment.n_actions_per_block)
 
 
 def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
@@ -112,7 +113,7 @@ def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
         munchausen_entropy_tau=btr.munchausen_entropy_tau, munchausen_lo=btr.munchausen_lo,
         epsilon_schedule=_knots(cfg, "exploration.epsilon_schedule"),
         epsilon_boltzmann_schedule=_knots(cfg, "exploration.epsilon_boltzmann_schedule"),
-        tau_epsilon_boltzmann=exp.tau_epsilon_boltzmann,
+        tau_epsilon_boltzmann=exp.tau_epsilon_boltzmann, multi_action_exploration=exp.multi_action_exploration,
         noisy_resample_every_actions=btr.noisy_resample_every_actions,
         mini_race_actions=cfg.temporal_mini_race_duration_actions if uses_mini_races(cfg) else None,
         use_jit=t.use_jit, use_amp=t.use_amp,
@@ -167,4 +168,5 @@ def make_memory(cfg: ConfigLike = None, seed: int | None = None, **overrides: An
     kw.update(overrides)
     if "n_actions" not in kw:
         kw["n_actions"] = env_spaces(cfg)[1]
+    kw.setdefault("n_action_branches", cfg.environment.n_actions_per_block)
     return MiniRaceReplayMemory(**kw, seed=seed if seed is not None else cfg.training.seed)

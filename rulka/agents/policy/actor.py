@@ -30,14 +30,23 @@ class PolicyActor(ActorModule):
 
     @torch.inference_mode()
     def distribution(self, obs: Any) -> tuple[np.ndarray, float]:
-        """(log-probabilities over actions, V(s)) for one observation."""
+        """(log-probabilities over actions, V(s)) for one observation; with N action branches
+        (multi-action blocks) the log-probabilities are ``(N, A)``, one row per branch."""
         img, flt = split_obs(obs)
         img_t = None if img is None or not self.spec.uses_image else torch.from_numpy(img[None]).to(self.device)
         logits, value = self.net(img_t, torch.from_numpy(flt[None]).to(self.device))
-        return torch.log_softmax(logits[0].float(), -1).cpu().numpy(), float(value[0])
+        logp = self.net.log_probs(logits)[0].cpu().numpy()
+        return (logp[0] if self.spec.n_action_branches == 1 else logp), float(value[0])
 
-    def act_with_info(self, obs: Any, test: bool = False) -> tuple[int, dict[str, Any]]:
+    def act_with_info(self, obs: Any, test: bool = False) -> tuple[Any, dict[str, Any]]:
         logp, value = self.distribution(obs)
+        if logp.ndim == 2:  # a block: each branch sampled (or its argmax), log-probability summed
+            if test:
+                block = np.argmax(logp, axis=1).astype(np.int64)
+            else:
+                probs = torch.from_numpy(np.exp(logp.astype(np.float64)))
+                block = torch.multinomial(probs, 1, generator=self.generator)[:, 0].numpy().astype(np.int64)
+            return block, {"logprob": np.float32(logp[np.arange(len(block)), block].sum()), "value": np.float32(value)}
         if test:
             action = int(np.argmax(logp))
         else:
@@ -45,7 +54,7 @@ class PolicyActor(ActorModule):
             action = int(torch.multinomial(probs, 1, generator=self.generator)[0])
         return action, {"logprob": np.float32(logp[action]), "value": np.float32(value)}
 
-    def act(self, obs: Any, test: bool = False) -> int:
+    def act(self, obs: Any, test: bool = False) -> Any:
         return self.act_with_info(obs, test)[0]
 
     def load_weights(self, weights: Weights) -> None:

@@ -89,7 +89,7 @@ def read_pair_lines(pairs_file: str | Path) -> list[tuple[Path, Path]]:
     return out
 
 
-def offline_pair_loader(pairs_file: str | Path, *, n_actions: int | None = None
+def offline_pair_loader(pairs_file: str | Path, *, n_actions: int | None = None, n_action_branches: int = 1
                         ) -> Callable[[float], list[tuple[Rollout, Rollout]]]:
     """A loader for ``PairMemory``: called with the rollout discount, it reads every pair of
     ``pairs_file``; an unreadable episode or pair is logged, counted and skipped."""
@@ -98,8 +98,9 @@ def offline_pair_loader(pairs_file: str | Path, *, n_actions: int | None = None
         pairs, bad = [], 0
         for chosen_path, rejected_path in read_pair_lines(pairs_file):
             try:
-                chosen = build_rollout(read_episode(chosen_path), gamma, min_steps=1, n_actions=n_actions)
-                rejected = build_rollout(read_episode(rejected_path), gamma, min_steps=1, n_actions=n_actions)
+                chosen, rejected = (build_rollout(read_episode(path), gamma, min_steps=1, n_actions=n_actions,
+                                                  n_action_branches=n_action_branches)
+                                    for path in (chosen_path, rejected_path))
             except BadInput as exc:
                 bad += 1
                 log.warning("offline DPO pair skipped: %s", exc)

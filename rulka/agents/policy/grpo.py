@@ -31,7 +31,7 @@ import torch
 from rulka.agents.policy.base import OptimHyper, PolicyLearner, knots_at
 from rulka.agents.policy.losses import categorical_kl, group_relative_advantages, grpo_clipped_loss
 from rulka.agents.policy.memory import PolicyBatch
-from rulka.agents.policy.network import PolicyNetworkSpec
+from rulka.agents.policy.network import PolicyNetworkSpec, factored_logp_entropy
 
 
 @dataclasses.dataclass
@@ -82,12 +82,12 @@ class GRPOAgent(PolicyLearner):
         if kl_coef > 0:
             assert self.ref is not None
             with torch.no_grad():
-                ref_logp_all = torch.log_softmax(self.ref(data.img, data.flt)[0].float(), dim=-1)
+                ref_logp_all = self.ref.log_probs(self.ref(data.img, data.flt)[0])  # (T, N, A)
         self.net.train()
         totals = {"pg": 0.0, "ent": 0.0, "kl": 0.0, "grad": 0.0, "clipfrac": 0.0, "behaviour_kl": 0.0}
         for _ in range(self.hp.update_epochs):
-            logp_all = torch.log_softmax(self.net(data.img, data.flt)[0].float(), dim=-1)
-            logp = logp_all.gather(1, data.action.long()[:, None])[:, 0]
+            logp_all = self.net.log_probs(self.net(data.img, data.flt)[0])  # (T, N, A); N = 1 but for blocks
+            logp, entropy = factored_logp_entropy(logp_all, data.action)  # sums over the N branches
             if clipped:
                 assert data.old_logp is not None
                 pg_loss, clipfrac, behaviour_kl = grpo_clipped_loss(logp, data.old_logp, adv, owner, lengths,
@@ -97,11 +97,11 @@ class GRPOAgent(PolicyLearner):
             else:
                 traj_logp = torch.zeros(k, device=self.device).index_add(0, owner, logp)
                 pg_loss = -(adv * traj_logp).mean()
-            ent = -(logp_all.exp() * logp_all).sum(-1).mean()
+            ent = entropy.mean()
             loss = pg_loss - ent_coef * ent
             kl = torch.zeros((), device=self.device)
             if ref_logp_all is not None:
-                kl = categorical_kl(logp_all, ref_logp_all).mean()
+                kl = categorical_kl(logp_all, ref_logp_all).sum(-1).mean()  # factorised: the branches' sum
                 loss = loss + kl_coef * kl
             totals["grad"] += self._step(loss, max_norm)
             totals["pg"] += float(pg_loss.detach())

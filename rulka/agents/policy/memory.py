@@ -54,11 +54,12 @@ class _PolicyMemory(Memory):
 
     def __init__(self, *, gamma_schedule: Sequence[Sequence[float]] = ((0, 0.99),),
                  max_policy_lag: int | None = None, min_rollout_steps: int = MIN_ROLLOUT_STEPS,
-                 n_actions: int | None = None, max_pending_episodes: int = 256) -> None:
+                 n_actions: int | None = None, n_action_branches: int = 1, max_pending_episodes: int = 256) -> None:
         self.gamma_schedule = [tuple(k) for k in gamma_schedule]
         self.max_policy_lag = max_policy_lag
         self.min_steps = int(min_rollout_steps)
         self.n_actions = n_actions
+        self.n_action_branches = int(n_action_branches)
         self.max_pending = int(max_pending_episodes)
         self.policy_version = 0
         self.frames_played = 0
@@ -147,7 +148,7 @@ class _PolicyMemory(Memory):
         start = segments[-1].info.get("start_id")
         key = (segments[-1].worker_id, start) if isinstance(start, int) and not isinstance(start, bool) else None
         rollout = build_rollout(segments, self.gamma, min_steps=self.min_steps, n_actions=self.n_actions,
-                                start_key=key)
+                                start_key=key, n_action_branches=self.n_action_branches)
         if rollout is None:
             self.counters["too_short"] += 1
         else:

@@ -29,7 +29,7 @@ class Rollout:
 
     img: np.ndarray | None  # (T + 1, H, W) uint8, or None without images
     flt: np.ndarray  # (T + 1, F) float32
-    action: np.ndarray  # (T,) int64
+    action: np.ndarray  # (T,) int64, or (T, N) with N actions per block (multi-action)
     reward: np.ndarray  # (T,) float32, shaped with ``gamma``
     terminated: np.ndarray  # (T,) bool
     truncated: np.ndarray  # (T,) bool
@@ -89,12 +89,14 @@ def _float_obs(arrays: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def build_rollout(segments: Sequence[Segment], gamma: float, *, min_steps: int = MIN_ROLLOUT_STEPS,
-                  n_actions: int | None = None, start_key: Any = None) -> Rollout | None:
+                  n_actions: int | None = None, start_key: Any = None,
+                  n_action_branches: int = 1) -> Rollout | None:
     """Join consecutive segments of one episode (in order) into a ``Rollout`` with shaped rewards.
 
     Returns None when the result has fewer than ``min_steps`` transitions; raises ``BadInput`` on
     arrays a policy learner cannot use (missing observations, non-integer or out-of-range
-    actions, non-finite numbers).
+    actions, actions not shaped ``(T,)`` or, with ``n_action_branches`` N > 1, ``(T, N)``,
+    non-finite numbers).
     """
     if not segments:
         return None
@@ -119,8 +121,13 @@ def build_rollout(segments: Sequence[Segment], gamma: float, *, min_steps: int =
     if imgs and len(imgs) != len(segments):
         raise BadInput("segment", "'obs/img' present in only some segments of an episode")
     action = np.concatenate(parts["action"])
-    if action.ndim != 1 or not np.issubdtype(action.dtype, np.integer):
-        raise BadInput("segment", "policy learners need discrete (T,) integer actions")
+    if not np.issubdtype(action.dtype, np.integer):
+        raise BadInput("segment", "policy learners need discrete integer actions")
+    want = (n_action_branches,) if n_action_branches > 1 else ()
+    if action.shape[1:] != want:
+        raise BadInput("segment", f"policy learners with {n_action_branches} action(s) per decision "
+                                  f"(environment.rl_action_offsets_ms) need 'action' of shape "
+                                  f"{'(T, %d)' % n_action_branches if want else '(T,)'}; got {action.shape}")
     if len(action) and (action.min() < 0 or (n_actions is not None and action.max() >= n_actions)):
         raise BadInput("segment", f"action out of range 0..{n_actions}")
     reward_raw = np.concatenate(parts["reward"]).astype(np.float64)

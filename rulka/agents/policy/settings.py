@@ -56,7 +56,8 @@ def network_spec_from_config(cfg: Any) -> PolicyNetworkSpec:
         adaptive_maxpool_size=int(cnn.adaptive_maxpool_size) if cnn else 6,
         use_spectral_norm=bool(cnn.use_spectral_norm) if cnn else False,
         float_mean=None if mean is None else [float(x) for x in mean],
-        float_std=None if std is None else [float(x) for x in std])
+        float_std=None if std is None else [float(x) for x in std],
+        n_action_branches=cfg.environment.n_actions_per_block)
 
 
 def optim_from_config(cfg: Any) -> OptimHyper:
@@ -129,7 +130,7 @@ def make_memory(cfg: Any = None) -> StepsMemory | GroupMemory | PairMemory:
         raise ValueError("the policy memories need the run config")
     lag = cfg.trainer.max_policy_lag
     common = dict(gamma_schedule=rollout_gamma_knots(cfg), max_policy_lag=None if lag is None else int(lag),
-                  n_actions=env_spaces(cfg)[1])
+                  n_actions=env_spaces(cfg)[1], n_action_branches=cfg.environment.n_actions_per_block)
     algorithm = cfg.training.algorithm
     if algorithm == "ppo":
         return StepsMemory(rollout_steps_per_update=int(cfg.ppo.rollout_steps_per_update), **common)
@@ -140,7 +141,8 @@ def make_memory(cfg: Any = None) -> StepsMemory | GroupMemory | PairMemory:
         if cfg.dpo.dpo_data_mode != "online":
             from rulka.agents.policy.episodes import offline_pair_loader
 
-            offline = offline_pair_loader(cfg.dpo.dpo_offline_pairs_jsonl, n_actions=common["n_actions"])
+            offline = offline_pair_loader(cfg.dpo.dpo_offline_pairs_jsonl, n_actions=common["n_actions"],
+                                          n_action_branches=common["n_action_branches"])
         return PairMemory(data_mode=str(cfg.dpo.dpo_data_mode), pair_buffer_max=int(cfg.dpo.dpo_pair_buffer_max),
                           offline_pairs=offline, within_start=bool(cfg.dpo.dpo_pair_within_start), **common)
     raise ValueError(f"training.algorithm {algorithm!r} is not a policy learner (ppo, grpo, dpo)")

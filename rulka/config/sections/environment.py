@@ -88,7 +88,7 @@ class EnvironmentConfig(Section):
     ms_per_tm_engine_step: PositiveInt = 10
     """Milliseconds per game simulation step (fixed by the engine at 100 Hz)."""
     rl_action_offsets_ms: list[NonNegativeInt] = Field(default_factory=lambda: [0])
-    """Multi-action offsets in ms ([0] = one action per decision; [0, 10, 20] = 3 actions per block at 10 ms)."""
+    """Multi-action offsets in ms ([0] = one action per decision; [0, 10, 20, 30, 40] = 5 actions per decision, one per 10 ms step; IQN only)."""
     n_zone_centers_in_inputs: PositiveInt = 40
     """Number of upcoming track waypoints given to the agent."""
     one_every_n_zone_centers_in_inputs: PositiveInt = 20

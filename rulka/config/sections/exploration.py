@@ -24,4 +24,4 @@ class ExplorationConfig(Section):
     tau_epsilon_boltzmann: NonNegativeFloat = 0.01
     """Noise scale of Boltzmann exploration."""
     multi_action_exploration: Literal["per_action", "per_block"] = "per_action"
-    """Multi-action: random draw per action or per block."""
+    """Multi-action blocks: one epsilon draw per action of the block (per_action) or one for the whole block (per_block)."""

@@ -150,8 +150,8 @@ class SimTrackEnv(gym.Env):
             image = not vis.no_image
         if image_size is None:
             image_size = (vis.image_size.width, vis.image_size.height) if config is not None else STANDALONE_IMAGE_SIZE
-        if tm_engine_step_per_action is None:
-            tm_engine_step_per_action = env_cfg.tm_engine_step_per_action
+        if tm_engine_step_per_action is None:  # 1 with multi-action blocks (10 ms per action)
+            tm_engine_step_per_action = env_cfg.ms_per_action // env_cfg.ms_per_tm_engine_step
         if pipeline_params is None:
             pipeline_params = PipelineParams.from_config(cfg)
             if config is None:  # standalone: the keyword sets the decision length
