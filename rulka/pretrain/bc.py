@@ -96,18 +96,50 @@ def fit(opt: torch.optim.Optimizer, updates: int, batch_loss: Callable[[], torch
     return first, last
 
 
+def actor_floats(cfg: Any, kind: str, floats: np.ndarray) -> np.ndarray:
+    """The float observations as the config's actor feeds them: IQN with mini-races sees slot 0
+    (the mini-race time) set to 0, as ``IQNActor`` does."""
+    from rulka.agents.iqn.settings import uses_mini_races
+
+    out = floats.copy()
+    if kind == "iqn" and uses_mini_races(cfg):
+        out[:, 0] = 0.0
+    return out
+
+
+@torch.no_grad()
+def greedy_accuracy(net: nn.Module, kind: str, cfg: Any, steps: Steps, idx: np.ndarray) -> float:
+    """Share of the steps ``idx`` where the network's greedy action (IQN: the mean over the greedy
+    actor's ``nn.iqn.k`` fixed quantile fractions) is the recorded one."""
+    was_training = net.training
+    net.eval()
+    floats = actor_floats(cfg, kind, steps.floats[idx])
+    hits = 0
+    for start in range(0, len(idx), 1024):
+        sl = slice(start, start + 1024)
+        img = None if steps.images is None else torch.from_numpy(steps.images[idx[sl]])
+        flt = torch.from_numpy(floats[sl])
+        if kind == "iqn":
+            from rulka.agents.iqn.network import mean_q
+
+            k = int(cfg.nn.iqn.k)
+            taus = (torch.arange(k, dtype=torch.float32) + 0.5) / k  # the greedy actor's fractions
+            out = mean_q(net, img, flt, k, taus.repeat_interleave(len(flt)))
+        else:
+            out = net(img, flt)[0]
+        hits += int((out.argmax(1) == torch.from_numpy(steps.actions[idx[sl]])).sum())
+    net.train(was_training)
+    return hits / max(1, len(idx))
+
+
 def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 256, lr: float = 1e-3,
              seed: int = 0, log_every: int = 500, value_coef: float = 1.0) -> BCResult:
     """Fit the config's network to the recorded actions (see the module docstring)."""
-    from rulka.agents.iqn.settings import uses_mini_races
-
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     net, kind, spec = build_network(cfg)
     net.train()
-    floats = steps.floats.copy()
-    if kind == "iqn" and uses_mini_races(cfg):
-        floats[:, 0] = 0.0  # what IQNActor feeds the network
+    floats = actor_floats(cfg, kind, steps.floats)
     if floats.shape[1] != spec.float_dim:
         raise UserError(f"the episodes have {floats.shape[1]} floats per step, the config's network {spec.float_dim}")
     if int(steps.actions.max()) >= spec.n_actions:
@@ -141,23 +173,5 @@ def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 2
         return loss
 
     first, last = fit(opt, updates, batch_loss, label="bc", log_every=log_every)
-
-    @torch.no_grad()
-    def accuracy(idx: np.ndarray) -> float:
-        net.eval()
-        hits = 0
-        for start in range(0, len(idx), 1024):
-            img, flt, act = tensors(idx[start:start + 1024])
-            if kind == "iqn":
-                from rulka.agents.iqn.network import mean_q
-
-                k = int(cfg.nn.iqn.k)
-                taus = (torch.arange(k, dtype=torch.float32) + 0.5) / k  # the greedy actor's fractions
-                out = mean_q(net, img, flt, k, taus.repeat_interleave(len(flt)))
-            else:
-                out = net(img, flt)[0]
-            hits += int((out.argmax(1) == act).sum())
-        net.train()
-        return hits / max(1, len(idx))
-
-    return BCResult(net, kind, spec.to_dict(), first, last, accuracy(train), accuracy(held))
+    return BCResult(net, kind, spec.to_dict(), first, last, greedy_accuracy(net, kind, cfg, steps, train),
+                    greedy_accuracy(net, kind, cfg, steps, held))
