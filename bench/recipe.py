@@ -149,12 +149,14 @@ def _reached(result: dict[str, Any], target: str) -> bool:
 
 
 def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_every: int,
-             eval_episodes: int, target: str, stop_at_target: bool = False, save: str | None = None) -> dict[str, Any]:
+             eval_episodes: int, target: str, stop_at_target: bool = False, save: str | None = None,
+             eval_at_start: bool = False) -> dict[str, Any]:
     """One seed of the recipe (see the module docstring); returns its outcome and history.
     ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests).
     ``save``: a folder; the best evaluated weights go to ``<save>/seed<N>/best/`` and the final ones
     to ``<save>/seed<N>/weights/`` (policy files, as a run folder holds them: ``rulka eval``,
-    ``bench/learning.py evaluate``)."""
+    ``bench/learning.py evaluate``). ``eval_at_start``: also evaluate the weights the agent starts
+    with, at 0 frames (a run from ``nn.init_from_pretrained``)."""
     import torch
 
     from rulka.agents.iqn.settings import make_agent, make_memory
@@ -213,6 +215,27 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
             if updates % publish_every == 0:
                 actor = agent.get_actor()
 
+    def evaluate() -> bool:
+        """One greedy evaluation of the current weights (a history row); True the first time the
+        target is reached."""
+        nonlocal best, best_weights, first_reached
+        result = _evaluate(cfg, agent.get_actor(), eval_episodes, seed=100_000, tracks=tracks)
+        row = {"frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
+               "exploring_return": round(sum(returns) / len(returns), 2) if returns else None, **result,
+               **window.row()}
+        history.append(row)
+        print(json.dumps({"seed": seed, **row}), file=sys.stderr, flush=True)
+        if best is None or _rank(row, scripted) < _rank(best, scripted):
+            best = row
+            if save is not None:
+                best_weights = {k: v.detach().clone() for k, v in agent.actor_weights().items()}
+        if first_reached is None and _reached(result, target):
+            first_reached = played
+            return True
+        return False
+
+    if eval_at_start and evaluate() and stop_at_target:
+        frames = 0  # reached before any frame: nothing left to run
     while played < frames:
         if callable(set_env_frames):
             set_env_frames(played)
@@ -242,19 +265,8 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
         returns = (returns + [ret])[-20:]
         if played >= next_eval or played >= frames:
             next_eval += eval_every
-            result = _evaluate(cfg, agent.get_actor(), eval_episodes, seed=100_000, tracks=tracks)
-            row = {"frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
-                   "exploring_return": round(sum(returns) / len(returns), 2), **result, **window.row()}
-            history.append(row)
-            print(json.dumps({"seed": seed, **row}), file=sys.stderr, flush=True)
-            if best is None or _rank(row, scripted) < _rank(best, scripted):
-                best = row
-                if save is not None:
-                    best_weights = {k: v.detach().clone() for k, v in agent.actor_weights().items()}
-            if first_reached is None and _reached(result, target):
-                first_reached = played
-                if stop_at_target:
-                    break
+            if evaluate() and stop_at_target:
+                break
     if save is not None:
         from rulka.envs.sim.policy import POLICY_FILE, save_policy
 
@@ -331,12 +343,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--save", metavar="DIR", help="write each seed's best and final policy under DIR/seed<N>/ "
                    "(best/, weights/: bench/learning.py evaluate DIR/seed<N> drives them on other tracks)")
+    p.add_argument("--eval-at-start", action="store_true",
+                   help="also evaluate the starting weights at 0 frames (a run from nn.init_from_pretrained)")
     p.add_argument("--record", metavar="NOTE", help="append a summary row to bench/recipe_studies.json "
                    "(BENCHMARKS.md after `python -m bench --rewrite`), with this note")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target, False, args.save)
-            for s in args.seeds]
+    jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target, False, args.save,
+             args.eval_at_start) for s in args.seeds]
     with ProcessPoolExecutor(max_workers=max(1, min(args.parallel, len(jobs)))) as pool:
         runs = list(pool.map(run_seed, *zip(*jobs, strict=True)))
     reached = [r for r in runs if r["reached_at_frames"] is not None]

@@ -117,3 +117,17 @@ def test_step_returns_by_hand():
     np.testing.assert_allclose(step_returns(rewards, potentials, 2, 0.5), [1.5, 3.0, 4.5, 3.5])
     # no horizon, no potential: to the end, undiscounted
     np.testing.assert_allclose(step_returns(rewards, None, None, 1.0), [10.0, 9.0, 7.0, 4.0])
+
+
+def test_returns_to_go_by_hand():
+    from rulka.pretrain.data import returns_to_go, step_returns
+
+    rewards = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    potentials = np.full(5, 0.5)
+    # column j: the next j + 1 rewards discounted by 0.5, minus phi(s_t); cut at the episode's end
+    np.testing.assert_allclose(returns_to_go(rewards, potentials, 2, 0.5),
+                               [[0.5, 1.5], [1.5, 3.0], [2.5, 4.5], [3.5, 3.5]])
+    np.testing.assert_allclose(returns_to_go(rewards, None, 3, 1.0), [[1, 3, 6], [2, 5, 9], [3, 7, 7], [4, 4, 4]])
+    # its last column is the whole-mini-race return the clone is fitted to at time 0
+    np.testing.assert_allclose(returns_to_go(rewards, potentials, 3, 0.9)[:, -1], step_returns(rewards, potentials, 3, 0.9),
+                               rtol=1e-6)

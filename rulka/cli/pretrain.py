@@ -25,6 +25,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", required=True, help="folder for the episode files")
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--seed", type=int, default=0, help="reset seed of the first episode")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a config key (repeatable)")
     p.add_argument("--start-noise", type=float, default=1.0,
                    help="random start offset: metres sideways and degrees of heading (default 1; 0: the game's start)")
     p.set_defaults(func=cmd_record)
@@ -35,17 +37,24 @@ def register(subparsers: Any) -> None:
         p.add_argument("episodes", nargs="+", help="episode files or folders of them")
         p.add_argument("--out", required=True, help="folder to write (for nn.init_from_pretrained)")
         p.add_argument("--updates", type=int, default=2000 if name == "bc" else 1000)
-        p.add_argument("--batch-size", type=int, default=256 if name == "bc" else 64)
+        p.add_argument("--batch-size", type=int, default=None,
+                       help="default: 256 (bc), training.batch_size (bc --objective dqfd), 64 (visual)")
         p.add_argument("--lr", type=float, default=1e-3)
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                       help="override a config key (repeatable), e.g. nn.init_from_pretrained=DIR")
+        if name == "bc":
+            p.add_argument("--objective", choices=("bc", "dqfd"), default="bc",
+                           help="bc: cross-entropy of the recorded actions (+ IQN's value term); dqfd (IQN): "
+                                "DQfD's pre-training, TD + large-margin loss on the recordings (pretrain.margin)")
         p.set_defaults(func=func)
 
 
-def _config(path: str) -> Any:
+def _config(args: argparse.Namespace) -> Any:
     from rulka.config import load_config
     from rulka.errors import UserError
 
-    cfg = load_config(path)
+    cfg = load_config(args.config, overrides=args.overrides)
     if cfg.environment.is_multi_action:
         raise UserError("config key `environment.rl_action_offsets_ms`: rulka pretrain records and clones "
                         "one action per decision; multi-action blocks are not supported there")
@@ -55,7 +64,7 @@ def _config(path: str) -> Any:
 def cmd_record(args: argparse.Namespace) -> int:
     from rulka.pretrain.data import record_scripted
 
-    paths = record_scripted(_config(args.config), args.out, args.episodes, seed=args.seed,
+    paths = record_scripted(_config(args), args.out, args.episodes, seed=args.seed,
                             start_noise=args.start_noise)
     print(f"wrote {len(paths)} episode files to {args.out}")
     return 0
@@ -66,10 +75,12 @@ def cmd_bc(args: argparse.Namespace) -> int:
     from rulka.pretrain.bc import bc_return_settings, train_bc
     from rulka.pretrain.data import episode_files, load_steps
 
-    cfg = _config(args.config)
+    cfg = _config(args)
+    if args.objective == "dqfd":
+        return _cmd_dqfd(cfg, args)
     horizon, gamma = bc_return_settings(cfg)
     steps = load_steps(episode_files(args.episodes), with_images=not cfg.nn.vis.no_image, horizon=horizon, gamma=gamma)
-    res = train_bc(cfg, steps, updates=args.updates, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    res = train_bc(cfg, steps, updates=args.updates, batch_size=args.batch_size or 256, lr=args.lr, seed=args.seed)
     save_pretrained(args.out, res.network.state_dict(), network=res.kind, spec=res.spec, source="bc")
     from rulka.nn.hf import save_hf_parts
 
@@ -82,6 +93,25 @@ def cmd_bc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dqfd(cfg: Any, args: argparse.Namespace) -> int:
+    from rulka.nn.pretrained import save_pretrained
+    from rulka.pretrain.dqfd import pretrain_dqfd
+
+    res = pretrain_dqfd(cfg, args.episodes, updates=args.updates, batch_size=args.batch_size or cfg.training.batch_size,
+                        lr=args.lr, seed=args.seed)
+    save_pretrained(args.out, res.network.state_dict(), network="iqn", spec=res.spec, source="dqfd")
+    from rulka.nn.hf import save_hf_parts
+
+    save_hf_parts(res.network, args.out)
+    summary = {"objective": "dqfd", "transitions": res.transitions, "updates": args.updates,
+               "first_td_loss": round(res.first_loss, 4), "last_td_loss": round(res.last_loss, 4),
+               "first_margin_loss": round(res.first_margin, 4), "last_margin_loss": round(res.last_margin, 4),
+               "greedy_accuracy": round(res.accuracy, 4)}
+    (Path(args.out) / "bc_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"bc --objective dqfd (iqn): {json.dumps(summary)}; wrote {args.out}")
+    return 0
+
+
 def cmd_visual(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -91,12 +121,12 @@ def cmd_visual(args: argparse.Namespace) -> int:
     from rulka.pretrain.data import episode_files
     from rulka.pretrain.visual import train_visual
 
-    cfg = _config(args.config)
+    cfg = _config(args)
     frames = [np.asarray(seg.arrays["obs/img"], np.uint8)
               for f in episode_files(args.episodes) for seg in read_episode(f) if "obs/img" in seg.arrays]
     if not frames:
         raise UserError("the episodes carry no image frames (record with nn.vis.no_image: false)")
-    res = train_visual(cfg, np.concatenate(frames), updates=args.updates, batch_size=args.batch_size,
+    res = train_visual(cfg, np.concatenate(frames), updates=args.updates, batch_size=args.batch_size or 64,
                        lr=args.lr, seed=args.seed)
     save_pretrained(args.out, res.stem, network=res.kind, spec=res.spec, source="visual")
     print(f"visual ({res.kind}): {sum(len(f) for f in frames)} frames, loss {res.first_loss:.5f} -> "

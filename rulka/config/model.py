@@ -23,6 +23,7 @@ from rulka.config.sections import (
     NnConfig,
     PerformanceConfig,
     PpoConfig,
+    PretrainConfig,
     RewardsConfig,
     SacConfig,
     Section,
@@ -115,6 +116,8 @@ class RulkaConfig(Section):
     """GRPO."""
     sac: SacConfig = Field(default_factory=SacConfig)
     """SAC and REDQ."""
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
+    """Demonstrations kept during an IQN run (DQfD)."""
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     """Relay address, TLS, credentials, message limits."""
     worker: WorkerConfig = Field(default_factory=WorkerConfig)

@@ -162,6 +162,9 @@ def inert_keys(cfg: Any) -> list[str]:
             out.append(f"the fusion modes and transformer stems are built for IQN and PPO/GRPO/DPO, "
                        f"not training.algorithm {algorithm}")
     if kind != "iqn":
+        if str(cfg.pretrain.demo_episodes).strip():
+            out.append(f"`pretrain.demo_episodes` (demonstrations kept in the replay, DQfD) is read by IQN only, "
+                       f"not training.algorithm {algorithm}")
         for head in ("advantage", "value"):
             if getattr(nn_cfg.decoder, head).transformer is not None:
                 out.append(f"`nn.decoder.{head}.transformer` (IQN's transformer heads) does not apply to "

@@ -5,11 +5,17 @@ the actor-critic's policy logits for PPO / GRPO / DPO, and for IQN the mean Q ov
 sampled quantile fractions used as logits. The loss is the cross-entropy of the recorded action.
 Softmax ignores a shift shared by all actions, so for IQN a second term pins the scale that RL
 will see: the squared error between the expert action's mean Q and the recorded return of that
-step (``rulka.pretrain.data.step_returns`` over one mini-race, with the run's first discount), with
-weight ``value_coef``. Without it the cloned Q-values sit far from the returns (measured: mean Q
-near -160 where returns are about 1) and the first TD updates undo the clone. IQN sees the float
-slot 0 (the mini-race time) as its actor does, set to 0. One tenth of the steps (at least one) is
-held out to report accuracy.
+step, with weight ``value_coef``. Without it the cloned Q-values sit far from the returns
+(measured: mean Q near -160 where returns are about 1) and the first TD updates undo the clone.
+For the cross-entropy IQN sees the float slot 0 (the mini-race time) as its actor does, set to 0;
+for the value term it sees the times the replay draws for its transitions
+(``rulka.agents.iqn.minirace.draw_mini_race_times``) and the return is that of the rest of the
+mini-race (``rulka.pretrain.data.returns_to_go``, the run's first discount): the replay asks the
+network for values at every time of the mini-race, and a clone fitted at time 0 alone answers
+at the other times with values no training set. With mini-races the value term is IQN's own
+quantile Huber loss (``rulka.agents.iqn.loss``) of the recorded action's ``nn.iqn.n`` quantiles
+against the recorded return, so the quantiles, not only their mean, start where TD will look. One tenth of the steps (at least one) is held
+out to report accuracy.
 """
 
 from __future__ import annotations
@@ -96,18 +102,55 @@ def fit(opt: torch.optim.Optimizer, updates: int, batch_loss: Callable[[], torch
     return first, last
 
 
+def actor_floats(cfg: Any, kind: str, floats: np.ndarray) -> np.ndarray:
+    """The float observations as the config's actor feeds them: IQN with mini-races sees slot 0
+    (the mini-race time) set to 0, as ``IQNActor`` does."""
+    from rulka.agents.iqn.settings import uses_mini_races
+
+    out = floats.copy()
+    if kind == "iqn" and uses_mini_races(cfg):
+        out[:, 0] = 0.0
+    return out
+
+
+@torch.no_grad()
+def greedy_accuracy(net: nn.Module, kind: str, cfg: Any, steps: Steps, idx: np.ndarray) -> float:
+    """Share of the steps ``idx`` where the network's greedy action (IQN: the mean over the greedy
+    actor's ``nn.iqn.k`` fixed quantile fractions) is the recorded one."""
+    was_training = net.training
+    net.eval()
+    floats = actor_floats(cfg, kind, steps.floats[idx])
+    hits = 0
+    for start in range(0, len(idx), 1024):
+        sl = slice(start, start + 1024)
+        img = None if steps.images is None else torch.from_numpy(steps.images[idx[sl]])
+        flt = torch.from_numpy(floats[sl])
+        if kind == "iqn":
+            from rulka.agents.iqn.network import mean_q
+
+            k = int(cfg.nn.iqn.k)
+            taus = (torch.arange(k, dtype=torch.float32) + 0.5) / k  # the greedy actor's fractions
+            out = mean_q(net, img, flt, k, taus.repeat_interleave(len(flt)))
+        else:
+            out = net(img, flt)[0]
+        hits += int((out.argmax(1) == torch.from_numpy(steps.actions[idx[sl]])).sum())
+    net.train(was_training)
+    return hits / max(1, len(idx))
+
+
 def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 256, lr: float = 1e-3,
              seed: int = 0, log_every: int = 500, value_coef: float = 1.0) -> BCResult:
     """Fit the config's network to the recorded actions (see the module docstring)."""
+    from rulka.agents.iqn.loss import quantile_huber_loss
+    from rulka.agents.iqn.minirace import draw_mini_race_times
+    from rulka.agents.iqn.network import stratified_mirrored_taus
     from rulka.agents.iqn.settings import uses_mini_races
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     net, kind, spec = build_network(cfg)
     net.train()
-    floats = steps.floats.copy()
-    if kind == "iqn" and uses_mini_races(cfg):
-        floats[:, 0] = 0.0  # what IQNActor feeds the network
+    floats = actor_floats(cfg, kind, steps.floats)
     if floats.shape[1] != spec.float_dim:
         raise UserError(f"the episodes have {floats.shape[1]} floats per step, the config's network {spec.float_dim}")
     if int(steps.actions.max()) >= spec.n_actions:
@@ -125,39 +168,37 @@ def train_bc(cfg: Any, steps: Steps, *, updates: int = 2000, batch_size: int = 2
         img = None if images is None else torch.from_numpy(images[idx])
         return img, torch.from_numpy(floats[idx]), torch.from_numpy(steps.actions[idx])
 
-    returns = None
+    returns = to_go = None
     if kind == "iqn" and value_coef > 0:
         if steps.returns is None:
             raise UserError("IQN behaviour cloning needs the recorded returns (load_steps computes them)")
         returns = torch.from_numpy(steps.returns)
+        if uses_mini_races(cfg) and steps.returns_to_go is not None:
+            to_go = torch.from_numpy(steps.returns_to_go)
+    tr = cfg.training
+
     def batch_loss() -> torch.Tensor:
         idx = rng.choice(train, size=min(batch_size, len(train)), replace=False)
         img, flt, act = tensors(idx)
         out = logits(net, kind, img, flt, n_taus)
         loss = nn.functional.cross_entropy(out, act)
-        if returns is not None:
+        if to_go is not None:  # the value of the rest of the mini-race, at the times the replay draws
+            horizon = to_go.shape[1]
+            t = draw_mini_race_times(rng, len(idx), horizon, tr.oversample_long_term_steps,
+                                     tr.oversample_maximum_term_steps)
+            flt_t = flt.clone()
+            flt_t[:, 0] = torch.from_numpy(t).float()
+            b = len(idx)
+            taus = stratified_mirrored_taus(b, n_taus)
+            z = net(img, flt_t, taus).reshape(n_taus, b, -1)[:, torch.arange(b), act].T  # (B, n) quantiles of a_E
+            target = to_go[idx, horizon - 1 - t][:, None]  # one sample of the return: the recorded one
+            per_item = quantile_huber_loss(target, z, taus.reshape(n_taus, b).T, float(cfg.nn.iqn.kappa))
+            loss = loss + value_coef * per_item.mean()
+        elif returns is not None:
             chosen = out.gather(1, act[:, None])[:, 0]
             loss = loss + value_coef * nn.functional.mse_loss(chosen, returns[idx])
         return loss
 
     first, last = fit(opt, updates, batch_loss, label="bc", log_every=log_every)
-
-    @torch.no_grad()
-    def accuracy(idx: np.ndarray) -> float:
-        net.eval()
-        hits = 0
-        for start in range(0, len(idx), 1024):
-            img, flt, act = tensors(idx[start:start + 1024])
-            if kind == "iqn":
-                from rulka.agents.iqn.network import mean_q
-
-                k = int(cfg.nn.iqn.k)
-                taus = (torch.arange(k, dtype=torch.float32) + 0.5) / k  # the greedy actor's fractions
-                out = mean_q(net, img, flt, k, taus.repeat_interleave(len(flt)))
-            else:
-                out = net(img, flt)[0]
-            hits += int((out.argmax(1) == act).sum())
-        net.train()
-        return hits / max(1, len(idx))
-
-    return BCResult(net, kind, spec.to_dict(), first, last, accuracy(train), accuracy(held))
+    return BCResult(net, kind, spec.to_dict(), first, last, greedy_accuracy(net, kind, cfg, steps, train),
+                    greedy_accuracy(net, kind, cfg, steps, held))

@@ -86,6 +86,7 @@ class Steps:
     images: np.ndarray | None  # (N, H, W) uint8 or None
     episodes: int
     returns: np.ndarray | None = None  # (N,) float32: see ``step_returns``
+    returns_to_go: np.ndarray | None = None  # (N, horizon) float32: see ``returns_to_go``; None without a horizon
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -108,11 +109,27 @@ def step_returns(rewards: np.ndarray, potentials: np.ndarray | None, horizon: in
     return out.astype(np.float32)
 
 
+def returns_to_go(rewards: np.ndarray, potentials: np.ndarray | None, horizon: int, gamma: float) -> np.ndarray:
+    """``(T, horizon)``: column ``j`` is ``step_returns`` with a horizon of ``j + 1`` steps, the value
+    IQN's targets estimate for a step taken at mini-race time ``t = horizon - j - 1`` (the rest of
+    the mini-race); the last column is ``step_returns(..., horizon, gamma)``."""
+    t, h = len(rewards), int(horizon)
+    padded = np.zeros(t + h, np.float64)
+    padded[:t] = rewards
+    disc = gamma ** np.arange(h, dtype=np.float64)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, h)[:t]  # (T, h): rewards i .. i+h-1
+    out = np.cumsum(windows * disc, axis=1)
+    if potentials is not None:
+        out -= np.asarray(potentials[:t], np.float64)[:, None]
+    return out.astype(np.float32)
+
+
 def load_steps(files: Iterable[Path], *, with_images: bool, horizon: int | None = None,
                gamma: float = 1.0) -> Steps:
     """The (observation, action) pairs of the episode files (see the module docstring), with
-    each step's return (``step_returns``)."""
-    floats, actions, images, returns = [], [], [], []
+    each step's return (``step_returns``) and, with a ``horizon``, its returns at every mini-race
+    time (``returns_to_go``)."""
+    floats, actions, images, returns, to_go = [], [], [], [], []
     n = 0
     for path in files:
         for seg in read_episode(path):
@@ -121,8 +138,10 @@ def load_steps(files: Iterable[Path], *, with_images: bool, horizon: int | None 
             floats.append(np.asarray(seg.arrays[flt_key], np.float32)[: len(a)])
             actions.append(a)
             pot = seg.arrays.get("obs/potential")
-            returns.append(step_returns(np.asarray(seg.arrays["reward"], np.float32),
-                                        None if pot is None else np.asarray(pot, np.float64), horizon, gamma))
+            rew, pot = np.asarray(seg.arrays["reward"], np.float32), None if pot is None else np.asarray(pot, np.float64)
+            returns.append(step_returns(rew, pot, horizon, gamma))
+            if horizon is not None:
+                to_go.append(returns_to_go(rew, pot, horizon, gamma))
             if with_images:
                 if "obs/img" not in seg.arrays:
                     raise UserError(f"{path}: the episodes carry no image (record with nn.vis.no_image: false)")
@@ -131,4 +150,4 @@ def load_steps(files: Iterable[Path], *, with_images: bool, horizon: int | None 
     if not actions:
         raise UserError("the episode files hold no step")
     return Steps(np.concatenate(floats), np.concatenate(actions), np.concatenate(images) if with_images else None, n,
-                 np.concatenate(returns))
+                 np.concatenate(returns), np.concatenate(to_go) if to_go else None)

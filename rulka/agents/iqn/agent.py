@@ -130,6 +130,9 @@ class IQNAgent(TrainingAgent):
         self.resetter: Any = None  # rulka.agents.iqn.reset.IQNResetter, set by the factory
         ratio = self.hp.target_self_loss_clamp_ratio
         self.self_loss_scale = TargetSelfLossScale(ratio) if ratio else None
+        # an extra term added to each update's loss: f(agent) -> (loss tensor, metrics), e.g. the
+        # demonstration losses of rulka.pretrain.dqfd.DemoLoss (pretrain.demo_episodes); None: none
+        self.auxiliary_loss: Callable[[IQNAgent], tuple[torch.Tensor, dict[str, Any]]] | None = None
 
     # -------------------------------------------------------------- schedules
     @property
@@ -211,6 +214,10 @@ class IQNAgent(TrainingAgent):
             weights = weights * self.self_loss_scale(target.float(), target_taus.float(), self.hp.iqn_kappa)
         # summed over the batch, as the reference implementation does (Adam is scale-invariant)
         total = (weights * per_item).sum()
+        aux_metrics: dict[str, Any] = {}
+        if self.auxiliary_loss is not None:
+            aux, aux_metrics = self.auxiliary_loss(self)
+            total = total + aux
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(total).backward()
         self.scaler.unscale_(self.optimizer)
@@ -243,6 +250,7 @@ class IQNAgent(TrainingAgent):
             m.BATCHES_TRAINED: float(self.batches_trained),
             m.EPSILON: eps,
             m.EPSILON_BOLTZMANN: eps_boltzmann,
+            **aux_metrics,
         }
         if batch.test_batch is not None:
             metrics[m.TEST_LOSS] = self.evaluate(batch.test_batch)

@@ -62,6 +62,7 @@ from rulka.config.sections.nn import (
 )
 from rulka.config.sections.performance import PerformanceConfig
 from rulka.config.sections.ppo import PpoConfig
+from rulka.config.sections.pretrain import PretrainConfig
 from rulka.config.sections.rewards import RewardsConfig
 from rulka.config.sections.sac import SacConfig
 from rulka.config.sections.state_normalization import StateNormalizationConfig
@@ -87,6 +88,7 @@ MODULES = (
     "dpo",
     "grpo",
     "sac",
+    "pretrain",
     "network",
     "worker",
     "trainer",
@@ -138,6 +140,7 @@ __all__ = [
     "PpoConfig",
     "DpoConfig",
     "GrpoConfig",
+    "PretrainConfig",
     "SacConfig",
     "NetworkConfig",
     "WorkerConfig",
