@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from rulka.agents.iqn.actor import EXPLORATION_KEY, IQNActor
+from rulka.agents.iqn.branching import branched_next_value, gather_branches, split_branches
 from rulka.agents.iqn.loss import (
     TargetSelfLossScale,
     greedy_next_value,
@@ -20,7 +21,6 @@ from rulka.agents.iqn.loss import (
     munchausen_next_value,
     quantile_huber_loss,
 )
-from rulka.agents.iqn.branching import branched_next_value, gather_branches, split_branches
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
 from rulka.agents.iqn.replay import ReplayBatch
 from rulka.config.schedules import exponential_schedule, linear_schedule

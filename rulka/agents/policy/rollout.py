@@ -127,7 +127,7 @@ def build_rollout(segments: Sequence[Segment], gamma: float, *, min_steps: int =
     if action.shape[1:] != want:
         raise BadInput("segment", f"policy learners with {n_action_branches} action(s) per decision "
                                   f"(environment.rl_action_offsets_ms) need 'action' of shape "
-                                  f"{'(T, %d)' % n_action_branches if want else '(T,)'}; got {action.shape}")
+                                  f"{f'(T, {n_action_branches})' if want else '(T,)'}; got {action.shape}")
     if len(action) and (action.min() < 0 or (n_actions is not None and action.max() >= n_actions)):
         raise BadInput("segment", f"action out of range 0..{n_actions}")
     reward_raw = np.concatenate(parts["reward"]).astype(np.float64)
