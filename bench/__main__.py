@@ -360,6 +360,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
     lines += recipe_studies(BENCH_DIR / "recipe_studies.json")
     lines += learner_fix_studies(BENCH_DIR / "learner_fix_studies.json")
     lines += run_studies(BENCH_DIR / "run_studies.json")
+    lines += issue_studies(BENCH_DIR / "issue_studies.json")
     lines += track_results(BENCH_DIR / "track_results.json")
     lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
     return "\n".join(lines)
@@ -475,6 +476,28 @@ def run_studies(path: Path) -> list[str]:
                          f"{s.get('best_beats_scripted')} of {s.get('runs')} runs (finishes in {s.get('best_finished')}), "
                          f"final weights in {s.get('final_beats_scripted')} (finish in {s.get('final_finished')}); "
                          f"diverged: {s.get('diverged')}.")
+        if study.get("note"):
+            lines += ["", format_number(study["note"])]
+    return lines
+
+
+def issue_studies(path: Path) -> list[str]:
+    """Small studies an issue asked for, each one table, from ``bench/issue_studies.json``
+    (``{"studies": [{name, date, command, columns, rows, note}]}``, written with the study)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    studies = [s for s in data.get("studies", []) if isinstance(s, dict)] if isinstance(data, dict) else []
+    if not studies:
+        return []
+    lines = ["", "## Issue studies", "", "Small comparisons an issue asked for, one table each, "
+             "recorded in `bench/issue_studies.json` with the command that made them."]
+    for study in studies:
+        columns = [str(c) for c in study.get("columns", [])]
+        lines += ["", f"### {study.get('name', '')} ({study.get('date', '')})", "", f"`{study.get('command', '')}`", "",
+                  "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in study.get("rows", [])]
         if study.get("note"):
             lines += ["", format_number(study["note"])]
     return lines
