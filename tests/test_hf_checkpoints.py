@@ -99,6 +99,10 @@ def test_trainer_checkpoints_carry_the_hf_parts_and_init_from_pretrained_loads_t
     # a new run starts from the run folder (its weights/), weights/ itself or the checkpoint folder
     for where in (run, run / "weights", folder):
         assert_starts_from(data, where, want)
+    # or from one part in transformers' layout: that part's tensors only
+    agent2, net2 = build({**data, "nn": {**data["nn"], "init_from_pretrained": str(folder / "hf_transformer_vis")}}, seed=1)
+    assert agent2.prepared["loaded"] == sorted(k for k in net2.state_dict() if k.startswith("img_head.model."))
+    assert all(torch.equal(v, want[k]) for k, v in net2.state_dict().items() if k.startswith("img_head."))
 
 
 def test_the_best_policy_folder_carries_the_hf_parts_and_loads(hub, tmp_path):

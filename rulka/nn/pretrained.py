@@ -10,8 +10,9 @@ checkpoint ``checkpoints/ckpt-N/`` (``agent.safetensors`` + ``agent.json``, chec
 manifest: the online network of IQN, the network of PPO/GRPO/DPO). Each of these also holds the
 guide's ``hf_transformer_vis/`` / ``hf_transformer_fusion/`` when the network has Hugging Face
 parts (``rulka.nn.hf.save_hf_parts``); rulka's own file already carries their tensors, so loading
-reads that file alone, and the sub-folders are for transformers users (``AutoModel.from_pretrained``
-on them, or a ``model_name_or_path`` of a later run).
+the folder reads that file alone. One of those sub-folders named itself loads that part only (its
+tensors under the part's place in rulka's networks, ``rulka.nn.hf.HF_PARTS``); they are also for
+transformers users (``AutoModel.from_pretrained``, or a later run's ``model_name_or_path``).
 
 Loading copies every tensor whose name (``_orig_mod.`` removed) exists in the target network with
 the same shape; tensors the file lacks keep their fresh initialisation (a visual pretrain holds only
@@ -70,6 +71,10 @@ def read_folder(folder: str | Path) -> dict[str, torch.Tensor]:
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError(f"{key}: {folder} is not a folder")
+    from rulka.nn.hf import HF_PARTS
+
+    if folder.name in HF_PARTS and (folder / "config.json").is_file() and not (folder / META).is_file():
+        return _hf_part(folder, HF_PARTS[folder.name])
     if (folder / TENSORS).is_file():
         read_meta(folder)
         return load_file(str(folder / TENSORS))
@@ -83,6 +88,21 @@ def read_folder(folder: str | Path) -> dict[str, torch.Tensor]:
         return _checkpoint_network(folder)
     raise ConfigError(f"{key}: {folder} holds none of {TENSORS} (rulka pretrain), {POLICY} (a run's weights/ "
                       f"or best/, or the run folder) or {AGENT} (a checkpoint folder)")
+
+
+def _hf_part(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
+    """One HF part in transformers' layout, its tensors under the part's place in rulka's networks.
+    Read through transformers (its files may name tensors otherwise than the model in memory
+    does); trust_remote_code stays off."""
+    from rulka.nn.hf import require_transformers
+
+    tf = require_transformers("`nn.init_from_pretrained` on a transformers folder")
+    try:
+        model = tf.AutoModel.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"config key `nn.init_from_pretrained`: cannot load {folder} with transformers: "
+                          f"{str(exc).splitlines()[0]}") from None
+    return {prefix + k: v for k, v in model.state_dict().items()}
 
 
 def _checkpoint_network(folder: Path) -> dict[str, torch.Tensor]:

@@ -330,7 +330,7 @@ class NnConfig(Section):
     fusion_mode: FusionMode = "none"
     """Multimodal fusion: none | vision_transformer | post_concat | unified."""
     init_from_pretrained: str = ""
-    """Folder written by `rulka pretrain` (model.safetensors): tensors loaded by name at start."""
+    """Tensors loaded by name at start from: a `rulka pretrain` folder, a run folder, its weights/ or best/, a checkpoint, an hf_transformer_* part."""
     vis: VisConfig = Field(default_factory=VisConfig)
     """Vision branch."""
     float_branch: FloatBranchConfig = Field(
