@@ -10,8 +10,8 @@ rebuild exactly the trainer's network from the actor spec.
 * ``pre_tau``: a shared dense layer (``trunk``: Linear + [LayerNorm] + LeakyReLU, width
   ``dense_hidden_dimension``) runs on the features once per state, before the modulation; the
   heads read ``trunk(features(s)) * phi(tau)`` with ``phi`` of width ``dense_hidden_dimension``.
-  The trunk runs B times per batch instead of the heads' first layer running on B*n wide rows;
-  the heads are as in post_tau, fed ``dense_hidden_dimension`` inputs. Transformer heads need
+  The trunk runs on the B states of a batch (a layer post_tau would run on B*n rows); the heads
+  are as in post_tau, on B*n rows of ``dense_hidden_dimension`` inputs. Transformer heads need
   post_tau (the config refuses the pair, as the guide says). The original Rulka declared the key
   without building pre_tau ("schema-only", its ``docs/source/models/iqn_architecture.rst``);
   this layout is rulka's own reading of it. ``decoder.shared_trunk_freeze`` freezes ``trunk.``.
