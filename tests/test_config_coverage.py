@@ -133,7 +133,7 @@ def test_defaults_are_built() -> None:
 @pytest.mark.parametrize(
     "data, key",
     [
-        ({"nn": {"decoder": {"shared_input": "pre_tau"}}}, "nn.decoder.shared_input"),
+        ({"performance": {"make_highest_prio_figures": True}}, "performance.make_highest_prio_figures"),
         ({"performance": {"gpu_collectors_count": 2}}, "performance.gpu_collectors_count"),
         ({"worker": {"actor_kwargs": {"a": 1}}}, "worker.actor_kwargs"),
         ({"grpo": {"grpo_num_minibatches": 2}}, "grpo.grpo_num_minibatches"),

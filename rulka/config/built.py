@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 # sure code reads it. `rulka config defaults` prints each reason beside its key.
 NOT_BUILT: dict[str, str] = {
     # nn: the fusion trunks, ViT stem, freeze flags, pretrained init, resets and IQN's transformer
-    # heads are built (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset, rulka.nn.transformer)
-    "nn.decoder.shared_input": "the heads read the quantile-modulated features (post_tau); pre_tau heads are not built",
+    # heads are built (rulka.nn.fusion, rulka.nn.freeze, rulka.agents.iqn.reset, rulka.nn.transformer), and
+    # nn.decoder.shared_input pre_tau (rulka.agents.iqn.network)
     # performance: Linesight's single-machine knobs; rulka's own concept named in each reason
     "performance.gpu_collectors_count": "rulka's collectors are worker processes or machines: "
                                         "`rulka run --workers N` or one rulka-worker per game",

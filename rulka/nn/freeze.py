@@ -10,10 +10,13 @@ flag                               IQN (``IQNNetwork``)         PPO / GRPO / DPO
 ``float.freeze``                   ``float_feature_extractor.`` ``float_feature_extractor.``
 ``encoder.freeze``                 ``fusion.``                  ``fusion.``
 ``iqn.freeze``                     ``iqn_fc.``                  (IQN only: refused)
-``decoder.shared_trunk_freeze``    (policy only: refused)       ``trunk.``
+``decoder.shared_trunk_freeze``    ``trunk.`` (pre_tau only)     ``trunk.``
 ``decoder.advantage.freeze``       ``head.advantage.``          ``policy_head.``
 ``decoder.value.freeze``           ``head.value.``              ``value_head.``
 =================================  ===========================  ==============================
+
+IQN has a shared trunk only with ``nn.decoder.shared_input: pre_tau`` (``rulka.agents.iqn.network``):
+with post_tau ``shared_trunk_freeze`` is refused as for a learner without one.
 
 Names are matched after removing torch.compile's ``_orig_mod.`` segments, so a compiled module's
 ``_orig_mod.img_head.0.weight`` is frozen by ``img_head.``. A frozen tensor gets
@@ -44,7 +47,7 @@ FREEZE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "nn.float.freeze": (("float_feature_extractor.",), ("float_feature_extractor.",)),
     "nn.encoder.freeze": (("fusion.",), ("fusion.",)),
     "nn.iqn.freeze": (("iqn_fc.",), ()),
-    "nn.decoder.shared_trunk_freeze": ((), ("trunk.",)),
+    "nn.decoder.shared_trunk_freeze": (("trunk.",), ("trunk.",)),  # IQN: pre_tau only (flag_prefixes)
     "nn.decoder.advantage.freeze": (("head.advantage.",), ("policy_head.",)),
     "nn.decoder.value.freeze": (("head.value.",), ("value_head.",)),
 }
@@ -60,14 +63,23 @@ def network_kind(cfg: Any) -> NetworkKind | None:
     return None
 
 
+def flag_prefixes(cfg: Any, path: str, kind: NetworkKind) -> tuple[str, ...]:
+    """The prefixes freeze flag ``path`` names in this network kind (empty: no such part)."""
+    iqn, policy = FREEZE_FLAGS[path]
+    if kind == "iqn" and path == "nn.decoder.shared_trunk_freeze" and cfg.nn.decoder.shared_input != "pre_tau":
+        return ()  # IQN's trunk exists only with pre_tau
+    return iqn if kind == "iqn" else policy
+
+
 def freeze_prefixes(cfg: Any, kind: NetworkKind) -> list[str]:
     """The prefixes the config's freeze flags name for this network kind; ConfigError for a flag
-    set on a learner it does not apply to (``iqn.freeze`` on PPO, ``shared_trunk_freeze`` on IQN)."""
+    set on a learner it does not apply to (``iqn.freeze`` on PPO, ``shared_trunk_freeze`` on IQN
+    without pre_tau)."""
     out: list[str] = []
-    for path, (iqn, policy) in FREEZE_FLAGS.items():
+    for path in FREEZE_FLAGS:
         if not cfg.get(path):
             continue
-        prefixes = iqn if kind == "iqn" else policy
+        prefixes = flag_prefixes(cfg, path, kind)
         if not prefixes:
             raise ConfigError(f"config key `{path}` does not apply to training.algorithm "
                               f"{cfg.training.algorithm} (no such part in its network)")
@@ -151,10 +163,14 @@ def inert_keys(cfg: Any) -> list[str]:
     out: list[str] = []
     algorithm = cfg.training.algorithm
     kind = network_kind(cfg)
-    for path, (iqn, policy) in FREEZE_FLAGS.items():
-        if cfg.get(path) and (kind is None or not (iqn if kind == "iqn" else policy)):
-            out.append(f"`{path}` does not apply to training.algorithm {algorithm}")
+    for path in FREEZE_FLAGS:
+        if cfg.get(path) and (kind is None or not flag_prefixes(cfg, path, kind)):
+            out.append(f"`{path}` does not apply to training.algorithm {algorithm}"
+                       + (" with nn.decoder.shared_input post_tau (IQN's trunk is pre_tau's)" if kind == "iqn" else ""))
     nn_cfg = cfg.nn
+    if kind != "iqn" and nn_cfg.decoder.shared_input != "post_tau":
+        out.append(f"`nn.decoder.shared_input: {nn_cfg.decoder.shared_input}` places IQN's quantile (tau) modulation; "
+                   f"training.algorithm {algorithm} has none (its trunk always reads the features: leave post_tau)")
     if kind is None:
         if nn_cfg.init_from_pretrained:
             out.append(f"`nn.init_from_pretrained` is read by IQN and PPO/GRPO/DPO, not training.algorithm {algorithm}")

@@ -16,12 +16,25 @@ architecture with ``from_config`` and gets the weights from the trainer: workers
 The trainer loads the pretrained weights (``from_pretrained``) when it builds its learner
 (``rulka.nn.freeze.prepare_network``), before ``nn.init_from_pretrained``. Nothing is imported or
 downloaded unless a config names a Hugging Face backbone.
+
+Checkpoints in the guide's layout: beside rulka's safetensors, ``hf_transformer_vis/`` (the HF
+vision stem) and ``hf_transformer_fusion/`` (the HF fusion trunk) in transformers' save_pretrained
+layout (``AutoModel.from_pretrained`` loads them; so does a later run's ``model_name_or_path``).
+The trainer writes them into every checkpoint folder, ``<run>/weights/`` and ``<run>/best/``
+(``save_hf_parts_from_weights``, from the published weights and their actor spec), ``rulka pretrain
+bc`` into its output (``save_hf_parts``); each sub-folder is replaced atomically
+(``replace_folder``). A network without HF modules writes none and pays a dictionary look-up.
+Rulka's native fusion transformers have no transformers layout: their tensors are in rulka's
+safetensors only (the original Rulka wrapped its whole fusion policy as a transformers model there;
+``nn.init_from_pretrained`` loads rulka's files instead, ``rulka.nn.pretrained``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -169,9 +182,16 @@ def load_hub_weights(net: nn.Module) -> int:
     return sum(m.load_hub_weights() for m in net.modules() if isinstance(m, _HfModule))
 
 
+# The guide's checkpoint layout: each HF module of a network in transformers' save_pretrained form,
+# in a sub-folder of the folder holding rulka's safetensors; and where the shared encoder
+# (rulka.nn.encoder) puts the module, so the parts can be cut out of a weights dict.
+HF_PARTS: dict[str, str] = {"hf_transformer_vis": "img_head.model.", "hf_transformer_fusion": "fusion.trunk.model."}
+
+
 def save_hf_parts(net: nn.Module, folder: str | Path) -> list[str]:
     """``hf_transformer_vis/`` and ``hf_transformer_fusion/`` (save_pretrained layout) for the HF
-    modules of ``net``; returns the sub-folders written."""
+    modules of ``net``, each written atomically (``replace_folder``); returns the sub-folders
+    written (none, and nothing imported, for a network without HF modules)."""
     out = []
     for m in net.modules():
         if isinstance(m, HfVisionBackbone):
@@ -180,6 +200,90 @@ def save_hf_parts(net: nn.Module, folder: str | Path) -> list[str]:
             name = "hf_transformer_fusion"
         else:
             continue
-        m.save_pretrained(Path(folder) / name)
+        replace_folder(Path(folder), name, m.save_pretrained)
         out.append(name)
     return out
+
+
+def hf_slots(network: Mapping[str, Any]) -> dict[str, tuple[Mapping[str, Any], str, bool]]:
+    """The HF modules a network spec (an actor spec's ``kwargs["network"]``) builds: part name ->
+    (model config, ``model_name_or_path``, ``trust_remote_code``). Empty, without parsing the
+    topology, for a network with none (the no-op every save of such a network pays)."""
+    topology = network.get("topology")
+    if not topology or "hf_config" not in topology:
+        return {}
+    topo = json.loads(topology)
+    out: dict[str, tuple[Mapping[str, Any], str, bool]] = {}
+    vt = topo.get("vis_transformer") or {}
+    if vt.get("use_hf_backbone") and vt.get("hf_config") and int(network.get("image_height") or 0) > 0:
+        out["hf_transformer_vis"] = (vt["hf_config"], str(vt["model_name_or_path"]), bool(vt.get("trust_remote_code")))
+    enc = topo.get("encoder") or {}
+    if topo.get("fusion_mode", "none") != "none" and enc.get("fusion_encoder") == "hf_embedding" and enc.get("hf_config"):
+        path, trust, _ = _fusion_source(enc)
+        out["hf_transformer_fusion"] = (enc["hf_config"], path, trust)
+    return out
+
+
+def save_hf_parts_from_weights(weights: Mapping[str, Any], actor_spec: Mapping[str, Any],
+                               folder: str | Path) -> list[str]:
+    """The same sub-folders as ``save_hf_parts``, from a published weights dict and its actor spec
+    (what the trainer's ``weights/`` and ``best/`` hold): each HF model is rebuilt from the config
+    in the topology, given its tensors (``HF_PARTS`` prefix cut off) and saved. Returns the
+    sub-folders written; a network without HF modules writes nothing and imports nothing."""
+    from rulka.nn.pretrained import normalise_name
+
+    network = (actor_spec.get("kwargs") or {}).get("network") or {}
+    slots = hf_slots(network) if isinstance(network, Mapping) else {}
+    if not slots:
+        return []
+    flat = {normalise_name(k): v for k, v in weights.items()}
+    out = []
+    for name, (hf_config, path, trust) in slots.items():
+        prefix = HF_PARTS[name]
+        sub = {k[len(prefix):]: torch.as_tensor(v).detach().cpu() for k, v in flat.items() if k.startswith(prefix)}
+        replace_folder(Path(folder), name, _with_weights(hf_config, path, trust, sub).save_pretrained)
+        out.append(name)
+    return out
+
+
+def _with_weights(hf_config: Mapping[str, Any], path: str, trust: bool, tensors: dict[str, torch.Tensor]) -> _HfModule:
+    """The model of ``hf_config`` holding ``tensors`` (strict: every tensor of the model). Built on
+    the meta device and given the tensors themselves, so no random initialisation is paid (a
+    ViT-base: 0.2 s instead of 9-22 s on a 2-core machine); a model that cannot be built there
+    is built on the CPU."""
+    try:
+        with torch.device("meta"):
+            module = _HfModule(hf_config, path, trust)
+        module.model.load_state_dict(tensors, assign=True)
+    except (RuntimeError, NotImplementedError, ValueError, TypeError):
+        module = _HfModule(hf_config, path, trust)
+        module.model.load_state_dict(tensors)
+    return module
+
+
+def replace_folder(parent: Path, name: str, write: Callable[[Path], None]) -> Path:
+    """Write the folder ``parent/name`` with ``write(path)`` so that a reader finds the previous
+    complete folder or the new complete one, never a half-written one: ``write`` fills
+    ``.<name>.tmp`` (deleted if ``write`` raises), its files are fsynced, the old folder steps
+    aside to ``.<name>.old``, the new one takes its name, the old one is deleted. A crash between the two renames leaves no
+    ``name`` but a complete ``.<name>.old``, which the next call puts back before anything else."""
+    parent.mkdir(parents=True, exist_ok=True)
+    final, tmp, old = parent / name, parent / f".{name}.tmp", parent / f".{name}.old"
+    if old.is_dir() and not final.exists():
+        os.replace(old, final)  # an earlier call stopped between its two renames
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        write(tmp)
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "r+b") as fh:  # write access: Windows' FlushFileBuffers needs it
+                    os.fsync(fh.fileno())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a killed process leaves it: the next call clears it
+        raise
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final

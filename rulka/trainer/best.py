@@ -9,7 +9,8 @@ map-cycle entry with the newest evaluation version they have (switching only bet
 tagging each such episode with ``eval_policy_version``. Once a candidate has a greedy result on
 every greedy map of the cycle, it is scored; the best so far is written to
 ``<run>/best/policy.safetensors`` (a policy file like ``<run>/weights/``, for ``rulka eval``,
-``rulka sim render --policy``) with ``<run>/best/best.json`` (version, frames, per-map results).
+``rulka sim render --policy``, ``nn.init_from_pretrained``; the network's Hugging Face parts beside
+it, as in ``weights/``) with ``<run>/best/best.json`` (version, frames, per-map results).
 Every complete candidate is appended to ``<run>/best/candidates.jsonl``: how the greedy policy's
 races evolved over the run, one line per version.
 
@@ -285,10 +286,12 @@ class BestPolicy:
     # -- files ----------------------------------------------------------------------------------
     def _write(self, cand: _Candidate) -> None:
         from rulka.envs.sim.policy import POLICY_FILE, save_policy
+        from rulka.nn.hf import save_hf_parts_from_weights
         from rulka.trainer.checkpoint import atomic_write_text
 
         assert self.folder is not None and self.best is not None
         self.folder.mkdir(parents=True, exist_ok=True)
+        save_hf_parts_from_weights(cand.weights, cand.spec, self.folder)  # none without HF parts
         tmp = self.folder / f".{POLICY_FILE}.tmp"
         save_policy(tmp, cand.weights, cand.spec)
         os.replace(tmp, self.folder / POLICY_FILE)

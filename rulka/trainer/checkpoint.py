@@ -6,6 +6,8 @@ A checkpoint is a folder ``checkpoints/ckpt-<n>/`` holding
   schedules, counters): every tensor or array goes to safetensors, the rest of the tree (with
   references to the tensors) to JSON;
 - ``trainer.json``: the trainer's counters, dedupe state, RNG states, journal position;
+- ``hf_transformer_vis/``, ``hf_transformer_fusion/``: a network's Hugging Face parts in
+  transformers' save_pretrained layout, when it has them (``rulka.nn.hf``; the guide's layout);
 - ``replay/``: whatever ``Memory.save`` writes. A memory whose ``save`` takes ``chunks`` (the
   IQN and uniform replays) writes its arrays into ``checkpoints/chunks/``, shared by the
   checkpoints: files named by the SHA-256 of their bytes (``rulka.memory.files.ChunkStore``),
@@ -33,6 +35,7 @@ import logging
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +167,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 # -- checkpoint folders -------------------------------------------------------------------------
 def write_checkpoint(root: Path, number: int, agent_state: Any, trainer_state: dict[str, Any],
-                     memory: Any | None = None, chunk_bytes: int | None = CHUNK_BYTES) -> Path:
+                     memory: Any | None = None, chunk_bytes: int | None = CHUNK_BYTES,
+                     extra: Callable[[Path], Any] | None = None) -> Path:
     """Write checkpoint ``number`` under ``root`` (the run's ``checkpoints/``) and make it the
     latest; older checkpoints, and chunks no kept checkpoint needs, are removed once the new one
     is in place. ``chunk_bytes``: the size of new replay chunks; None writes the replay whole
-    (``Memory.save(directory)``, the layout before chunks). Returns its folder."""
+    (``Memory.save(directory)``, the layout before chunks). ``extra(folder)`` writes more files
+    into the folder before its manifest (the Hugging Face parts). Returns its folder."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"ckpt-{number:06d}"
     tmp = root / f".ckpt-{number:06d}.tmp"
@@ -180,6 +185,8 @@ def write_checkpoint(root: Path, number: int, agent_state: Any, trainer_state: d
     store = ChunkStore(root / CHUNKS, chunk_bytes) if chunk_bytes else None
     if memory is not None:
         save_memory(memory, tmp / "replay", store)
+    if extra is not None:
+        extra(tmp)
     written = {} if store is None or not store.used else {
         "chunks_written": store.chunks_written, "bytes_written": store.bytes_written,
         "chunks_reused": store.chunks_reused}

@@ -1,6 +1,8 @@
 """Checkpoint and resume: a checkpoint stores everything accepted (deferred segments too), starts a
 new journal, writes the agent, the memory and the run's counters atomically, keeps the journals a
-fallback to the previous checkpoint needs, and saves the current policy to ``<run>/weights/``.
+fallback to the previous checkpoint needs, and saves the current policy to ``<run>/weights/``
+(with the network's Hugging Face parts, if any, in both: the guide's ``hf_transformer_vis/`` and
+``hf_transformer_fusion/``).
 ``restore`` loads the latest intact checkpoint, cuts the accepted log back to it, replays the
 journal written since, and never reuses a weights version published before a crash."""
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from rulka.errors import UserError
 from rulka.interfaces import Memory, TrainingAgent
+from rulka.nn.hf import save_hf_parts_from_weights
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.intake import ACCEPTED_LOG, Intake
 from rulka.trainer.journal import (
@@ -64,29 +67,35 @@ class Checkpointer:
         state.journal_number += 1
         state.checkpoint_number += 1
         intake.journal = JournalWriter(journal_path(self.run_dir / "journal", state.journal_number))
+        weights, spec = self.agent.actor_weights(), self.actor_spec()
         folder = ckpt.write_checkpoint(self.run_dir / "checkpoints", state.checkpoint_number,
-                                       self.agent.state_dict(), state.to_dict(), self.memory)
+                                       self.agent.state_dict(), state.to_dict(), self.memory,
+                                       extra=lambda d: save_hf_parts_from_weights(weights, spec, d))
         # journals since the previous checkpoint stay: a resume falls back to it if this one is damaged
         keep_from = ckpt.oldest_journal_needed(self.run_dir / "checkpoints", state.journal_number)
         for old in (self.run_dir / "journal").glob("journal-*.bin"):
             if int(old.stem.split("-")[1]) < keep_from:
                 old.unlink(missing_ok=True)
-        self.save_policy()
+        self.save_policy(weights, spec)
         self.last = time.monotonic()
         log.info("checkpoint %s (v%d, %d updates, %d samples)", folder.name, state.version, state.updates,
                  state.samples)
         return folder
 
-    def save_policy(self) -> None:
-        """The current actor as ``<run>/weights/policy.safetensors`` (for ``rulka sim render
-        --policy RUN_DIR`` and for sharing a driver); written atomically."""
+    def save_policy(self, weights: dict[str, Any] | None = None, spec: dict[str, Any] | None = None) -> None:
+        """The current actor (or ``weights`` with ``spec``) as ``<run>/weights/policy.safetensors``
+        (for ``rulka sim render --policy RUN_DIR``, sharing a driver, ``nn.init_from_pretrained``),
+        with the network's Hugging Face parts beside it (``hf_transformer_vis/``,
+        ``hf_transformer_fusion/``, none without such parts); each written atomically."""
         from rulka.envs.sim.policy import POLICY_FILE, save_policy
 
-        spec = self.actor_spec()
+        if weights is None or spec is None:
+            weights, spec = self.agent.actor_weights(), self.actor_spec()
         folder = self.run_dir / "weights"
         folder.mkdir(parents=True, exist_ok=True)
+        save_hf_parts_from_weights(weights, spec, folder)
         tmp = folder / f".{POLICY_FILE}.tmp"
-        save_policy(tmp, self.agent.actor_weights(), spec)
+        save_policy(tmp, weights, spec)
         os.replace(tmp, folder / POLICY_FILE)
 
     def restore(self) -> None:

@@ -29,8 +29,8 @@ def split_obs(obs: Any) -> tuple[np.ndarray | None, np.ndarray]:
 class _NumpyMeanQ:
     """``mean_q`` of a float-only IQN network in numpy, for acting on one observation on CPU.
 
-    Same arithmetic as the torch network (float normalisation, float MLP, cosine embedding of
-    the taus, element-wise product, dueling head, mean over the taus) at a fraction of torch's
+    Same arithmetic as the torch network (float normalisation, float MLP, with pre_tau the shared
+    trunk, cosine embedding of the taus, element-wise product, dueling head, mean over the taus) at a fraction of torch's
     per-op cost at batch 1. Built from the network's current weights: rebuild after loading."""
 
     def __init__(self, net: IQNNetwork, k: int) -> None:
@@ -41,6 +41,8 @@ class _NumpyMeanQ:
         if not isinstance(net.head.value, nn.Sequential) or not all(isinstance(m, nn.Sequential) for m in self._streams):
             raise UnsupportedModule("transformer decoder heads stay in torch")
         self.features = compile_sequential(net.float_feature_extractor)
+        # pre_tau: the shared dense layer, once per observation before the taus (no steps for post_tau)
+        self.trunk = compile_sequential(net.trunk) if net.trunk is not None else []
         self.embedding = compile_sequential(net.iqn_fc)
         self.value = compile_sequential(net.head.value)
         self.advantage = [compile_sequential(m) for m in self._streams]
@@ -64,7 +66,7 @@ class _NumpyMeanQ:
     def __call__(self, flt: np.ndarray, rng: np.random.Generator | None, noise: bool = False) -> np.ndarray:
         """Mean Q per action; ``rng`` None: the midpoint taus, else stratified mirrored draws;
         ``noise``: the heads' noise sample (see ``resample``), else their mean weights."""
-        feats = run_steps(self.features, ((flt - self.mean) / self.std)[None])
+        feats = run_steps(self.trunk, run_steps(self.features, ((flt - self.mean) / self.std)[None]))
         if rng is None:
             emb = self.midpoint_embedding
         else:

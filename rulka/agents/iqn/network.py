@@ -1,6 +1,21 @@
 """The IQN network: image head + float MLP, multiplied by a cosine quantile embedding, then
 dueling advantage/value heads. Built from a plain-data ``IQNNetworkSpec`` so a worker can
-rebuild exactly the trainer's network from the actor spec."""
+rebuild exactly the trainer's network from the actor spec.
+
+``nn.decoder.shared_input`` says where the quantile modulation sits (``shared_input``):
+
+* ``post_tau`` (the default; Linesight's and the IQN paper's layout): the heads read
+  ``features(s) * phi(tau)``, with ``phi(tau) = iqn_fc(cos(pi i tau))`` as wide as the features
+  (``dense_input_dimension``). Everything after the encoder runs once per (state, tau) pair.
+* ``pre_tau``: a shared dense layer (``trunk``: Linear + [LayerNorm] + LeakyReLU, width
+  ``dense_hidden_dimension``) runs on the features once per state, before the modulation; the
+  heads read ``trunk(features(s)) * phi(tau)`` with ``phi`` of width ``dense_hidden_dimension``.
+  The trunk runs on the B states of a batch (a layer post_tau would run on B*n rows); the heads
+  are as in post_tau, on B*n rows of ``dense_hidden_dimension`` inputs. Transformer heads need
+  post_tau (the config refuses the pair, as the guide says). The original Rulka declared the key
+  without building pre_tau ("schema-only", its ``docs/source/models/iqn_architecture.rst``);
+  this layout is rulka's own reading of it. ``decoder.shared_trunk_freeze`` freezes ``trunk.``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +28,7 @@ import torch
 from torch import nn
 
 from rulka.nn import DuelingHead, NoisyLinear, cosine_embedding, init_orthogonal
-from rulka.nn.blocks import LEAKY_SLOPE, leaky_gain
+from rulka.nn.blocks import LEAKY_SLOPE, leaky_gain, make_mlp
 from rulka.nn.encoder import EncoderSpec, ImageFloatEncoder
 from rulka.nn.transformer import TransformerHead
 
@@ -37,6 +52,7 @@ class IQNNetworkSpec(EncoderSpec):
     noisy_sigma0: float = 0.5
     # multi-action blocks: one advantage head per action offset (rulka.agents.iqn.branching)
     n_action_branches: int = 1
+    shared_input: str = "post_tau"  # nn.decoder.shared_input: post_tau | pre_tau (see the module docstring)
 
 
 def stratified_mirrored_taus(batch_size: int, n: int, *, generator: torch.Generator | None = None,
@@ -71,6 +87,15 @@ class IQNNetwork(ImageFloatEncoder):
         self.embedding_dimension = spec.embedding_dimension
         dense_in = self._build_encoder(spec, layer_norm=spec.use_layer_norm)
         self.dense_input_dimension = dense_in
+        self.trunk: nn.Sequential | None = None
+        if spec.shared_input == "pre_tau":
+            if spec.advantage_transformer is not None or spec.value_transformer is not None:
+                raise ValueError("transformer heads need shared_input post_tau")
+            # the shared dense layer, once per state before the quantile modulation
+            self.trunk = make_mlp(dense_in, spec.dense_hidden_dimension, None, 1, layer_norm=spec.use_layer_norm)
+            dense_in = spec.dense_hidden_dimension
+        elif spec.shared_input != "post_tau":
+            raise ValueError(f"shared_input must be pre_tau or post_tau, got {spec.shared_input!r}")
         self.iqn_fc = nn.Sequential(nn.Linear(spec.embedding_dimension, dense_in), nn.LeakyReLU(LEAKY_SLOPE))
         # cos(.) has variance 1/2: double the weight variance so iqn_fc's output has unit scale
         init_orthogonal(self.iqn_fc[0], math.sqrt(2.0) * leaky_gain())
@@ -87,8 +112,10 @@ class IQNNetwork(ImageFloatEncoder):
             self.head = branched_head(self.head, dense_in, head_hidden, spec)
 
     def features(self, img: torch.Tensor | None, floats: torch.Tensor) -> torch.Tensor:
-        """Per-item features before the quantile embedding, ``(B, dense_input_dimension)``."""
-        return self.encode(img, floats)
+        """Per-item features before the quantile embedding: ``(B, dense_input_dimension)``, or with
+        pre_tau the shared trunk's ``(B, dense_hidden_dimension)``."""
+        feats = self.encode(img, floats)
+        return feats if self.trunk is None else self.trunk(feats)
 
     def quantiles_from_features(self, feats: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
         n = taus.numel() // feats.shape[0]

@@ -87,6 +87,7 @@ def network_spec_from_config(cfg: RulkaConfig) -> IQNNetworkSpec:
         value_hidden_dim=nn_cfg.head_hidden_dim("value"), value_layers=val.n_hidden_layers,
         advantage_transformer=adv_t.model_dump() if adv_t is not None else None,
         value_transformer=val_t.model_dump() if val_t is not None else None,
+        shared_input=dec.shared_input,
         use_impala_cnn=cnn.use_impala_cnn, impala_model_size=cnn.impala_model_size,
         use_adaptive_maxpool=cnn.use_adaptive_maxpool, adaptive_maxpool_size=cnn.adaptive_maxpool_size,
         use_spectral_norm=cnn.use_spectral_norm,

@@ -269,11 +269,16 @@ class DecoderConfig(Section):
     """IQN dueling heads / PPO trunk and heads."""
 
     shared_input: Literal["pre_tau", "post_tau"] = "post_tau"
-    """Where heads attach relative to the quantile modulation."""
+    """IQN: heads read features*phi(tau) (post_tau) or dense(features)*phi(tau) (pre_tau, dense once per state).
+
+    post_tau: the quantile embedding phi(tau) is as wide as the encoder's output. pre_tau: a
+    shared dense layer of width dense_hidden_dimension runs once per state before the modulation
+    (B rows instead of B*n through it); phi(tau) has that width. Transformer heads need post_tau.
+    PPO/GRPO/DPO have no tau: pre_tau is refused there."""
     dense_hidden_dimension: Annotated[int, Field(ge=32)] = 1024
-    """Main hidden width after joining image and float features."""
+    """Hidden width after the features: PPO's trunk; IQN's heads get half; IQN pre_tau's shared dense layer."""
     shared_trunk_freeze: bool = False
-    """PPO: do not train the shared trunk."""
+    """Do not train the shared trunk (PPO/GRPO/DPO; IQN with shared_input pre_tau)."""
     advantage: HeadSlotConfig = Field(default_factory=HeadSlotConfig)
     """Advantage (PPO: policy) head."""
     value: HeadSlotConfig = Field(default_factory=HeadSlotConfig)
@@ -325,7 +330,7 @@ class NnConfig(Section):
     fusion_mode: FusionMode = "none"
     """Multimodal fusion: none | vision_transformer | post_concat | unified."""
     init_from_pretrained: str = ""
-    """Folder written by `rulka pretrain` (model.safetensors): tensors loaded by name at start."""
+    """Tensors loaded by name at start from: a `rulka pretrain` folder, a run folder, its weights/ or best/, a checkpoint, an hf_transformer_* part."""
     vis: VisConfig = Field(default_factory=VisConfig)
     """Vision branch."""
     float_branch: FloatBranchConfig = Field(
