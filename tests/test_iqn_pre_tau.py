@@ -140,3 +140,16 @@ def test_the_config_refuses_pre_tau_where_it_means_nothing():
     # transformer heads read the modulated features (the guide's rule)
     with pytest.raises(ConfigError, match="transformer heads need `nn.decoder.shared_input: post_tau`"):
         config_from_dict(cartpole(shared_input="pre_tau", advantage={"transformer": {"d_model": 32, "n_heads": 2}}))
+
+
+def test_pre_tau_with_multi_action_branches_acts_alike_in_numpy_and_torch():
+    """The two layouts merged from separate work: a pre_tau trunk under BDQ branch heads."""
+    spec = IQNNetworkSpec(float_dim=4, n_actions=3, float_hidden_dim=16, dense_hidden_dimension=32,
+                          embedding_dimension=8, shared_input="pre_tau", n_action_branches=2)
+    fast = IQNActor(spec.to_dict(), iqn_k=8, seed=0)
+    slow = IQNActor(spec.to_dict(), iqn_k=8, seed=0, numpy_inference=False)
+    slow.load_weights(fast.get_weights())
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        obs = rng.standard_normal(4).astype(np.float32)
+        np.testing.assert_allclose(fast.q_values(obs, test=True), slow.q_values(obs, test=True), rtol=1e-5, atol=1e-6)
