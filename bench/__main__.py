@@ -433,15 +433,20 @@ def _race(outcome: dict[str, Any] | None) -> str:
     return f"{max(outcome.get('progress_m') or 0.0, 0.0):.0f} m"
 
 
-def run_studies(path: Path) -> list[str]:
-    """Repeated `rulka run`s of one config per arm, from ``bench/run_studies.json`` (``python
-    bench/seeds.py ... --record NOTE``): per run the frames, the exploring workers' first finish,
-    the greedy race of the best policy and of the final weights on the run's track, divergence."""
+def _studies(path: Path) -> list[dict[str, Any]]:
+    """The ``studies`` list of a ``{"studies": [...]}`` record file (empty when missing or unreadable)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
-    studies = [s for s in data.get("studies", []) if isinstance(s, dict)] if isinstance(data, dict) else []
+    return [s for s in data.get("studies", []) if isinstance(s, dict)] if isinstance(data, dict) else []
+
+
+def run_studies(path: Path) -> list[str]:
+    """Repeated `rulka run`s of one config per arm, from ``bench/run_studies.json`` (``python
+    bench/seeds.py ... --record NOTE``): per run the frames, the exploring workers' first finish,
+    the greedy race of the best policy and of the final weights on the run's track, divergence."""
+    studies = _studies(path)
     if not studies:
         return []
     lines = ["", "## Repeated runs (as a user runs them)", "",
@@ -484,11 +489,7 @@ def run_studies(path: Path) -> list[str]:
 def issue_studies(path: Path) -> list[str]:
     """Small studies an issue asked for, each one table, from ``bench/issue_studies.json``
     (``{"studies": [{name, date, command, columns, rows, note}]}``, written with the study)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    studies = [s for s in data.get("studies", []) if isinstance(s, dict)] if isinstance(data, dict) else []
+    studies = _studies(path)
     if not studies:
         return []
     lines = ["", "## Issue studies", "", "Small comparisons an issue asked for, one table each, "
