@@ -217,3 +217,8 @@ class DuelingHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.combine(self.value(x), self.advantage(x))
+
+
+def normalise_name(name: str) -> str:
+    """A parameter name without torch.compile's ``_orig_mod.`` segments."""
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")

@@ -230,7 +230,7 @@ def save_hf_parts_from_weights(weights: Mapping[str, Any], actor_spec: Mapping[s
     (what the trainer's ``weights/`` and ``best/`` hold): each HF model is rebuilt from the config
     in the topology, given its tensors (``HF_PARTS`` prefix cut off) and saved. Returns the
     sub-folders written; a network without HF modules writes nothing and imports nothing."""
-    from rulka.nn.pretrained import normalise_name
+    from rulka.nn.blocks import normalise_name
 
     network = (actor_spec.get("kwargs") or {}).get("network") or {}
     slots = hf_slots(network) if isinstance(network, Mapping) else {}

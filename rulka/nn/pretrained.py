@@ -31,14 +31,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rulka.errors import ConfigError
+from rulka.nn.blocks import normalise_name  # noqa: F401 - the name lives below both pretrained and hf
 
 TENSORS = "model.safetensors"
 META = "rulka_pretrained.json"
-
-
-def normalise_name(name: str) -> str:
-    """A parameter name without torch.compile's ``_orig_mod.`` segments."""
-    return ".".join(part for part in name.split(".") if part != "_orig_mod")
 
 
 def save_pretrained(folder: str | Path, tensors: dict[str, torch.Tensor], *, network: str,
@@ -107,8 +103,8 @@ def _hf_part(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
 
 def _checkpoint_network(folder: Path) -> dict[str, torch.Tensor]:
     """The learner's network from a trainer checkpoint folder: IQN's ``online``, the actor-critic's ``net``."""
+    from rulka.checkpoint_format import load_tree, verify_manifest
     from rulka.errors import BadInput
-    from rulka.trainer.checkpoint import load_tree, verify_manifest
 
     try:
         verify_manifest(folder)

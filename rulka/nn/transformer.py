@@ -102,3 +102,8 @@ class TransformerHead(nn.Module):
             x = nn.functional.pad(x, (0, pad))
         tokens = x.reshape(x.shape[0], self.n_tokens, self.d_model) + self.pos
         return self.out(self.norm(self.stack(tokens).mean(dim=1)))
+
+
+def optional_transformer_head(in_dim: int, out_dim: int, slot: dict[str, Any] | None) -> nn.Module | None:
+    """A ``TransformerHead`` for a decoder slot's ``transformer`` entry, None when the slot has none."""
+    return None if slot is None else TransformerHead(in_dim, out_dim, slot)

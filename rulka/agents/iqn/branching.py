@@ -73,11 +73,11 @@ def branched_head(single: DuelingHead, in_dim: int, hidden_dim: int, spec: Any) 
     network's one-action head, built from the same keys) and one advantage stream per branch,
     each shaped as ``single``'s advantage stream (the ``nn.decoder.advantage`` MLP or transformer
     slot), each with its own initialisation."""
-    from rulka.agents.iqn.network import _transformer_head
     from rulka.nn.blocks import make_mlp
+    from rulka.nn.transformer import optional_transformer_head
 
     def stream() -> nn.Module:
-        module = _transformer_head(in_dim, spec.n_actions, spec.advantage_transformer)
+        module = optional_transformer_head(in_dim, spec.n_actions, spec.advantage_transformer)
         return module or make_mlp(in_dim, hidden_dim, spec.n_actions, spec.head_layers,
                                   layer_norm=spec.use_layer_norm, noisy=spec.use_noisy_linear,
                                   noisy_sigma0=spec.noisy_sigma0)

@@ -30,7 +30,7 @@ from torch import nn
 from rulka.nn import DuelingHead, NoisyLinear, cosine_embedding, init_orthogonal
 from rulka.nn.blocks import LEAKY_SLOPE, leaky_gain, make_mlp
 from rulka.nn.encoder import EncoderSpec, ImageFloatEncoder
-from rulka.nn.transformer import TransformerHead
+from rulka.nn.transformer import optional_transformer_head
 
 
 @dataclasses.dataclass
@@ -71,10 +71,6 @@ def stratified_mirrored_taus(batch_size: int, n: int, *, generator: torch.Genera
     return torch.cat([low, 1.0 - low])
 
 
-def _transformer_head(in_dim: int, out_dim: int, slot: dict[str, Any] | None) -> nn.Module | None:
-    return None if slot is None else TransformerHead(in_dim, out_dim, slot)
-
-
 class IQNNetwork(ImageFloatEncoder):
     """Q-quantiles for ``n`` taus per item. ``forward(img, floats, taus)`` with ``img`` uint8
     ``(B, H, W)`` (or None without image), ``floats`` ``(B, F)`` and ``taus`` ``(n*B,)``
@@ -104,8 +100,8 @@ class IQNNetwork(ImageFloatEncoder):
                                 value_hidden_dim=spec.value_hidden_dim, value_hidden_layers=spec.value_layers,
                                 layer_norm=spec.use_layer_norm, noisy=spec.use_noisy_linear,
                                 noisy_sigma0=spec.noisy_sigma0,
-                                advantage_module=_transformer_head(dense_in, spec.n_actions, spec.advantage_transformer),
-                                value_module=_transformer_head(dense_in, 1, spec.value_transformer))
+                                advantage_module=optional_transformer_head(dense_in, spec.n_actions, spec.advantage_transformer),
+                                value_module=optional_transformer_head(dense_in, 1, spec.value_transformer))
         if spec.n_action_branches > 1:  # BDQ: the value stream above, one advantage stream per offset
             from rulka.agents.iqn.branching import branched_head
 

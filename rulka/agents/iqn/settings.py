@@ -157,9 +157,10 @@ def make_agent(cfg: ConfigLike = None, device: str | None = None, seed: int | No
     agent.prepared = prepare_network(cfg, agent.online, agent.optimizer, "iqn", copies=[agent.target])
     agent.resetter = IQNResetter(ResetSettings.from_config(cfg), freeze_prefixes(cfg, "iqn"))
     if str(cfg.pretrain.demo_episodes).strip():  # demonstrations kept for the whole run (DQfD)
-        from rulka.pretrain.dqfd import demo_loss_from_config
+        from rulka.agents.iqn.demos import demo_loss_from_config
 
-        agent.auxiliary_loss = demo_loss_from_config(cfg, seed=int(cfg.training.seed if seed is None else seed))
+        agent.auxiliary_loss = demo_loss_from_config(cfg, make_memory=make_memory,
+                                                     seed=int(cfg.training.seed if seed is None else seed))
     return agent
 
 
