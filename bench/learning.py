@@ -48,7 +48,8 @@ def drive(env: Any, act: Any, max_seconds: float) -> dict[str, Any]:
     """One episode from ``env.reset(seed=0)`` with ``act(obs) -> action``; its outcome."""
     obs, info = env.reset(seed=0)
     total = 0.0
-    while env.unwrapped.car.race_time_ms < max_seconds * 1000:  # unwrapped: a multi-action block wrapper
+    base = getattr(env, "unwrapped", env)  # the simulator under a multi-action block wrapper
+    while base.car.race_time_ms < max_seconds * 1000:
         obs, reward, terminated, truncated, info = env.step(act(obs))
         total += float(reward)
         if terminated or truncated:
