@@ -36,6 +36,8 @@ SCRIPTS: dict[str, str] = {
     "sim": "simulator actions per second on one core, with and without the image",
     "pipeline": "observation/reward pipeline cost per action on one core",
     "learner": "IQN training batches/s and samples/s at batch 512",
+    "learner_topologies": "the guide's network catalogue (fusion modes, ViT stems): IQN batches/s at batch 512, "
+                          "the plain CNN as the baseline of the same run",
     "actor": "IQN actor decisions/s at batch 1 on one core, numpy path vs torch, per worker network",
     "trainer_loop": "trainer role with N unpaced workers: updates/s over IQNAgent.train alone, samples per insert",
     "allocator": "IQN learner updates/s and page faults per update: glibc's malloc defaults vs what rulka-trainer sets",
