@@ -91,7 +91,7 @@ def test_the_real_suite_lists_every_script() -> None:
                             text=True, timeout=60)
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
-        "transport", "sim", "pipeline", "learner", "actor", "trainer_loop", "allocator", "colocation", "ingest", "checkpoint", "e2e", "peer_tmrl",
+        "transport", "sim", "pipeline", "learner", "learner_topologies", "actor", "trainer_loop", "allocator", "colocation", "ingest", "checkpoint", "e2e", "peer_tmrl",
         "sac_pendulum", "tm2020_fake", "tmnf_fake", "policy_cartpole", "soak"]
 
 
