@@ -39,6 +39,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))  # recipe.py's thresholds, learning.py's races
 RUN_STUDIES = Path(__file__).resolve().parent / "run_studies.json"
 HEALTH = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "losses/grad_norm"}
 
@@ -57,7 +58,6 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
 
 def health(records: list[dict[str, Any]], window: int) -> dict[str, Any]:
     """Worst window mean of each health metric (absolute values) and the ones over the thresholds."""
-    sys.path.insert(0, str(REPO / "bench"))
     from recipe import DIVERGENCE
 
     out: dict[str, Any] = {}
@@ -77,7 +77,6 @@ def health(records: list[dict[str, Any]], window: int) -> dict[str, Any]:
 
 def summarise_metrics(run_dir: Path, window: int) -> dict[str, Any]:
     """Totals, first exploring finish per track and the learner's health from ``metrics.jsonl``."""
-    sys.path.insert(0, str(REPO / "bench"))
     from learning import first_finishes
 
     from rulka.telemetry.logger import read_metrics
@@ -97,7 +96,6 @@ def summarise_metrics(run_dir: Path, window: int) -> dict[str, Any]:
 
 def greedy(run_dir: Path, policy: str, max_seconds: float) -> dict[str, Any]:
     """Per bundled track: finished, race time (s) or metres, scripted time, beats scripted."""
-    sys.path.insert(0, str(REPO / "bench"))
     from learning import evaluate
 
     result = evaluate(run_dir, [], max_seconds, 1, policy)

@@ -10,16 +10,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from test_pretrain import SMALL_NN  # the same tiny network as the behaviour-cloning tests
 
 from rulka.cli import main
 from rulka.config import load_config
 from rulka.errors import ConfigError
 from rulka.pretrain.data import load_steps, record_scripted
 from rulka.pretrain.dqfd import DemoLoss, load_demo_memory, margin_loss
-
-SMALL_NN = {"float": {"mlp": {"hidden_dim": 32}}, "decoder": {"dense_hidden_dimension": 64},
-            "iqn": {"embedding_dimension": 16}, "training": {"use_jit": False},
-            "vis": {"no_image": True, "image_size": {"width": 48, "height": 36}}}
 
 
 def write_config(tmp_path, algorithm: str = "iqn", **extra) -> str:

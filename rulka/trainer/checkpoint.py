@@ -56,7 +56,6 @@ from rulka.errors import BadInput
 from rulka.memory.files import CHUNK_BYTES, ChunkStore
 
 _LATEST = "latest.json"
-_MANIFEST = MANIFEST
 KEEP = 2  # the newest checkpoint and the one before it (the fallback)
 
 log = logging.getLogger("rulka.trainer")
@@ -160,7 +159,7 @@ def prune_chunks(root: Path) -> int:
     keep: set[str] = set()
     for folder in checkpoint_folders(root):
         try:
-            needed = json.loads((folder / _MANIFEST).read_text()).get("chunks", {})
+            needed = json.loads((folder / MANIFEST).read_text()).get("chunks", {})
             if not isinstance(needed, dict):
                 raise TypeError("chunks is not a map")
         except (OSError, ValueError, TypeError, AttributeError) as exc:
