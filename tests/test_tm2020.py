@@ -623,3 +623,31 @@ def test_lidar_tmrl_reaches_the_observation_and_points_the_other_way() -> None:
             assert (beams >= 0).all() and beams.max() > 1  # raw pixel indexes, as TMRL gives them
         finally:
             env.close()
+
+
+@pytest.mark.slow
+def test_a_sped_up_fake_game_still_sends_a_record_every_game_frame() -> None:
+    """`fake_fps` is the game's frame rate: at `fake_time_scale` 4 the fake sends 4 x 60 records
+    per wall second, so each 50 ms step of game time reads telemetry at most a frame old, as the
+    game at real time does (at 60 records per wall second a step saw a record up to 67 game ms old
+    and about one step in four saw no new record: the extended learning test trained on that)."""
+    from rulka.envs.tm2020.env import TM2020Env
+
+    cfg = {"environment": {"backend": "tm2020", "tm2020": {"capture": "fake", "control": "fake", "observation": "lidar",
+                                                           "fake_fps": 60, "fake_time_scale": 4, "fake_countdown_s": 0.2}},
+           "nn": {"vis": {"no_image": True}}}
+    env = TM2020Env(cfg)
+    try:
+        assert env.fake.fps == 240
+        env.reset()
+        race_ms = []
+        for _ in range(120):
+            _, _, te, tr, info = env.step(0)
+            race_ms.append(info["race_time_ms"])
+            if te or tr:
+                break
+        steps = np.diff(race_ms)
+        # a busy machine delays some steps (rtgym's elasticity), never to a stale record
+        assert len(steps) > 50 and float(np.mean(steps == 0)) < 0.05, steps
+    finally:
+        env.close()

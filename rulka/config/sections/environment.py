@@ -56,7 +56,7 @@ class Tm2020Config(Section):
     reference_line: Path | None = None
     """Reference line file the rewards follow (rulka tm record-line --game tm2020); null with the fake game."""
     fake_fps: PositiveFloat = 60.0
-    """Fake game: telemetry records per second."""
+    """Fake game: telemetry records per game second (its frame rate; times fake_time_scale per wall second)."""
     fake_time_scale: PositiveFloat = 1.0
     """Fake game: game seconds per wall-clock second (1 = real time, like the game)."""
     fake_countdown_s: NonNegativeFloat = 1.5

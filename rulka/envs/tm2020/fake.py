@@ -422,7 +422,11 @@ def build_fake(cfg: Any, track: str, window_size: tuple[int, int]) -> FakeTM2020
     return FakeTM2020(
         track=track,
         port=int(cfg.plugin_port) if cfg.fake_fixed_port else 0,
-        fps=float(cfg.fake_fps),
+        # fake_fps is the game's frame rate (per game second): a game rendering 60 frames per
+        # second, run time_scale times faster, sends time_scale x 60 records per wall second, so
+        # each record stays ~17 ms of game time apart (at 4x and 60 records per wall second a
+        # 50 ms step saw a record 0-67 ms old, and one step in four saw none new)
+        fps=float(cfg.fake_fps) * float(cfg.fake_time_scale),
         time_scale=float(cfg.fake_time_scale),
         countdown_s=float(cfg.fake_countdown_s),
         window_size=window_size,
