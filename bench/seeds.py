@@ -45,11 +45,18 @@ HEALTH = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "
 
 
 def parse_arm(text: str) -> tuple[str, list[str]]:
-    """``NAME:key=value,key=value`` (or ``NAME`` alone: the config as it is) -> (name, overrides)."""
+    """``NAME:key=value,key=value`` (or ``NAME`` alone: the config as it is) -> (name, overrides).
+    Commas inside brackets belong to the value (a schedule: ``training.lr_schedule=[[0,1e-3],[9,1e-4]]``)."""
     name, _, rest = text.partition(":")
     if not name:
         raise argparse.ArgumentTypeError(f"arm {text!r}: give it a name, NAME:key=value,...")
-    overrides = [kv for kv in rest.split(",") if kv] if rest else []
+    overrides, depth, start = [], 0, 0
+    for i, ch in enumerate(rest + ","):
+        depth += (ch in "[{") - (ch in "]}")
+        if ch == "," and depth == 0:
+            if rest[start:i]:
+                overrides.append(rest[start:i])
+            start = i + 1
     for kv in overrides:
         if "=" not in kv:
             raise argparse.ArgumentTypeError(f"arm {text!r}: {kv!r} is not key=value")

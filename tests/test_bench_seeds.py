@@ -24,6 +24,8 @@ def test_arms_parse_and_bad_arms_are_refused():
     assert seeds.parse_arm("clipped:grpo.grpo_objective=clipped,grpo.grpo_clip_coef=0.1") == (
         "clipped", ["grpo.grpo_objective=clipped", "grpo.grpo_clip_coef=0.1"])
     assert seeds.parse_arm("shipped") == ("shipped", [])
+    assert seeds.parse_arm("long:training.lr_schedule=[[0,1.0e-3],[770000,5.0e-5]],memory.prio_alpha=0") == (
+        "long", ["training.lr_schedule=[[0,1.0e-3],[770000,5.0e-5]]", "memory.prio_alpha=0"])
     with pytest.raises(argparse.ArgumentTypeError):
         seeds.parse_arm(":a=1")
     with pytest.raises(argparse.ArgumentTypeError):
