@@ -460,8 +460,11 @@ def run_studies(path: Path) -> list[str]:
     for study in studies:
         track = ""
         lines += ["", f"### {study.get('name', '')} ({study.get('date', '')})", "",
-                  f"`{study.get('command', '')}` ({format_number(study.get('machine', ''))})", "",
-                  "| arm | run | frames | updates | minutes | first finish (frames) | best | final | scripted | diverged |",
+                  f"`{study.get('command', '')}` ({format_number(study.get('machine', ''))})", ""]
+        if study.get("target_return") is not None:
+            lines += _gym_study(study)
+            continue
+        lines += ["| arm | run | frames | updates | minutes | first finish (frames) | best | final | scripted | diverged |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for arm in study.get("arms", []):
             track = (arm.get("summary") or {}).get("track", track)
@@ -485,6 +488,30 @@ def run_studies(path: Path) -> list[str]:
                          f"diverged: {s.get('diverged')}.")
         if study.get("note"):
             lines += ["", format_number(study["note"])]
+    return lines
+
+
+def _gym_study(study: dict[str, Any]) -> list[str]:
+    """A Gymnasium config's repeated runs: the greedy mean return of best/ and of the final weights."""
+    target = study["target_return"]
+
+    def ret(r: dict[str, Any] | None) -> str:
+        return "-" if not r or r.get("return_mean") is None else f"{r['return_mean']:.1f}"
+
+    lines = [f"| arm | seed | frames | updates | minutes | best (mean of {study.get('eval_episodes', '')}) | final | diverged |",
+             "|---|---|---|---|---|---|---|---|"]
+    for arm in study.get("arms", []):
+        for i, run in enumerate(arm.get("runs", [])):
+            lines.append(" | ".join(["", str(arm.get("arm", "")), str(run.get("seed", i)), format_number(run.get("frames")),
+                                     format_number(run.get("updates")), format_number(run.get("wall_minutes")),
+                                     ret(run.get("best")), ret(run.get("final")),
+                                     ", ".join((run.get("health") or {}).get("diverged", [])) or "no", ""]).strip())
+    for arm in study.get("arms", []):
+        s = arm.get("summary") or {}
+        lines += ["", f"{arm.get('arm', '')}: best policy reaches {format_number(target)} in {s.get('best_reaches_target')} "
+                  f"of {s.get('runs')} runs, final weights in {s.get('final_reaches_target')}; diverged: {s.get('diverged')}."]
+    if study.get("note"):
+        lines += ["", format_number(study["note"])]
     return lines
 
 

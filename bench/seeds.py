@@ -11,7 +11,12 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
   divergence thresholds;
 - the greedy outcome of the run's best policy (``best/``, what ``rulka eval RUN`` drives) and of its
   final weights (``rulka eval RUN --final``) on the five bundled tracks (``bench/learning.py``'s
-  races), each against the scripted driver.
+  races), each against the scripted driver; for a Gymnasium config (``environment.backend: gym``),
+  the mean return of ``--eval-episodes`` greedy episodes of each through ``rulka eval --json``,
+  against ``--target-return``.
+
+Run i of every arm sets ``training.seed=i`` (unless the arm sets it): a seed table, not one seed
+run again.
 
 ::
 
@@ -19,8 +24,10 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
     python bench/seeds.py --config configs/sim_grpo.yaml --runs 2 --frames 800000 \\
         --arm reinforce:grpo.grpo_objective=reinforce --arm clipped:grpo.grpo_objective=clipped
 
+    python bench/seeds.py --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475
+
 ``--record NOTE`` appends the study to ``bench/run_studies.json`` (BENCHMARKS.md after ``python -m
-bench --rewrite``). Simulator configs only (the greedy races use the simulator).
+bench --rewrite``).
 """
 
 from __future__ import annotations
@@ -116,8 +123,28 @@ def greedy(run_dir: Path, policy: str, max_seconds: float) -> dict[str, Any]:
     return {"policy": result["policy"], "best_policy": result.get("best_policy"), "tracks": out}
 
 
+def greedy_gym(run_dir: Path, policy: str, episodes: int, target: float | None) -> dict[str, Any]:
+    """Mean greedy return of the run's best policy or final weights (``rulka eval --json``)."""
+    cmd = [sys.executable, "-m", "rulka.cli", "eval", str(run_dir), "--episodes", str(episodes), "--json"]
+    if policy == "final":
+        cmd.append("--final")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        return {"policy": policy, "error": proc.stderr.strip()[-500:]}
+    overall = json.loads(proc.stdout)["overall"]
+    mean = overall["return_mean"]
+    return {"policy": policy, "episodes": overall["episodes"], "return_mean": round(mean, 2),
+            "return_std": round(overall["return_std"], 2),
+            "reaches_target": bool(target is not None and mean >= target)}
+
+
+def with_seed(overrides: list[str], i: int) -> list[str]:
+    """The arm's overrides, plus ``training.seed=i`` unless the arm sets the seed itself."""
+    return overrides if any(kv.startswith("training.seed=") for kv in overrides) else [*overrides, f"training.seed={i}"]
+
+
 def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
-            frames: int | None, window: int, max_seconds: float) -> dict[str, Any]:
+            frames: int | None, window: int, max_seconds: float, gym: dict[str, Any] | None = None) -> dict[str, Any]:
     """``rulka run`` once, then its summary (``rc`` and the stderr tail when it failed)."""
     cmd = [sys.executable, "-m", "rulka.cli", "run", str(config), "--workers", str(workers),
            "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
@@ -135,13 +162,23 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
         out["stderr_tail"] = proc.stderr[-2000:]
     out.update(summarise_metrics(run_dir, window))
     if (run_dir / "weights").exists() or (run_dir / "best").exists():
-        out["best"] = greedy(run_dir, "best", max_seconds)
-        out["final"] = greedy(run_dir, "final", max_seconds)
+        if gym is not None:  # {"episodes": E, "target": T}
+            out["best"] = greedy_gym(run_dir, "best", gym["episodes"], gym["target"])
+            out["final"] = greedy_gym(run_dir, "final", gym["episodes"], gym["target"])
+        else:
+            out["best"] = greedy(run_dir, "best", max_seconds)
+            out["final"] = greedy(run_dir, "final", max_seconds)
     return out
 
 
-def arm_summary(runs: list[dict[str, Any]], track: str) -> dict[str, Any]:
-    """Per arm on the run's track: how many runs' best / final policies finish and beat the scripted driver."""
+def arm_summary(runs: list[dict[str, Any]], track: str | None) -> dict[str, Any]:
+    """Per arm on the run's track: how many runs' best / final policies finish and beat the scripted
+    driver; for a Gymnasium config (``track`` None): how many reach the target return."""
+    if track is None:
+        return {"runs": len(runs),
+                "best_reaches_target": sum(bool(r.get("best", {}).get("reaches_target")) for r in runs),
+                "final_reaches_target": sum(bool(r.get("final", {}).get("reaches_target")) for r in runs),
+                "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
     def count(which: str, key: str) -> int:
         return sum(bool(r.get(which, {}).get("tracks", {}).get(track, {}).get(key)) for r in runs)
 
@@ -174,15 +211,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-seconds", type=float, default=120.0)
     p.add_argument("--record", metavar="NOTE", help="append the study to bench/run_studies.json")
     p.add_argument("--name", help="the study's name in the table (default: the config's stem)")
+    p.add_argument("--target-return", type=float, default=None,
+                   help="Gymnasium configs: the greedy mean return a policy must reach (CartPole: 475)")
+    p.add_argument("--eval-episodes", type=int, default=20, help="Gymnasium configs: greedy episodes per policy")
     args = p.parse_args(argv)
     if args.minutes is None and args.frames is None:
         p.error("give --minutes and/or --frames (a run's budget)")
     from rulka.config import load_config
 
     cfg = load_config(args.config)
-    if cfg.environment.backend != "sim":
-        p.error(f"{args.config}: simulator configs only (backend {cfg.environment.backend!r})")
-    track = str(cfg.environment.track)
+    gym = None
+    if cfg.environment.backend == "gym":
+        if args.target_return is None:
+            p.error(f"{args.config} is a Gymnasium config: give --target-return (the greedy mean return to reach)")
+        gym = {"episodes": args.eval_episodes, "target": args.target_return}
+    elif cfg.environment.backend != "sim":
+        p.error(f"{args.config}: simulator or Gymnasium configs only (backend {cfg.environment.backend!r})")
+    track = None if gym else str(cfg.environment.track)
     arms = args.arm or [("as_shipped", [])]
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     args.out_dir.mkdir(parents=True, exist_ok=True)  # study-<stamp>.json there keeps the runs done so far
@@ -191,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cpus, {platform.platform()}",
         "budget": {"minutes": args.minutes, "frames": args.frames, "workers": args.workers},
+        **({"target_return": args.target_return, "eval_episodes": args.eval_episodes} if gym else {}),
         "command": "python bench/seeds.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "arms": [],
     }
@@ -198,15 +244,16 @@ def main(argv: list[str] | None = None) -> None:
     for i in range(args.runs):  # interleaved (run i of every arm, then run i+1): load drifts hit every arm
         for name, overrides in arms:
             run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
-            r = one_run(args.config, overrides, run_dir, args.workers, args.minutes, args.frames,
-                        args.window, args.max_seconds)
+            r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
+                        args.window, args.max_seconds, gym)
+            r["seed"] = i
             by_arm[name].append(r)
             partial = {**study, "arms": [{"arm": n, "overrides": o, "runs": by_arm[n]} for n, o in arms]}
             (args.out_dir / f"study-{stamp}.json").write_text(json.dumps(partial, indent=2), encoding="utf-8")
             print(json.dumps({"arm": name, "run": i, **{k: r.get(k) for k in ("rc", "frames", "updates", "minutes")},
-                              "first_finish": r.get("first_finish", {}).get(track),
-                              "best": r.get("best", {}).get("tracks", {}).get(track),
-                              "final": r.get("final", {}).get("tracks", {}).get(track),
+                              "first_finish": r.get("first_finish", {}).get(track) if track else None,
+                              "best": r.get("best", {}).get("tracks", {}).get(track) if track else r.get("best"),
+                              "final": r.get("final", {}).get("tracks", {}).get(track) if track else r.get("final"),
                               "diverged": r.get("health", {}).get("diverged")}), flush=True)
     for name, overrides in arms:
         runs = by_arm[name]

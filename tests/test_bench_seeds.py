@@ -66,3 +66,40 @@ def test_arm_summary_and_the_benchmarks_rows(tmp_path):
     assert "| shipped | 1 | 770,000 | 90,000 | 20.1 | 200,000 | 22.90 s | 300 m | 22.84 s | q_mean |" in text
     assert "best policy beats the scripted driver in 2 of 3 runs (finishes in 3), final weights in 1" in text
     assert bench_main.run_studies(tmp_path / "missing.json") == []
+
+
+def test_each_run_gets_its_seed_unless_the_arm_sets_one():
+    assert seeds.with_seed(["a.b=1"], 3) == ["a.b=1", "training.seed=3"]
+    assert seeds.with_seed(["training.seed=7"], 3) == ["training.seed=7"]
+
+
+def _gym_run(best: float, final: float) -> dict:
+    return {"seed": 0, "frames": 200000, "updates": 25000, "wall_minutes": 4.2, "health": {"diverged": []},
+            "best": {"policy": "best", "return_mean": best, "reaches_target": best >= 475},
+            "final": {"policy": "final", "return_mean": final, "reaches_target": final >= 475}}
+
+
+def test_gym_arm_summary_and_rows(tmp_path):
+    runs = [_gym_run(500.0, 480.0), _gym_run(490.0, 210.5), _gym_run(300.0, 120.0)]
+    s = seeds.arm_summary(runs, None)
+    assert s == {"runs": 3, "best_reaches_target": 2, "final_reaches_target": 1, "diverged": 0}
+    path = tmp_path / "run_studies.json"
+    path.write_text(json.dumps({"studies": [{"name": "cartpole_iqn", "date": "d", "command": "c", "machine": "m",
+                                              "target_return": 475, "eval_episodes": 20,
+                                              "arms": [{"arm": "as_shipped", "runs": runs, "summary": s}]}]}))
+    text = "\n".join(bench_main.run_studies(path))
+    assert "| as_shipped | 0 | 200,000 | 25,000 | 4.2 | 490.0 | 210.5 | no |" in text
+    assert "as_shipped: best policy reaches 475 in 2 of 3 runs, final weights in 1; diverged: 0." in text
+
+
+@pytest.mark.slow
+def test_a_gymnasium_config_runs_and_is_judged_by_rulka_eval(tmp_path, capsys):
+    """A real (tiny) `rulka run` of the CartPole config, then both policies through `rulka eval --json`."""
+    seeds.main(["--config", str(BENCH.parent / "configs" / "cartpole_iqn.yaml"), "--runs", "1", "--workers", "1",
+                "--frames", "3000", "--out-dir", str(tmp_path), "--target-return", "475", "--eval-episodes", "2",
+                "--arm", "tiny:trainer.best_policy_every_frames=1000"])
+    study = json.loads((next(tmp_path.glob("study-*.json"))).read_text())
+    run = study["arms"][0]["runs"][0]
+    assert run["rc"] == 0 and run["seed"] == 0 and run["frames"] >= 3000
+    for which in ("best", "final"):
+        assert run[which]["episodes"] == 2 and run[which]["return_mean"] > 0 and run[which]["reaches_target"] is False
