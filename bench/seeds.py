@@ -24,7 +24,7 @@ run again.
     python bench/seeds.py --config configs/sim_grpo.yaml --runs 2 --frames 800000 \\
         --arm reinforce:grpo.grpo_objective=reinforce --arm clipped:grpo.grpo_objective=clipped
 
-    python bench/seeds.py --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475
+    python bench/seeds.py --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475 --q-limit 150
 
 ``--record NOTE`` appends the study to ``bench/run_studies.json`` (BENCHMARKS.md after ``python -m
 bench --rewrite``).
@@ -70,9 +70,13 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
     return name, overrides
 
 
-def health(records: list[dict[str, Any]], window: int) -> dict[str, Any]:
-    """Worst window mean of each health metric (absolute values) and the ones over the thresholds."""
+def health(records: list[dict[str, Any]], window: int, q_limit: float | None = None) -> dict[str, Any]:
+    """Worst window mean of each health metric (absolute values) and the ones over the thresholds
+    (recipe.py's; ``q_limit`` replaces its q_mean bound, which is sized for the simulator's
+    rewards: CartPole's Q reaches 1 / (1 - 0.99) = 100 when it balances)."""
     from recipe import DIVERGENCE
+
+    limits = {**DIVERGENCE, **({"q_mean": q_limit} if q_limit is not None else {})}
 
     out: dict[str, Any] = {}
     over = []
@@ -83,13 +87,13 @@ def health(records: list[dict[str, Any]], window: int) -> dict[str, Any]:
         means = [sum(values[i:i + window]) / len(values[i:i + window]) for i in range(0, len(values), window)]
         worst = max(means)
         out[f"{short}_worst_window_mean"] = round(worst, 3)
-        if worst > DIVERGENCE[short]:
+        if worst > limits[short]:
             over.append(short)
     out["diverged"] = over
     return out
 
 
-def summarise_metrics(run_dir: Path, window: int) -> dict[str, Any]:
+def summarise_metrics(run_dir: Path, window: int, q_limit: float | None = None) -> dict[str, Any]:
     """Totals, first exploring finish per track and the learner's health from ``metrics.jsonl``."""
     from learning import first_finishes
 
@@ -104,7 +108,7 @@ def summarise_metrics(run_dir: Path, window: int) -> dict[str, Any]:
         "updates": int(max((r["metrics"].get("charts/batches_trained", 0) for r in records), default=0)),
         "minutes": round((last.get("wall_time", 0.0) - records[0].get("wall_time", 0.0)) / 60, 1),
         "first_finish": first_finishes(run_dir),
-        "health": health(records, window),
+        "health": health(records, window, q_limit),
     }
 
 
@@ -144,7 +148,8 @@ def with_seed(overrides: list[str], i: int) -> list[str]:
 
 
 def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
-            frames: int | None, window: int, max_seconds: float, gym: dict[str, Any] | None = None) -> dict[str, Any]:
+            frames: int | None, window: int, max_seconds: float, gym: dict[str, Any] | None = None,
+            q_limit: float | None = None) -> dict[str, Any]:
     """``rulka run`` once, then its summary (``rc`` and the stderr tail when it failed)."""
     cmd = [sys.executable, "-m", "rulka.cli", "run", str(config), "--workers", str(workers),
            "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
@@ -160,7 +165,7 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
                            "wall_minutes": round((time.monotonic() - t0) / 60, 1)}
     if proc.returncode != 0:
         out["stderr_tail"] = proc.stderr[-2000:]
-    out.update(summarise_metrics(run_dir, window))
+    out.update(summarise_metrics(run_dir, window, q_limit))
     if (run_dir / "weights").exists() or (run_dir / "best").exists():
         if gym is not None:  # {"episodes": E, "target": T}
             out["best"] = greedy_gym(run_dir, "best", gym["episodes"], gym["target"])
@@ -214,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--target-return", type=float, default=None,
                    help="Gymnasium configs: the greedy mean return a policy must reach (CartPole: 475)")
     p.add_argument("--eval-episodes", type=int, default=20, help="Gymnasium configs: greedy episodes per policy")
+    p.add_argument("--q-limit", type=float, default=None,
+                   help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator)")
     args = p.parse_args(argv)
     if args.minutes is None and args.frames is None:
         p.error("give --minutes and/or --frames (a run's budget)")
@@ -245,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, overrides in arms:
             run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
             r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
-                        args.window, args.max_seconds, gym)
+                        args.window, args.max_seconds, gym, args.q_limit)
             r["seed"] = i
             by_arm[name].append(r)
             partial = {**study, "arms": [{"arm": n, "overrides": o, "runs": by_arm[n]} for n, o in arms]}

@@ -42,6 +42,9 @@ def test_health_is_the_worst_window_mean_against_the_thresholds():
     assert h["q_mean_worst_window_mean"] == 110.0
     assert h["grad_norm_worst_window_mean"] == 1.0
     assert h["diverged"] == ["q_mean"]
+    # CartPole's Q reaches 100 when it balances: its own bound
+    assert seeds.health(_records([90.0, 95.0]), window=2, q_limit=150)["diverged"] == []
+    assert seeds.health(_records([90.0, 95.0]), window=2)["diverged"] == ["q_mean"]
     # one spike in a long window stays under: (1 x 9 + 120) / 10 = 12.9
     assert seeds.health(_records([1.0] * 9 + [120.0]), window=10)["diverged"] == []
 
