@@ -51,8 +51,9 @@ def test_tm2020_fake_learns_to_finish_the_default_track(tmp_path):
     """`rulka run configs/tm2020_fake.yaml --workers 2` until the exploring workers finish the
     default track, then the greedy policy drives it through the same fake game. The fake game
     runs 4x faster than the real one (each worker's rtgym loop at 80 Hz, the agent sees 50 ms of
-    game time per step as at 20 Hz): the recipe needs ~170k samples, ~75 minutes of a real-time
-    run, which does not fit a test session. Outcome recorded in BENCHMARKS.md."""
+    game time per step as at 20 Hz, and telemetry records per game frame as from a game at 60
+    FPS): the recipe first finished at ~85k samples (11 minutes here, ~40 minutes of a real-time
+    run, which does not fit a test session). Outcome recorded in BENCHMARKS.md."""
     run_dir = tmp_path / "run"
     cmd = [*RULKA, "run", str(ROOT / "configs" / "tm2020_fake.yaml"), "--workers", "2", "--minutes", "30",
            "--run-dir", str(run_dir), "--set", "environment.tm2020.fake_time_scale=4",
