@@ -15,8 +15,8 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
   the mean return of ``--eval-episodes`` greedy episodes of each through ``rulka eval --json``,
   against ``--target-return``.
 
-Run i of every arm sets ``training.seed=i`` (unless the arm sets it): a seed table, not one seed
-run again.
+Run i of every arm sets ``training.seed=i`` (unless the arm sets it; ``--first-seed K`` starts at K,
+to extend a study): a seed table, not one seed run again.
 
 ::
 
@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, required=True)
     p.add_argument("--runs", type=int, default=3, help="runs per arm")
+    p.add_argument("--first-seed", type=int, default=0, help="run i sets training.seed=i from this one (to extend a study)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--minutes", type=float, default=None)
     p.add_argument("--frames", type=int, default=None)
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         "arms": [],
     }
     by_arm: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in arms}
-    for i in range(args.runs):  # interleaved (run i of every arm, then run i+1): load drifts hit every arm
+    for i in range(args.first_seed, args.first_seed + args.runs):  # interleaved (run i of every arm, then run i+1): load drifts hit every arm
         for name, overrides in arms:
             run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
             r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
