@@ -144,3 +144,13 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     assert verdict(_study("2026-11-25", 5, 5, 5), _study("2026-11-26", 3, 0, 0),
                    _study("2026-11-27", 2, 0, 0, name="sim_grpo_objective")) == [False]
     assert "best 0/3, final 0/3" in run_targets(path)[0][2]
+    # a Gymnasium study: the best policy reaches the target return in 9 of 10 seeds (the final weights: no goal)
+    gym = {"name": "cartpole_iqn_runs", "date": "2026-11-26", "config": "configs/cartpole_iqn.yaml", "target_return": 475,
+           "arms": [{"arm": "as_shipped", "summary": {"runs": 5, "best_reaches_target": 4, "final_reaches_target": 1,
+                                                      "diverged": 1}}]}
+    assert verdict(gym) == [None]  # 5 more seeds may still make 9 of 10
+    assert "best 4/5, final 1/5 seeds reach 475 (5 of 10 runs made)" in run_targets(path)[0][2]
+    gym["arms"][0]["summary"].update(runs=10, best_reaches_target=9)
+    assert verdict(gym) == [True]
+    gym["arms"][0]["summary"].update(best_reaches_target=8)
+    assert verdict(gym) == [False]
