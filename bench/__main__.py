@@ -464,7 +464,7 @@ def run_studies(path: Path) -> list[str]:
         if study.get("target_return") is not None:
             lines += _gym_study(study)
             continue
-        lines += ["| arm | run | frames | updates | minutes | first finish (frames) | best | final | scripted | diverged |",
+        lines += ["| arm | run (seed) | frames | updates | minutes | first finish (frames) | best | final | scripted | diverged |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for arm in study.get("arms", []):
             track = (arm.get("summary") or {}).get("track", track)
@@ -473,7 +473,7 @@ def run_studies(path: Path) -> list[str]:
                 best = (run.get("best") or {}).get("tracks", {}).get(track)
                 final = (run.get("final") or {}).get("tracks", {}).get(track)
                 scripted = (best or final or {}).get("scripted_s")
-                lines.append(" | ".join(["", str(arm.get("arm", "")), str(i), format_number(run.get("frames")),
+                lines.append(" | ".join(["", str(arm.get("arm", "")), str(run.get("seed", i)), format_number(run.get("frames")),
                                          format_number(run.get("updates")), format_number(run.get("wall_minutes")),
                                          format_number(first.get("frames", "-")), _race(best), _race(final),
                                          f"{scripted:.2f} s" if scripted else "-",
