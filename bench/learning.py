@@ -109,7 +109,12 @@ def greedy_races(env: Any, actor: Any, races: int, max_seconds: float) -> dict[s
 def policy_folder(run_dir: Path, policy: str) -> tuple[Path, dict[str, Any] | None]:
     """Where the policy to evaluate is, and the run's ``best/best.json`` when it is the best one.
     ``policy``: ``best`` (the map cycle's best policy, ``<run>/best``, when the run wrote one; else
-    the latest weights) or ``final`` (``<run>/weights``, the weights at the end of the run)."""
+    the latest weights), ``final`` (``<run>/weights``, the weights at the end of the run) or
+    ``average`` (``<run>/average``, the moving average of the weights, ``trainer.average_policy_frames``)."""
+    if policy == "average":
+        if not (run_dir / "average" / "policy.safetensors").is_file():
+            raise SystemExit(f"bench/learning.py: {run_dir} kept no averaged policy (average/)")
+        return run_dir / "average", None
     best = run_dir / "best"
     if policy == "best" and (best / "policy.safetensors").is_file():
         try:
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--max-seconds", type=float, default=120.0)
         p.add_argument("--races", type=int, default=1,
                        help="greedy races per track, the median decides (for policies that sample)")
-        p.add_argument("--policy", choices=("best", "final"), default="best",
+        p.add_argument("--policy", choices=("best", "final", "average"), default="best",
                        help="best: the map cycle's best policy (<run>/best) when the run wrote one, and the final "
                             "weights' summary beside it; final: the weights at the end of the run (<run>/weights)")
     args = parser.parse_args(argv)

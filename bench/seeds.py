@@ -10,7 +10,8 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
   ``td_loss`` and ``grad_norm`` (absolute values), and which of them went over ``bench/recipe.py``'s
   divergence thresholds;
 - the greedy outcome of the run's best policy (``best/``, what ``rulka eval RUN`` drives) and of its
-  final weights (``rulka eval RUN --final``) on the five bundled tracks (``bench/learning.py``'s
+  final weights (``rulka eval RUN --final``), and of its averaged weights when it kept them
+  (``rulka eval RUN --average``, ``trainer.average_policy_frames``) on the five bundled tracks (``bench/learning.py``'s
   races), each against the scripted driver; for a Gymnasium config (``environment.backend: gym``),
   the mean return of ``--eval-episodes`` greedy episodes of each through ``rulka eval --json``,
   against ``--target-return``.
@@ -130,8 +131,8 @@ def greedy(run_dir: Path, policy: str, max_seconds: float) -> dict[str, Any]:
 def greedy_gym(run_dir: Path, policy: str, episodes: int, target: float | None) -> dict[str, Any]:
     """Mean greedy return of the run's best policy or final weights (``rulka eval --json``)."""
     cmd = [sys.executable, "-m", "rulka.cli", "eval", str(run_dir), "--episodes", str(episodes), "--json"]
-    if policy == "final":
-        cmd.append("--final")
+    if policy in ("final", "average"):
+        cmd.append(f"--{policy}")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         return {"policy": policy, "error": proc.stderr.strip()[-500:]}
@@ -170,9 +171,13 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
         if gym is not None:  # {"episodes": E, "target": T}
             out["best"] = greedy_gym(run_dir, "best", gym["episodes"], gym["target"])
             out["final"] = greedy_gym(run_dir, "final", gym["episodes"], gym["target"])
+            if (run_dir / "average").exists():
+                out["average"] = greedy_gym(run_dir, "average", gym["episodes"], gym["target"])
         else:
             out["best"] = greedy(run_dir, "best", max_seconds)
             out["final"] = greedy(run_dir, "final", max_seconds)
+            if (run_dir / "average").exists():
+                out["average"] = greedy(run_dir, "average", max_seconds)
     return out
 
 
@@ -183,6 +188,8 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None) -> dict[str, Any]
         return {"runs": len(runs),
                 "best_reaches_target": sum(bool(r.get("best", {}).get("reaches_target")) for r in runs),
                 "final_reaches_target": sum(bool(r.get("final", {}).get("reaches_target")) for r in runs),
+                **({"average_reaches_target": sum(bool(r.get("average", {}).get("reaches_target")) for r in runs)}
+                   if any("average" in r for r in runs) else {}),
                 "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
     def count(which: str, key: str) -> int:
         return sum(bool(r.get(which, {}).get("tracks", {}).get(track, {}).get(key)) for r in runs)
@@ -190,6 +197,8 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None) -> dict[str, Any]
     return {"track": track, "runs": len(runs),
             "best_finished": count("best", "finished"), "best_beats_scripted": count("best", "beats_scripted"),
             "final_finished": count("final", "finished"), "final_beats_scripted": count("final", "beats_scripted"),
+            **({"average_finished": count("average", "finished"),
+                "average_beats_scripted": count("average", "beats_scripted")} if any("average" in r for r in runs) else {}),
             "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
 
 
@@ -262,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
                               "first_finish": r.get("first_finish", {}).get(track) if track else None,
                               "best": r.get("best", {}).get("tracks", {}).get(track) if track else r.get("best"),
                               "final": r.get("final", {}).get("tracks", {}).get(track) if track else r.get("final"),
+                              "average": r.get("average", {}).get("tracks", {}).get(track) if track else r.get("average"),
                               "diverged": r.get("health", {}).get("diverged")}), flush=True)
     for name, overrides in arms:
         runs = by_arm[name]

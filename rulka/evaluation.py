@@ -113,7 +113,7 @@ def summarise(episodes: Sequence[EpisodeResult]) -> dict[str, Any]:
 def _run_folder_of(file: Path) -> Path:
     """The run folder a policy file belongs to: ``<run>/weights/policy.safetensors`` (the latest
     weights) or ``<run>/best/policy.safetensors`` (the run's best policy) -> ``<run>``."""
-    return file.parent.parent if file.parent.name in ("weights", "best") else file.parent
+    return file.parent.parent if file.parent.name in ("weights", "best", "average") else file.parent
 
 
 def env_overrides(env: str | None) -> list[str]:
@@ -136,19 +136,26 @@ def env_overrides(env: str | None) -> list[str]:
     return ["environment.backend=gym", f"environment.gym_id={env}"]
 
 
-BEST, FINAL = "best", "final"
+BEST, FINAL, AVERAGE = "best", "final", "average"
 
 
 def policy_file_of(path: str | Path, which: str = BEST) -> Path:
     """The policy file ``path`` names. A file is itself; a run folder gives its best policy
     (``<run>/best/policy.safetensors``, ``rulka.trainer.best``) with ``which="best"`` when the run
     kept one, else (and with ``which="final"``) the weights at the end of the run
-    (``<run>/weights/policy.safetensors``)."""
+    (``<run>/weights/policy.safetensors``); ``which="average"`` the moving average of its weights
+    (``<run>/average/policy.safetensors``, ``trainer.average_policy_frames``), an error when the run
+    kept none."""
     from rulka.envs.sim.policy import POLICY_FILE, find_policy_file
 
-    if which not in (BEST, FINAL):
-        raise ValueError(f"which: {BEST!r} or {FINAL!r}, not {which!r}")
+    if which not in (BEST, FINAL, AVERAGE):
+        raise ValueError(f"which: {BEST!r}, {FINAL!r} or {AVERAGE!r}, not {which!r}")
     p = Path(path)
+    if p.is_dir() and which == AVERAGE:
+        if (p / "average" / POLICY_FILE).is_file():
+            return p / "average" / POLICY_FILE
+        raise UserError(f"{p} kept no averaged policy (average/{POLICY_FILE}): it ran with "
+                        "trainer.average_policy_frames: 0")
     if p.is_dir():
         if which == BEST and (p / "best" / POLICY_FILE).is_file():
             return p / "best" / POLICY_FILE

@@ -26,8 +26,12 @@ def register(subparsers: Any) -> None:
         epilog="example: rulka eval runs/sim_iqn --episodes 5 --video renders/",
     )
     parser.add_argument("policy", metavar="RUN_DIR_OR_WEIGHTS", help="run folder or policy .safetensors file")
-    parser.add_argument("--final", action="store_true",
-                        help="a run folder's final weights (weights/) instead of its best policy (best/)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--final", action="store_true",
+                       help="a run folder's final weights (weights/) instead of its best policy (best/)")
+    which.add_argument("--average", action="store_true",
+                       help="a run folder's moving average of its weights (average/, kept with "
+                            "trainer.average_policy_frames) instead of its best policy")
     parser.add_argument("--episodes", type=int, default=10, help="greedy episodes per policy (default 10)")
     parser.add_argument("--env", default=None, metavar="ENV",
                         help="evaluate on another env: sim, sim:TRACK (a bundled track, gen:SEED or a "
@@ -49,14 +53,22 @@ def register(subparsers: Any) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rulka.envs.video import EpisodeRecorder, file_stem
-    from rulka.evaluation import BEST, DEFAULT_MAX_STEPS, FINAL, evaluate, format_table, load_for_eval
+    from rulka.evaluation import (
+        AVERAGE,
+        BEST,
+        DEFAULT_MAX_STEPS,
+        FINAL,
+        evaluate,
+        format_table,
+        load_for_eval,
+    )
 
     max_steps = DEFAULT_MAX_STEPS if args.max_steps is None else args.max_steps
     if max_steps < 1:
         raise UserError("--max-steps must be at least 1")
     if args.episodes < 1:
         raise UserError("--episodes must be at least 1")
-    which = FINAL if args.final else BEST
+    which = FINAL if args.final else AVERAGE if args.average else BEST
     first = load_for_eval(args.policy, env=args.env, overrides=args.overrides, which=which)
     policies = [first]
     if args.compare:

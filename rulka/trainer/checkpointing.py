@@ -20,6 +20,7 @@ from rulka.errors import UserError
 from rulka.interfaces import Memory, TrainingAgent
 from rulka.nn.hf import save_hf_parts_from_weights
 from rulka.trainer import checkpoint as ckpt
+from rulka.trainer.average import PolicyAverage
 from rulka.trainer.intake import ACCEPTED_LOG, Intake
 from rulka.trainer.journal import (
     JournalWriter,
@@ -40,8 +41,9 @@ class Checkpointer:
 
     def __init__(self, run_dir: Path, state: RunState, agent: TrainingAgent, memory: Memory, intake: Intake,
                  limiter: SampleToInsertRatio | None, batch_size: int, actor_spec: Callable[[], dict[str, Any]],
-                 *, every_s: float) -> None:
+                 *, every_s: float, average: PolicyAverage | None = None) -> None:
         self.run_dir = run_dir
+        self.average = average  # trainer.average_policy_frames: written beside weights/ at each checkpoint
         self.state = state
         self.agent = agent
         self.memory = memory
@@ -77,6 +79,8 @@ class Checkpointer:
             if int(old.stem.split("-")[1]) < keep_from:
                 old.unlink(missing_ok=True)
         self.save_policy(weights, spec)
+        if self.average is not None:
+            self.average.save(self.run_dir, spec)
         self.last = time.monotonic()
         log.info("checkpoint %s (v%d, %d updates, %d samples)", folder.name, state.version, state.updates,
                  state.samples)
@@ -101,6 +105,8 @@ class Checkpointer:
     def restore(self) -> None:
         state = self.state
         found = ckpt.load_latest(self.run_dir / "checkpoints", self.memory)
+        if self.average is not None:
+            self.average.load(self.run_dir)
         journal_from = 0
         if found is not None:
             folder, agent_state, saved = found

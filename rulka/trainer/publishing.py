@@ -13,6 +13,7 @@ from typing import Any
 
 from rulka.interfaces import Memory, TrainingAgent
 from rulka.trainer import checkpoint as ckpt
+from rulka.trainer.average import PolicyAverage
 from rulka.trainer.best import BestPolicy
 from rulka.trainer.credit import WorkerBook
 from rulka.trainer.state import RunState
@@ -32,7 +33,7 @@ class Publisher:
     def __init__(self, state: RunState, agent: TrainingAgent, memory: Memory, workers: WorkerBook,
                  encode_weights: Callable[[Any], bytes], worker_config: Callable[[], dict[str, Any] | None], *,
                  run_dir: Path | None, eval_every_versions: int, eval_episodes: int,
-                 best_policy: BestPolicy | None) -> None:
+                 best_policy: BestPolicy | None, average: PolicyAverage | None = None) -> None:
         self.state = state
         self.agent = agent
         self.memory = memory
@@ -43,6 +44,7 @@ class Publisher:
         self.eval_every_versions = eval_every_versions
         self.eval_episodes = eval_episodes
         self.best_policy = best_policy
+        self.average = average  # the moving average of the published weights (rulka.trainer.average)
         self.link: Any = None
         self.last_weights: bytes | None = None
         self.was_connected = True  # publish() at start already reaches a connected server
@@ -72,6 +74,8 @@ class Publisher:
         if self.eval_every_versions and state.version % self.eval_every_versions == 0:
             spec.update(self._eval_request())
         weights = self.agent.actor_weights()
+        if self.average is not None:
+            self.average.update(weights, state.samples)
         if self.best_policy is not None and self.best_policy.wants_candidate(state.samples):
             # workers drive the cycle's greedy entries (or the episodes requested) with this version
             self.best_policy.mark(state.version, weights, self.actor_spec(), state.samples, state.updates)

@@ -53,6 +53,7 @@ from rulka.memory.augment import RandomCrop
 from rulka.net.link import LinkClosed, Message, TrainerLink
 from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
 from rulka.segment import Segment, pack
+from rulka.trainer.average import PolicyAverage
 from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.checkpointing import Checkpointer
 from rulka.trainer.credit import CREDIT_RESEND_S, Credit, WorkerBook
@@ -156,6 +157,8 @@ class Trainer:
         # filled from training.algorithm by the config model (100; 1 for on-policy learners)
         self.publish_every = int(tc.publish_every_updates or 1)
         self.checkpoint_every_s = float(tc.checkpoint_every_s)
+        # the moving average of the published weights, saved to <run>/average/ (0 = none kept)
+        self.average = PolicyAverage(tc.average_policy_frames) if tc.average_policy_frames else None
         # greedy test episodes: every N versions one worker (in turn) is asked for some
         self.eval_every_versions = tc.eval_every_versions
         self.eval_episodes = tc.eval_episodes
@@ -193,7 +196,7 @@ class Trainer:
         self.publisher = Publisher(self.state, self.agent, self.memory, self.workers, weights_encoder,
                                    self.worker_config, run_dir=self.run_dir,
                                    eval_every_versions=self.eval_every_versions, eval_episodes=self.eval_episodes,
-                                   best_policy=self.best_policy)
+                                   best_policy=self.best_policy, average=self.average)
         self.learner = LearnerStep(self.state, self.window, self.agent, self.memory, self.limiter, self.publish,
                                    batch_size=self.batch_size, publish_every=self.publish_every,
                                    slice_s=train_slice_s, augment=RandomCrop.for_config(cfg))
@@ -206,7 +209,7 @@ class Trainer:
         if self.run_dir is not None:
             self.checkpointer = Checkpointer(self.run_dir, self.state, self.agent, self.memory, self.intake,
                                              self.limiter, self.batch_size, self.publisher.actor_spec,
-                                             every_s=self.checkpoint_every_s)
+                                             every_s=self.checkpoint_every_s, average=self.average)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if resume:
                 self.checkpointer.restore()

@@ -75,6 +75,10 @@ class TrainerConfig(Section):
     best_policy_episodes: PositiveInt = 1
     """Greedy episodes per map that judge a best-policy candidate the trainer asks for: a race is
     deterministic (one is enough); a Gymnasium env is ranked by the mean return of these episodes."""
+    average_policy_frames: NonNegativeInt = 0
+    """Keep an exponential moving average of the published weights with a horizon of N frames and
+    save it at each checkpoint to ``<run>/average/policy.safetensors`` (``rulka eval RUN --average``);
+    never published to workers (0 = none kept)."""
     verify: bool = False
     """Check that the memory rebuilds exactly what workers saw."""
     device: str = "auto"

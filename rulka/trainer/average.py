@@ -1,0 +1,97 @@
+"""The averaged policy: an exponential moving average of the published actor weights.
+
+A greedy policy's race time moves by seconds between neighbouring weights versions (the README's
+repeated runs, BENCHMARKS.md), so the weights at whatever moment a run stops are a draw. Averaging
+the weights over the last stretch of a run (Polyak averaging; "stochastic weight averaging" when
+snapshots are averaged) gives a policy that sits between those swings. With
+``trainer.average_policy_frames: F`` the trainer keeps, beside the weights it publishes, their
+moving average with a horizon of ``F`` frames: at each published version,
+
+    average <- average + w * (weights - average),   w = min(1, frames since the last version / F)
+
+over the floating-point tensors (others, such as the exploration rates, are the latest). It is
+never published: the workers keep driving the learner's weights. Each checkpoint writes it to
+``<run>/average/policy.safetensors`` (a policy file like ``weights/``, for ``rulka eval``,
+``rulka sim render --policy``, ``nn.init_from_pretrained``); a resumed run goes on from that file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rulka.trainer")
+
+AVERAGE_DIR = "average"
+
+
+class PolicyAverage:
+    """``update(weights, samples)`` at each published version; ``save(run_dir, spec)`` and
+    ``load(run_dir)`` around checkpoints. ``frames`` is the horizon (> 0)."""
+
+    def __init__(self, frames: int) -> None:
+        if frames <= 0:
+            raise ValueError(f"average_policy_frames must be positive, not {frames}")
+        self.frames = int(frames)
+        self.weights: dict[str, Any] | None = None
+        self.samples: int | None = None  # frames played at the last update
+
+    def weight(self, samples: int) -> float:
+        """The share of the newest weights: the frames played since the last update over the horizon
+        (all of it for the first weights, or when the horizon has passed)."""
+        if self.weights is None or self.samples is None:
+            return 1.0
+        return min(1.0, max(0, samples - self.samples) / self.frames)
+
+    def update(self, weights: Mapping[str, Any], samples: int) -> None:
+        import torch
+
+        w = self.weight(samples)
+        if self.weights is None or set(self.weights) != set(weights):
+            w = 1.0  # first weights, or the actor changed its tensors: start again from these
+        out: dict[str, Any] = {}
+        for name, value in weights.items():
+            old = None if self.weights is None else self.weights.get(name)
+            if w >= 1.0 or old is None or not torch.is_floating_point(value) or old.shape != value.shape:
+                out[name] = value.detach().clone()
+            else:
+                out[name] = old.lerp_(value.detach().to(old.dtype), w)
+        self.weights = out
+        self.samples = int(samples)
+
+    def save(self, run_dir: Path, spec: Mapping[str, Any]) -> Path | None:
+        """``<run>/average/policy.safetensors`` (atomically), with ``frames_averaged_to`` in the spec."""
+        from rulka.envs.sim.policy import POLICY_FILE, save_policy
+
+        if self.weights is None:
+            return None
+        folder = Path(run_dir) / AVERAGE_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        spec = dict(spec)
+        spec["average_policy_frames"] = self.frames
+        spec["frames_averaged_to"] = int(self.samples or 0)
+        tmp = folder / f".{POLICY_FILE}.tmp"
+        save_policy(tmp, self.weights, spec)
+        os.replace(tmp, folder / POLICY_FILE)
+        return folder / POLICY_FILE
+
+    def load(self, run_dir: Path) -> bool:
+        """Go on from ``<run>/average/policy.safetensors`` when there is one (a resumed run); a
+        damaged file is logged and the average starts again from the next weights."""
+        from rulka.envs.sim.policy import POLICY_FILE, read_policy_file
+        from rulka.errors import UserError
+
+        file = Path(run_dir) / AVERAGE_DIR / POLICY_FILE
+        if not file.is_file():
+            return False
+        try:
+            _, tensors, spec = read_policy_file(file)
+        except UserError as exc:
+            log.warning("averaged policy not resumed (%s); it starts again from the next weights", exc)
+            return False
+        self.weights = dict(tensors)
+        self.samples = int(spec.get("frames_averaged_to", 0))
+        return True
