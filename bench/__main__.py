@@ -464,8 +464,10 @@ def run_studies(path: Path) -> list[str]:
         if study.get("target_return") is not None:
             lines += _gym_study(study)
             continue
-        lines += ["| arm | run (seed) | frames | updates | minutes | first finish (frames) | best | final | scripted | diverged |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        averaged = _has_average(study)  # runs with trainer.average_policy_frames: one more column
+        lines += ["| arm | run (seed) | frames | updates | minutes | first finish (frames) | best | final | "
+                  + ("averaged | " if averaged else "") + "scripted | diverged |",
+                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
         for arm in study.get("arms", []):
             track = (arm.get("summary") or {}).get("track", track)
             for i, run in enumerate(arm.get("runs", [])):
@@ -476,6 +478,8 @@ def run_studies(path: Path) -> list[str]:
                 lines.append(" | ".join(["", str(arm.get("arm", "")), str(run.get("seed", i)), format_number(run.get("frames")),
                                          format_number(run.get("updates")), format_number(run.get("wall_minutes")),
                                          format_number(first.get("frames", "-")), _race(best), _race(final),
+                                         *([_race((run.get("average") or {}).get("tracks", {}).get(track))]
+                                           if averaged else []),
                                          f"{scripted:.2f} s" if scripted else "-",
                                          ", ".join((run.get("health") or {}).get("diverged", [])) or "no",
                                          ""]).strip())
@@ -485,10 +489,21 @@ def run_studies(path: Path) -> list[str]:
             lines.append(f"{arm.get('arm', '')} on `{s.get('track', '')}`: best policy beats the scripted driver in "
                          f"{s.get('best_beats_scripted')} of {s.get('runs')} runs (finishes in {s.get('best_finished')}), "
                          f"final weights in {s.get('final_beats_scripted')} (finish in {s.get('final_finished')}); "
-                         f"diverged: {s.get('diverged')}.")
+                         + (f"averaged weights in {s.get('average_beats_scripted')} of the {_count_average(arm)} runs "
+                            f"that kept them (finish in {s.get('average_finished')}); " if _count_average(arm) else "")
+                         + f"diverged: {s.get('diverged')}.")
         if study.get("note"):
             lines += ["", format_number(study["note"])]
     return lines
+
+
+def _has_average(study: dict[str, Any]) -> bool:
+    """Whether a run of the study kept averaged weights (``trainer.average_policy_frames``)."""
+    return any(_count_average(arm) for arm in study.get("arms", []))
+
+
+def _count_average(arm: dict[str, Any]) -> int:
+    return sum("average" in run for run in arm.get("runs", []))
 
 
 def _gym_study(study: dict[str, Any]) -> list[str]:
@@ -498,18 +513,24 @@ def _gym_study(study: dict[str, Any]) -> list[str]:
     def ret(r: dict[str, Any] | None) -> str:
         return "-" if not r or r.get("return_mean") is None else f"{r['return_mean']:.1f}"
 
-    lines = [f"| arm | seed | frames | updates | minutes | best (mean of {study.get('eval_episodes', '')}) | final | diverged |",
-             "|---|---|---|---|---|---|---|---|"]
+    averaged = _has_average(study)
+    lines = [f"| arm | seed | frames | updates | minutes | best (mean of {study.get('eval_episodes', '')}) | final | "
+             + ("averaged | " if averaged else "") + "diverged |",
+             "|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
     for arm in study.get("arms", []):
         for i, run in enumerate(arm.get("runs", [])):
             lines.append(" | ".join(["", str(arm.get("arm", "")), str(run.get("seed", i)), format_number(run.get("frames")),
                                      format_number(run.get("updates")), format_number(run.get("wall_minutes")),
                                      ret(run.get("best")), ret(run.get("final")),
+                                     *([ret(run.get("average"))] if averaged else []),
                                      ", ".join((run.get("health") or {}).get("diverged", [])) or "no", ""]).strip())
     for arm in study.get("arms", []):
         s = arm.get("summary") or {}
         lines += ["", f"{arm.get('arm', '')}: best policy reaches {format_number(target)} in {s.get('best_reaches_target')} "
-                  f"of {s.get('runs')} runs, final weights in {s.get('final_reaches_target')}; diverged: {s.get('diverged')}."]
+                  f"of {s.get('runs')} runs, final weights in {s.get('final_reaches_target')}; "
+                  + (f"averaged weights in {s.get('average_reaches_target')} of the {_count_average(arm)} runs that "
+                     "kept them; " if _count_average(arm) else "")
+                  + f"diverged: {s.get('diverged')}."]
     if study.get("note"):
         lines += ["", format_number(study["note"])]
     return lines

@@ -71,6 +71,22 @@ def test_arm_summary_and_the_benchmarks_rows(tmp_path):
     assert bench_main.run_studies(tmp_path / "missing.json") == []
 
 
+def test_runs_that_kept_averaged_weights_get_their_column_and_count(tmp_path):
+    runs = [_run(21.0, 28.7, []), _run(20.5, 24.0, [])]
+    runs[0]["average"] = _run(22.1, None, [])["best"]  # the first run kept average/: 22.1 s
+    s = seeds.arm_summary(runs, "default")
+    assert s["average_finished"] == 1 and s["average_beats_scripted"] == 1
+    assert "average_finished" not in seeds.arm_summary(runs[1:], "default")  # none kept: no such count
+    path = tmp_path / "run_studies.json"
+    path.write_text(json.dumps({"studies": [{"name": "sim_iqn", "date": "d", "command": "c", "machine": "m",
+                                              "arms": [{"arm": "avg", "runs": runs, "summary": s}]}]}))
+    text = "\n".join(bench_main.run_studies(path))
+    assert "| best | final | averaged | scripted | diverged |" in text
+    assert "| avg | 0 | 770,000 | 90,000 | 20.1 | 200,000 | 21.00 s | 28.70 s | 22.10 s | 22.84 s | no |" in text
+    assert "| avg | 1 | 770,000 | 90,000 | 20.1 | 200,000 | 20.50 s | 24.00 s | - | 22.84 s | no |" in text
+    assert "averaged weights in 1 of the 1 runs that kept them (finish in 1)" in text
+
+
 def test_each_run_gets_its_seed_unless_the_arm_sets_one():
     assert seeds.with_seed(["a.b=1"], 3) == ["a.b=1", "training.seed=3"]
     assert seeds.with_seed(["training.seed=7"], 3) == ["training.seed=7"]
