@@ -255,8 +255,12 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             runs, best, final = int(s.get("runs", 0)), int(s.get("best_beats_scripted", 0)), int(s.get("final_beats_scripted", 0))
             goal = (f"`{study.get('config', '')}` as the README runs it: over {runs_needed} runs the best policy beats the "
                     f"scripted driver in {best_needed}, the final weights in {final_needed}, no divergence")
-            shown = (f"best {best}/{runs}, final {final}/{runs} runs on `{s.get('track', '')}`, diverged {s.get('diverged', 0)}"
-                     + made)
+            # runs that kept the moving average of their weights (trainer.average_policy_frames): shown,
+            # never counted for the final weights
+            averaged = (f" (averaged weights {int(s['average_beats_scripted'])}/{runs})"
+                        if "average_beats_scripted" in s else "")
+            shown = (f"best {best}/{runs}, final {final}/{runs}{averaged} runs on `{s.get('track', '')}`, "
+                     f"diverged {s.get('diverged', 0)}" + made)
         # decided once the runs that are missing could no longer change the verdict
         missing = max(runs_needed - runs, 0)
         diverged = int(s.get("diverged", 0)) > 0 and study.get("target_return") is None  # the sim goal says no divergence

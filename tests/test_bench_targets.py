@@ -144,6 +144,11 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     assert verdict(_study("2026-11-25", 5, 5, 5), _study("2026-11-26", 3, 0, 0),
                    _study("2026-11-27", 2, 0, 0, name="sim_grpo_objective")) == [False]
     assert "best 0/3, final 0/3" in run_targets(path)[0][2]
+    # runs that kept averaged weights show their count, which never stands in for the final weights
+    averaged = _study("2026-11-28", 7, 7, 2)
+    averaged["arms"][0]["summary"].update(average_beats_scripted=5)
+    assert verdict(averaged) == [False]
+    assert "best 7/7, final 2/7 (averaged weights 5/7) runs on `default`" in run_targets(path)[0][2]
     # a Gymnasium study: the best policy reaches the target return in 9 of 10 seeds (the final weights: no goal)
     gym = {"name": "cartpole_iqn_runs", "date": "2026-11-26", "config": "configs/cartpole_iqn.yaml", "target_return": 475,
            "arms": [{"arm": "as_shipped", "summary": {"runs": 5, "best_reaches_target": 4, "final_reaches_target": 1,
