@@ -57,15 +57,20 @@ def _run(best: float | None, final: float | None, diverged: list[str]) -> dict:
             "best": tracks(best), "final": tracks(final), "health": {"diverged": diverged}}
 
 
+def _rendered(tmp_path, arm: str, runs: list[dict], summary: dict) -> str:
+    """BENCHMARKS.md's lines for one simulator study of one arm."""
+    path = tmp_path / "run_studies.json"
+    path.write_text(json.dumps({"studies": [{"name": "sim_iqn", "date": "d", "command": "c", "machine": "m",
+                                              "arms": [{"arm": arm, "runs": runs, "summary": summary}]}]}))
+    return "\n".join(bench_main.run_studies(path))
+
+
 def test_arm_summary_and_the_benchmarks_rows(tmp_path):
     runs = [_run(22.3, 28.7, []), _run(22.9, None, ["q_mean"]), _run(21.5, 22.0, [])]
     s = seeds.arm_summary(runs, "default")
     assert s == {"track": "default", "runs": 3, "best_finished": 3, "best_beats_scripted": 2,
                  "final_finished": 2, "final_beats_scripted": 1, "diverged": 1}
-    path = tmp_path / "run_studies.json"
-    path.write_text(json.dumps({"studies": [{"name": "sim_iqn", "date": "d", "command": "c", "machine": "m",
-                                              "arms": [{"arm": "shipped", "runs": runs, "summary": s}]}]}))
-    text = "\n".join(bench_main.run_studies(path))
+    text = _rendered(tmp_path, "shipped", runs, s)
     assert "| shipped | 1 | 770,000 | 90,000 | 20.1 | 200,000 | 22.90 s | 300 m | 22.84 s | q_mean |" in text
     assert "best policy beats the scripted driver in 2 of 3 runs (finishes in 3), final weights in 1" in text
     assert bench_main.run_studies(tmp_path / "missing.json") == []
@@ -77,10 +82,7 @@ def test_runs_that_kept_averaged_weights_get_their_column_and_count(tmp_path):
     s = seeds.arm_summary(runs, "default")
     assert s["average_finished"] == 1 and s["average_beats_scripted"] == 1
     assert "average_finished" not in seeds.arm_summary(runs[1:], "default")  # none kept: no such count
-    path = tmp_path / "run_studies.json"
-    path.write_text(json.dumps({"studies": [{"name": "sim_iqn", "date": "d", "command": "c", "machine": "m",
-                                              "arms": [{"arm": "avg", "runs": runs, "summary": s}]}]}))
-    text = "\n".join(bench_main.run_studies(path))
+    text = _rendered(tmp_path, "avg", runs, s)
     assert "| best | final | averaged | scripted | diverged |" in text
     assert "| avg | 0 | 770,000 | 90,000 | 20.1 | 200,000 | 21.00 s | 28.70 s | 22.10 s | 22.84 s | no |" in text
     assert "| avg | 1 | 770,000 | 90,000 | 20.1 | 200,000 | 20.50 s | 24.00 s | - | 22.84 s | no |" in text

@@ -18,7 +18,6 @@ never published: the workers keep driving the learner's weights. Each checkpoint
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,9 @@ AVERAGE_DIR = "average"
 
 
 class PolicyAverage:
-    """``update(weights, samples)`` at each published version; ``save(run_dir, spec)`` and
-    ``load(run_dir)`` around checkpoints. ``frames`` is the horizon (> 0)."""
+    """``update(weights, samples)`` at each published version; the checkpointer saves ``weights``
+    with ``spec(actor_spec)`` to ``<run>/average/``; ``load(run_dir)`` at a resume. ``frames`` is
+    the horizon (> 0)."""
 
     def __init__(self, frames: int) -> None:
         if frames <= 0:
@@ -62,21 +62,10 @@ class PolicyAverage:
         self.weights = out
         self.samples = int(samples)
 
-    def save(self, run_dir: Path, spec: Mapping[str, Any]) -> Path | None:
-        """``<run>/average/policy.safetensors`` (atomically), with ``frames_averaged_to`` in the spec."""
-        from rulka.envs.sim.policy import POLICY_FILE, save_policy
-
-        if self.weights is None:
-            return None
-        folder = Path(run_dir) / AVERAGE_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        spec = dict(spec)
-        spec["average_policy_frames"] = self.frames
-        spec["frames_averaged_to"] = int(self.samples or 0)
-        tmp = folder / f".{POLICY_FILE}.tmp"
-        save_policy(tmp, self.weights, spec)
-        os.replace(tmp, folder / POLICY_FILE)
-        return folder / POLICY_FILE
+    def spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The actor spec to save the average with: ``spec`` plus its horizon and the frames it
+        reaches (``frames_averaged_to``, where a resumed run goes on from)."""
+        return {**spec, "average_policy_frames": self.frames, "frames_averaged_to": int(self.samples or 0)}
 
     def load(self, run_dir: Path) -> bool:
         """Go on from ``<run>/average/policy.safetensors`` when there is one (a resumed run); a

@@ -20,7 +20,7 @@ from rulka.errors import UserError
 from rulka.interfaces import Memory, TrainingAgent
 from rulka.nn.hf import save_hf_parts_from_weights
 from rulka.trainer import checkpoint as ckpt
-from rulka.trainer.average import PolicyAverage
+from rulka.trainer.average import AVERAGE_DIR, PolicyAverage
 from rulka.trainer.intake import ACCEPTED_LOG, Intake
 from rulka.trainer.journal import (
     JournalWriter,
@@ -79,15 +79,17 @@ class Checkpointer:
             if int(old.stem.split("-")[1]) < keep_from:
                 old.unlink(missing_ok=True)
         self.save_policy(weights, spec)
-        if self.average is not None:
-            self.average.save(self.run_dir, spec)
+        if self.average is not None and self.average.weights is not None:
+            self.save_policy(self.average.weights, self.average.spec(spec), folder=AVERAGE_DIR)
         self.last = time.monotonic()
         log.info("checkpoint %s (v%d, %d updates, %d samples)", folder.name, state.version, state.updates,
                  state.samples)
         return folder
 
-    def save_policy(self, weights: dict[str, Any] | None = None, spec: dict[str, Any] | None = None) -> None:
+    def save_policy(self, weights: dict[str, Any] | None = None, spec: dict[str, Any] | None = None,
+                    folder: str = "weights") -> None:
         """The current actor (or ``weights`` with ``spec``) as ``<run>/weights/policy.safetensors``
+        (or ``<run>/<folder>/``: the averaged policy goes to ``average/``)
         (for ``rulka sim render --policy RUN_DIR``, sharing a driver, ``nn.init_from_pretrained``),
         with the network's Hugging Face parts beside it (``hf_transformer_vis/``,
         ``hf_transformer_fusion/``, none without such parts); each written atomically."""
@@ -95,12 +97,12 @@ class Checkpointer:
 
         if weights is None or spec is None:
             weights, spec = self.agent.actor_weights(), self.actor_spec()
-        folder = self.run_dir / "weights"
-        folder.mkdir(parents=True, exist_ok=True)
-        save_hf_parts_from_weights(weights, spec, folder)
-        tmp = folder / f".{POLICY_FILE}.tmp"
+        out = self.run_dir / folder
+        out.mkdir(parents=True, exist_ok=True)
+        save_hf_parts_from_weights(weights, spec, out)
+        tmp = out / f".{POLICY_FILE}.tmp"
         save_policy(tmp, weights, spec)
-        os.replace(tmp, folder / POLICY_FILE)
+        os.replace(tmp, out / POLICY_FILE)
 
     def restore(self) -> None:
         state = self.state
