@@ -464,6 +464,9 @@ def run_studies(path: Path) -> list[str]:
         if study.get("target_return") is not None:
             lines += _gym_study(study)
             continue
+        if study.get("map_cycle"):
+            lines += _cycle_study(study)
+            continue
         averaged = _has_average(study)  # runs with trainer.average_policy_frames: one more column
         lines += ["| arm | run (seed) | frames | updates | minutes | first finish (frames) | best | final | "
                   + ("averaged | " if averaged else "") + "scripted | diverged |",
@@ -504,6 +507,66 @@ def _has_average(study: dict[str, Any]) -> bool:
 
 def _count_average(arm: dict[str, Any]) -> int:
     return sum("average" in run for run in arm.get("runs", []))
+
+
+def _cycle_study(study: dict[str, Any]) -> list[str]:
+    """A map-cycle config's repeated runs: per policy, the bundled tracks it beats the scripted driver
+    on and the generated tracks (never seen, seeds drawn by the study) it finishes; then the best
+    policy's race on each track."""
+    gen_seeds = study.get("gen_seeds") or []
+    policies = [p for p in ("best", "final", "average")
+                if any(p in run for arm in study.get("arms", []) for run in arm.get("runs", []))]
+    label = {"best": "best", "final": "final", "average": "averaged"}
+
+    def counts(run: dict[str, Any], policy: str) -> list[str]:
+        c = (run.get(policy) or {}).get("counts")
+        if not c:
+            return ["-", "-"]
+        return [f"{c['bundled_beats_scripted']} of {c['bundled']} ({c['bundled_finished']} finished)",
+                f"{c['gen_finished']} of {c['gen']}" if c.get("gen") else "-"]
+
+    lines = ["| arm | seed | frames | updates | minutes | "
+             + " | ".join(f"{label[p]}: tracks beaten | {label[p]}: generated finished" for p in policies)
+             + " | diverged |", "|---|---|---|---|---|" + "---|---|" * len(policies) + "---|"]
+    tracks: list[str] = []
+    for arm in study.get("arms", []):
+        for i, run in enumerate(arm.get("runs", [])):
+            for t in (run.get("best") or {}).get("tracks", {}):
+                if t not in tracks:
+                    tracks.append(t)
+            lines.append(" | ".join(["", str(arm.get("arm", "")), str(run.get("seed", i)), format_number(run.get("frames")),
+                                     format_number(run.get("updates")), format_number(run.get("wall_minutes")),
+                                     *[cell for p in policies for cell in counts(run, p)],
+                                     ", ".join((run.get("health") or {}).get("diverged", [])) or "no", ""]).strip())
+    lines += ["", "The best policy's greedy race per track (* faster than the scripted driver):", "",
+              "| arm | seed | " + " | ".join(tracks) + " |", "|---|---|" + "---|" * len(tracks)]
+    scripted = {}
+    for arm in study.get("arms", []):
+        for run in arm.get("runs", []):
+            for t, row in (run.get("best") or {}).get("tracks", {}).items():
+                scripted.setdefault(t, row.get("scripted_s"))
+    lines.append("| scripted driver | | " + " | ".join(f"{scripted[t]:.2f} s" if scripted.get(t) else "-"
+                                                     for t in tracks) + " |")
+    for arm in study.get("arms", []):
+        for i, run in enumerate(arm.get("runs", [])):
+            best = (run.get("best") or {}).get("tracks", {})
+            lines.append(" | ".join(["", str(arm.get("arm", "")), str(run.get("seed", i)),
+                                     *[_race(best.get(t)) + ("*" if (best.get(t) or {}).get("beats_scripted") else "")
+                                       for t in tracks], ""]).strip())
+    for arm in study.get("arms", []):
+        s = arm.get("summary") or {}
+        parts = [f"{label[p]} beats the scripted driver on {', '.join(str(x) for x in s.get(f'{p}_beats_scripted', []))} "
+                 f"of {s.get('bundled')} bundled tracks"
+                 + (f" and finishes {', '.join(str(x) for x in s.get(f'{p}_gen_finished', []))} of {s.get('gen')} "
+                    "generated ones" if s.get("gen") else "")
+                 for p in policies if f"{p}_beats_scripted" in s]
+        lines += ["", f"{arm.get('arm', '')}, per run: " + "; ".join(parts) + f"; diverged: {s.get('diverged')}."]
+    if gen_seeds:
+        lines += ["", "Generated tracks (seeds drawn when the study started): "
+                  + ", ".join(f"gen:{g}" for g in gen_seeds) + "."]
+    if study.get("note"):
+        lines += ["", format_number(study["note"])]
+    return lines
 
 
 def _gym_study(study: dict[str, Any]) -> list[str]:

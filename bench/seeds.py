@@ -12,7 +12,9 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
 - the greedy outcome of the run's best policy (``best/``, what ``rulka eval RUN`` drives) and of its
   final weights (``rulka eval RUN --final``), and of its averaged weights when it kept them
   (``rulka eval RUN --average``, ``trainer.average_policy_frames``) on the five bundled tracks (``bench/learning.py``'s
-  races), each against the scripted driver; for a Gymnasium config (``environment.backend: gym``),
+  races), each against the scripted driver; for a map-cycle config (``map_cycle.entries``) every
+  bundled track counts and ``--gen-random N`` adds N generated tracks whose seeds are drawn when the
+  study starts (the same N for every run, kept in the study): tracks the run never saw; for a Gymnasium config (``environment.backend: gym``),
   the mean return of ``--eval-episodes`` greedy episodes of each through ``rulka eval --json``,
   against ``--target-return``.
 
@@ -25,6 +27,7 @@ to extend a study): a seed table, not one seed run again.
     python bench/seeds.py --config configs/sim_grpo.yaml --runs 2 --frames 800000 \\
         --arm reinforce:grpo.grpo_objective=reinforce --arm clipped:grpo.grpo_objective=clipped
 
+    python bench/seeds.py --config configs/sim_iqn_cycle.yaml --runs 3 --minutes 30 --gen-random 10 --name map_cycle_runs
     python bench/seeds.py --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475 --q-limit 150
 
 ``--record NOTE`` appends the study to ``bench/run_studies.json`` (BENCHMARKS.md after ``python -m
@@ -113,11 +116,12 @@ def summarise_metrics(run_dir: Path, window: int, q_limit: float | None = None) 
     }
 
 
-def greedy(run_dir: Path, policy: str, max_seconds: float) -> dict[str, Any]:
-    """Per bundled track: finished, race time (s) or metres, scripted time, beats scripted."""
+def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] | None = None) -> dict[str, Any]:
+    """Per bundled track (and ``gen:<seed>`` for each of ``gen_seeds``): finished, race time (s) or
+    metres, scripted time, beats scripted; with ``gen_seeds``, the counts (``cycle_counts``) too."""
     from learning import evaluate
 
-    result = evaluate(run_dir, [], max_seconds, 1, policy)
+    result = evaluate(run_dir, list(gen_seeds or []), max_seconds, 1, policy)
     out = {}
     for row in result["tracks"]:
         g = row["greedy"]
@@ -125,7 +129,19 @@ def greedy(run_dir: Path, policy: str, max_seconds: float) -> dict[str, Any]:
                              "race_time_s": g["race_time_s"] if g["finished"] else None,
                              "progress_m": g.get("progress_m"), "scripted_s": row["scripted_s"],
                              "beats_scripted": row["beats_scripted"]}
-    return {"policy": result["policy"], "best_policy": result.get("best_policy"), "tracks": out}
+    res = {"policy": result["policy"], "best_policy": result.get("best_policy"), "tracks": out}
+    return {**res, "counts": cycle_counts(res)} if gen_seeds is not None else res
+
+
+def cycle_counts(result: dict[str, Any]) -> dict[str, int]:
+    """Of one policy's races: bundled tracks finished and beaten (faster than the scripted driver),
+    generated tracks (``gen:<seed>``) finished."""
+    tracks = result.get("tracks", {})
+    bundled = [t for name, t in tracks.items() if not name.startswith("gen:")]
+    gen = [t for name, t in tracks.items() if name.startswith("gen:")]
+    return {"bundled": len(bundled), "bundled_finished": sum(bool(t.get("finished")) for t in bundled),
+            "bundled_beats_scripted": sum(bool(t.get("beats_scripted")) for t in bundled),
+            "gen": len(gen), "gen_finished": sum(bool(t.get("finished")) for t in gen)}
 
 
 def greedy_gym(run_dir: Path, policy: str, episodes: int, target: float | None) -> dict[str, Any]:
@@ -150,7 +166,7 @@ def with_seed(overrides: list[str], i: int) -> list[str]:
 
 def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
             frames: int | None, window: int, max_seconds: float, gym: dict[str, Any] | None = None,
-            q_limit: float | None = None) -> dict[str, Any]:
+            q_limit: float | None = None, gen_seeds: list[int] | None = None) -> dict[str, Any]:
     """``rulka run`` once, then its summary (``rc`` and the stderr tail when it failed)."""
     cmd = [sys.executable, "-m", "rulka.cli", "run", str(config), "--workers", str(workers),
            "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
@@ -174,16 +190,31 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
             if (run_dir / "average").exists():
                 out["average"] = greedy_gym(run_dir, "average", gym["episodes"], gym["target"])
         else:
-            out["best"] = greedy(run_dir, "best", max_seconds)
-            out["final"] = greedy(run_dir, "final", max_seconds)
+            out["best"] = greedy(run_dir, "best", max_seconds, gen_seeds)
+            out["final"] = greedy(run_dir, "final", max_seconds, gen_seeds)
             if (run_dir / "average").exists():
-                out["average"] = greedy(run_dir, "average", max_seconds)
+                out["average"] = greedy(run_dir, "average", max_seconds, gen_seeds)
     return out
 
 
-def arm_summary(runs: list[dict[str, Any]], track: str | None) -> dict[str, Any]:
+def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = False) -> dict[str, Any]:
     """Per arm on the run's track: how many runs' best / final policies finish and beat the scripted
-    driver; for a Gymnasium config (``track`` None): how many reach the target return."""
+    driver; for a Gymnasium config (``track`` None): how many reach the target return; for a
+    map-cycle study (``cycle``): per policy and run, the bundled tracks beaten and the generated
+    tracks finished (``cycle_counts``)."""
+    if cycle:
+        def per_run(which: str, key: str) -> list[int | None]:
+            return [(r.get(which) or {}).get("counts", {}).get(key) if which in r else None for r in runs]
+
+        out: dict[str, Any] = {"map_cycle": True, "runs": len(runs),
+                               "bundled": max((c for c in per_run("best", "bundled") if c), default=0),
+                               "gen": max((c for c in per_run("best", "gen") if c), default=0)}
+        for which in ("best", "final", *(("average",) if any("average" in r for r in runs) else ())):
+            out[f"{which}_beats_scripted"] = per_run(which, "bundled_beats_scripted")
+            out[f"{which}_finished"] = per_run(which, "bundled_finished")
+            out[f"{which}_gen_finished"] = per_run(which, "gen_finished")
+        out["diverged"] = sum(bool(r.get("health", {}).get("diverged")) for r in runs)
+        return out
     if track is None:
         return {"runs": len(runs),
                 "best_reaches_target": sum(bool(r.get("best", {}).get("reaches_target")) for r in runs),
@@ -229,6 +260,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--target-return", type=float, default=None,
                    help="Gymnasium configs: the greedy mean return a policy must reach (CartPole: 475)")
     p.add_argument("--eval-episodes", type=int, default=20, help="Gymnasium configs: greedy episodes per policy")
+    p.add_argument("--gen-random", type=int, default=0, metavar="N",
+                   help="map-cycle configs: also race N generated tracks, their seeds drawn now (tracks no run saw)")
+    p.add_argument("--gen-seeds", type=int, nargs="*", default=[], metavar="SEED",
+                   help="map-cycle configs: generated tracks to race by seed (to extend a study with the tracks it drew)")
     p.add_argument("--q-limit", type=float, default=None,
                    help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator)")
     args = p.parse_args(argv)
@@ -245,6 +280,12 @@ def main(argv: list[str] | None = None) -> None:
     elif cfg.environment.backend != "sim":
         p.error(f"{args.config}: simulator or Gymnasium configs only (backend {cfg.environment.backend!r})")
     track = None if gym else str(cfg.environment.track)
+    cycle = bool(cfg.map_cycle.entries) and gym is None
+    if (args.gen_random or args.gen_seeds) and not cycle:
+        p.error("--gen-random / --gen-seeds: map-cycle configs only (map_cycle.entries)")
+    from learning import draw_gen_seeds
+
+    gen_seeds = [*args.gen_seeds, *draw_gen_seeds(args.gen_random)] if cycle else None
     arms = args.arm or [("as_shipped", [])]
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     args.out_dir.mkdir(parents=True, exist_ok=True)  # study-<stamp>.json there keeps the runs done so far
@@ -254,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": f"{os.cpu_count()} cpus, {platform.platform()}",
         "budget": {"minutes": args.minutes, "frames": args.frames, "workers": args.workers},
         **({"target_return": args.target_return, "eval_episodes": args.eval_episodes} if gym else {}),
+        **({"map_cycle": True, "gen_seeds": gen_seeds} if cycle else {}),
         "command": "python bench/seeds.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "arms": [],
     }
@@ -262,12 +304,13 @@ def main(argv: list[str] | None = None) -> None:
         for name, overrides in arms:
             run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
             r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
-                        args.window, args.max_seconds, gym, args.q_limit)
+                        args.window, args.max_seconds, gym, args.q_limit, gen_seeds)
             r["seed"] = i
             by_arm[name].append(r)
             partial = {**study, "arms": [{"arm": n, "overrides": o, "runs": by_arm[n]} for n, o in arms]}
             (args.out_dir / f"study-{stamp}.json").write_text(json.dumps(partial, indent=2), encoding="utf-8")
             print(json.dumps({"arm": name, "run": i, **{k: r.get(k) for k in ("rc", "frames", "updates", "minutes")},
+                              **({f"{w}_counts": (r.get(w) or {}).get("counts") for w in ("best", "final", "average")} if cycle else {}),
                               "first_finish": r.get("first_finish", {}).get(track) if track else None,
                               "best": r.get("best", {}).get("tracks", {}).get(track) if track else r.get("best"),
                               "final": r.get("final", {}).get("tracks", {}).get(track) if track else r.get("final"),
@@ -275,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
                               "diverged": r.get("health", {}).get("diverged")}), flush=True)
     for name, overrides in arms:
         runs = by_arm[name]
-        study["arms"].append({"arm": name, "overrides": overrides, "runs": runs, "summary": arm_summary(runs, track)})
+        study["arms"].append({"arm": name, "overrides": overrides, "runs": runs, "summary": arm_summary(runs, track, cycle)})
     print(json.dumps(study, indent=2))
     if args.record:
         study["note"] = args.record

@@ -221,6 +221,9 @@ RUN_TARGETS = {
     # a Gymnasium study (--target-return): the best policy / final weights reach the target return in
     "readme_main_command": (5, 5, 4),
     "cartpole_iqn_runs": (10, 9, 0),
+    # a map-cycle study (bench/seeds.py --gen-random): (runs, bundled tracks the best policy beats the
+    # scripted driver on in each run, generated tracks it finishes in each run, of how many generated)
+    "map_cycle_runs": (3, 5, 8, 10),
 }
 """Issue 32's goals for studies of repeated `rulka run`s (``bench/run_studies.json``)."""
 
@@ -239,11 +242,14 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             latest[name] = study
     out = []
     for name, study in latest.items():
-        runs_needed, best_needed, final_needed = RUN_TARGETS[name]
         arm = next((a for a in study.get("arms", []) if a.get("arm") == "as_shipped"), None)
         if arm is None:
             continue
         s = arm.get("summary") or {}
+        if s.get("map_cycle"):
+            out.append(_cycle_target(study, s, *RUN_TARGETS[name]))
+            continue
+        runs_needed, best_needed, final_needed = RUN_TARGETS[name]
         made = f" ({int(s.get('runs', 0))} of {runs_needed} runs made)" if int(s.get("runs", 0)) < runs_needed else ""
         if study.get("target_return") is not None:
             runs, best, final = int(s.get("runs", 0)), int(s.get("best_reaches_target", 0)), int(s.get("final_reaches_target", 0))
@@ -268,6 +274,27 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         holds: bool | None = False if fails else (True if missing == 0 else None)
         out.append(("`bench/seeds.py`", goal, shown, _date(study), holds))
     return out
+
+
+def _cycle_target(study: dict[str, Any], s: dict[str, Any], runs_needed: int, beaten_needed: int,
+                  gen_needed: int, gen_of: int) -> tuple[str, str, str, str, bool | None]:
+    """A map-cycle study's row: in every run the best policy beats the scripted driver on
+    ``beaten_needed`` bundled tracks and finishes ``gen_needed`` of ``gen_of`` generated ones."""
+    beaten = [int(x or 0) for x in s.get("best_beats_scripted", [])]
+    gen = [int(x or 0) for x in s.get("best_gen_finished", [])]
+    runs = int(s.get("runs", 0))
+    goal = (f"`{study.get('config', '')}` as a user runs it: in each of {runs_needed} runs the best policy beats the "
+            f"scripted driver on {beaten_needed} of 5 bundled tracks and finishes at least {gen_needed} of {gen_of} "
+            "generated tracks it never saw, no divergence")
+    shown = (f"best beats {', '.join(map(str, beaten)) or '-'} of {s.get('bundled', 5)} bundled tracks, finishes "
+             f"{', '.join(map(str, gen)) or '-'} of {s.get('gen', 0)} generated ones; diverged {s.get('diverged', 0)}"
+             + (f" ({runs} of {runs_needed} runs made)" if runs < runs_needed else ""))
+    # a generated count out of fewer tracks than the goal's is scaled up to it
+    gen_share = [g * gen_of / s["gen"] if s.get("gen") else 0 for g in gen]
+    fails = (any(b < beaten_needed for b in beaten) or any(g < gen_needed for g in gen_share)
+             or int(s.get("diverged", 0)) > 0 or not s.get("gen"))
+    holds: bool | None = False if fails else (True if runs >= runs_needed else None)
+    return ("`bench/seeds.py`", goal, shown, _date(study), holds)
 
 
 def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path,

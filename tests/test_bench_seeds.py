@@ -94,6 +94,48 @@ def test_each_run_gets_its_seed_unless_the_arm_sets_one():
     assert seeds.with_seed(["training.seed=7"], 3) == ["training.seed=7"]
 
 
+def _cycle_result(times: dict[str, float | None], scripted: float = 20.0) -> dict:
+    """One policy's races: each track's time (None: not finished) against a scripted 20 s."""
+    res = {"tracks": {t: {"finished": v is not None, "race_time_s": v, "progress_m": 123.0, "scripted_s": scripted,
+                          "beats_scripted": v is not None and v < scripted} for t, v in times.items()}}
+    return {**res, "counts": seeds.cycle_counts(res)}
+
+
+def test_map_cycle_studies_count_tracks_beaten_and_generated_tracks_finished(tmp_path):
+    bundled = {"default": 19.0, "hairpins": 21.0, "slalom": 15.0, "dirt_mix": None, "turbo_straight": 18.0}
+    best = _cycle_result({**bundled, "gen:1234": 25.0, "gen:98765": None, "gen:5": 19.5})
+    # 3 of 5 beaten (hairpins slower, dirt_mix unfinished), 4 finished; 2 of 3 generated finished
+    assert best["counts"] == {"bundled": 5, "bundled_finished": 4, "bundled_beats_scripted": 3, "gen": 3,
+                              "gen_finished": 2}
+    runs = [{"seed": 0, "frames": 1600000, "updates": 190000, "wall_minutes": 31.5, "health": {"diverged": []},
+             "best": best, "final": _cycle_result({t: 30.0 for t in bundled})},
+            {"seed": 1, "frames": 1500000, "updates": 180000, "wall_minutes": 31.2, "health": {"diverged": ["q_mean"]},
+             "best": _cycle_result({**{t: 10.0 for t in bundled}, "gen:1234": 9.0, "gen:98765": 9.0, "gen:5": 9.0}),
+             "final": _cycle_result({t: None for t in bundled})}]
+    s = seeds.arm_summary(runs, "default", cycle=True)
+    assert s["best_beats_scripted"] == [3, 5] and s["best_gen_finished"] == [2, 3] and s["bundled"] == 5
+    assert s["final_beats_scripted"] == [0, 0] and s["final_finished"] == [5, 0] and s["diverged"] == 1
+    assert "average_beats_scripted" not in s  # no run kept averaged weights
+    path = tmp_path / "run_studies.json"
+    path.write_text(json.dumps({"studies": [{"name": "map_cycle_runs", "date": "d", "command": "c", "machine": "m",
+                                              "map_cycle": True, "gen_seeds": [1234, 98765, 5],
+                                              "arms": [{"arm": "as_shipped", "runs": runs, "summary": s}]}]}))
+    text = "\n".join(bench_main.run_studies(path))
+    assert ("| as_shipped | 0 | 1,600,000 | 190,000 | 31.5 | 3 of 5 (4 finished) | 2 of 3 | 0 of 5 (5 finished) | - | no |"
+            in text)
+    assert "| scripted driver | | 20.00 s | 20.00 s | 20.00 s | 20.00 s | 20.00 s | 20.00 s | 20.00 s | 20.00 s |" in text
+    assert "| as_shipped | 0 | 19.00 s* | 21.00 s | 15.00 s* | 123 m | 18.00 s* | 25.00 s | 123 m | 19.50 s* |" in text
+    assert "best beats the scripted driver on 3, 5 of 5 bundled tracks and finishes 2, 3 of 3 generated ones" in text
+    assert "gen:1234, gen:98765, gen:5" in text
+
+
+def test_generated_tracks_are_refused_for_a_config_without_a_map_cycle(tmp_path):
+    with pytest.raises(SystemExit):
+        seeds.main(["--config", str(BENCH.parent / "configs" / "sim_iqn.yaml"), "--minutes", "1",
+                    "--gen-random", "3", "--out-dir", str(tmp_path)])
+    assert not list(tmp_path.glob("study-*.json"))
+
+
 def _gym_run(best: float, final: float) -> dict:
     return {"seed": 0, "frames": 200000, "updates": 25000, "wall_minutes": 4.2, "health": {"diverged": []},
             "best": {"policy": "best", "return_mean": best, "reaches_target": best >= 475},

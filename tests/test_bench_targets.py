@@ -159,3 +159,26 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     assert verdict(gym) == [True]
     gym["arms"][0]["summary"].update(best_reaches_target=8)
     assert verdict(gym) == [False]
+
+
+def test_a_map_cycle_study_holds_only_when_every_run_beats_every_track_and_finishes_the_generated_ones(
+        tmp_path: Path) -> None:
+    path = tmp_path / "run_studies.json"
+
+    def verdict(runs: int, beaten: list[int], gen: list[int], of: int = 10, diverged: int = 0) -> tuple:
+        summary = {"map_cycle": True, "runs": runs, "bundled": 5, "gen": of, "best_beats_scripted": beaten,
+                   "best_gen_finished": gen, "diverged": diverged}
+        path.write_text(json.dumps({"studies": [{"name": "map_cycle_runs", "config": "configs/sim_iqn_cycle.yaml",
+                                                 "date": "2026-11-27", "arms": [{"arm": "as_shipped",
+                                                                                 "summary": summary}]}]}))
+        (row,) = run_targets(path)
+        return row[4], row[2]
+
+    assert verdict(3, [5, 5, 5], [8, 10, 9])[0] is True
+    assert verdict(3, [5, 4, 5], [10, 10, 10])[0] is False  # one run beats 4 tracks
+    assert verdict(3, [5, 5, 5], [8, 7, 9])[0] is False  # one run finishes 7 of 10
+    assert verdict(3, [5, 5, 5], [10, 10, 10], diverged=1)[0] is False
+    assert verdict(2, [5, 5], [9, 9]) == (None, "best beats 5, 5 of 5 bundled tracks, finishes 9, 9 of 10 generated "
+                                                "ones; diverged 0 (2 of 3 runs made)")
+    assert verdict(3, [5, 5, 5], [4, 5, 5], of=5)[0] is True  # 4 of 5 generated is 8 of 10
+    assert verdict(3, [5, 5, 5], [0, 0, 0], of=0)[0] is False  # no generated track raced: not shown to hold
