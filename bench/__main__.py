@@ -528,23 +528,18 @@ def _cycle_study(study: dict[str, Any]) -> list[str]:
     lines = ["| arm | seed | frames | updates | minutes | "
              + " | ".join(f"{label[p]}: tracks beaten | {label[p]}: generated finished" for p in policies)
              + " | diverged |", "|---|---|---|---|---|" + "---|---|" * len(policies) + "---|"]
-    tracks: list[str] = []
+    scripted: dict[str, float | None] = {}  # every track the best policies raced, in order, and its scripted time
     for arm in study.get("arms", []):
         for i, run in enumerate(arm.get("runs", [])):
-            for t in (run.get("best") or {}).get("tracks", {}):
-                if t not in tracks:
-                    tracks.append(t)
+            for t, row in (run.get("best") or {}).get("tracks", {}).items():
+                scripted.setdefault(t, row.get("scripted_s"))
             lines.append(" | ".join(["", str(arm.get("arm", "")), str(run.get("seed", i)), format_number(run.get("frames")),
                                      format_number(run.get("updates")), format_number(run.get("wall_minutes")),
                                      *[cell for p in policies for cell in counts(run, p)],
                                      ", ".join((run.get("health") or {}).get("diverged", [])) or "no", ""]).strip())
+    tracks = list(scripted)
     lines += ["", "The best policy's greedy race per track (* faster than the scripted driver):", "",
               "| arm | seed | " + " | ".join(tracks) + " |", "|---|---|" + "---|" * len(tracks)]
-    scripted = {}
-    for arm in study.get("arms", []):
-        for run in arm.get("runs", []):
-            for t, row in (run.get("best") or {}).get("tracks", {}).items():
-                scripted.setdefault(t, row.get("scripted_s"))
     lines.append("| scripted driver | | " + " | ".join(f"{scripted[t]:.2f} s" if scripted.get(t) else "-"
                                                      for t in tracks) + " |")
     for arm in study.get("arms", []):
