@@ -209,8 +209,12 @@ def worker_cores(cfg: Any, workers: int, cores: Sequence[int] | None = None) -> 
 def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None = None,
            keys: str | Path | None = None, overrides: Sequence[str] = (), resume: bool = False,
            trainer_output: Any = None, worker_args: Sequence[str] = (),
-           worker_priority: str = "below_normal", pin_cores: bool = True) -> LocalRun:
+           worker_priority: str = "below_normal", pin_cores: bool = True,
+           budget_minutes: float | None = None, budget_frames: int | None = None) -> LocalRun:
     """Start server, trainer and ``workers`` workers on loopback; returns at once.
+
+    ``budget_minutes`` / ``budget_frames``: the run's length as the caller will stop it, told to the
+    trainer (``--budget-minutes`` / ``--budget-frames``) to time its learning-rate cooldown.
 
     ``worker_priority``: the workers' CPU priority (``rulka-worker --priority``). Below normal by
     default: the roles share this machine's cores, and an unpaced simulator or gym env would
@@ -257,6 +261,10 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
         trainer_cmd = _python_cmd("rulka.trainer.cli") + ["--config", str(config), *sets, "--keys", str(keys),
                                                            "--server", address]
         trainer_cmd += ["--resume", str(run_dir)] if resume else ["--run-dir", str(run_dir)]
+        if budget_minutes is not None:
+            trainer_cmd += ["--budget-minutes", repr(float(budget_minutes))]
+        if budget_frames is not None:
+            trainer_cmd += ["--budget-frames", str(int(budget_frames))]
         trainer = subprocess.Popen(trainer_cmd, stdout=trainer_output, start_new_session=True,
                                    stderr=subprocess.STDOUT if trainer_output else None, **_followed())
         started.append(trainer)
@@ -359,7 +367,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
                      resume=args.resume is not None, worker_priority=args.worker_priority,
-                     pin_cores=not args.no_pin)
+                     pin_cores=not args.no_pin, budget_minutes=args.minutes, budget_frames=args.frames)
     except KeyboardInterrupt:
         print("\nrulka run: interrupted while starting; the roles started so far were stopped", file=sys.stderr)
         return 130

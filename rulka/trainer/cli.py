@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rulka-server address (default: network.server_host:network.port)")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
     parser.add_argument("--max-updates", type=int, default=None, help="stop after this many updates")
+    parser.add_argument("--budget-minutes", type=float, default=None, metavar="M",
+                        help="the run's length when something else stops it (rulka run --minutes): times the "
+                             "learning-rate cooldown (training.lr_cooldown_fraction); does not stop the trainer")
+    parser.add_argument("--budget-frames", type=int, default=None, metavar="N",
+                        help="the frames received at which something else stops the run (rulka run --frames): "
+                             "times the learning-rate cooldown; does not stop the trainer")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -124,7 +130,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         trainer.attach(connect_trainer(settings, keys))
         summary = trainer.run(max_updates=args.max_updates,
-                              max_seconds=args.minutes * 60 if args.minutes is not None else None, stop_event=stop)
+                              max_seconds=args.minutes * 60 if args.minutes is not None else None, stop_event=stop,
+                              budget_seconds=args.budget_minutes * 60 if args.budget_minutes is not None else None,
+                              budget_samples=args.budget_frames)
     finally:
         trainer.close()
     print(f"trainer: {summary['samples']} samples, {summary['updates']} updates, weights v{summary['version']}; "

@@ -47,7 +47,7 @@ from typing import Any
 
 from rulka.compress import SegmentDecoder
 from rulka.config import ConfigLike, RulkaConfig, as_config
-from rulka.errors import BadInput, UserError
+from rulka.errors import BadInput, ConfigError, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
 from rulka.memory.augment import RandomCrop
 from rulka.net.link import LinkClosed, Message, TrainerLink
@@ -56,6 +56,7 @@ from rulka.segment import Segment, pack
 from rulka.trainer.average import PolicyAverage
 from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.checkpointing import Checkpointer
+from rulka.trainer.cooldown import LrCooldown
 from rulka.trainer.credit import CREDIT_RESEND_S, Credit, WorkerBook
 from rulka.trainer.intake import ACCEPTED_LOG, Intake
 from rulka.trainer.journal import AckGate, StoreGuard
@@ -163,6 +164,15 @@ class Trainer:
         self.eval_every_versions = tc.eval_every_versions
         self.eval_episodes = tc.eval_episodes
         self.max_updates_per_env_step = tc.max_updates_per_env_step
+        # the learning rate cooled over the end of the run's budget (rulka.trainer.cooldown; run() knows the budget)
+        self.lr_cooldown_fraction = float(cfg.training.lr_cooldown_fraction)
+        self.lr_cooldown_final_ratio = float(cfg.training.lr_cooldown_final_ratio)
+        if self.lr_cooldown_fraction > 0 and not hasattr(self.agent, "lr_factor"):
+            raise ConfigError(
+                f"config key `training.lr_cooldown_fraction` ({self.lr_cooldown_fraction}): the "
+                f"{type(self.agent).__name__} learner has no training.lr_schedule to cool (built for iqn, ppo, "
+                "grpo, dpo): remove it")
+        self.lr_cooldown: LrCooldown | None = None
         self.batch_size = int(self.agent.batch_size or cfg.training.batch_size)
         self.ingest_threads = tc.ingest_threads
         self.rate_mode = tc.rate_limit.mode
@@ -365,13 +375,24 @@ class Trainer:
                 log.debug("ack to %s failed: %s", worker, exc)
 
     def run(self, max_updates: int | None = None, max_seconds: float | None = None,
-            stop_event: threading.Event | None = None, max_samples: int | None = None) -> dict[str, Any]:
+            stop_event: threading.Event | None = None, max_samples: int | None = None, *,
+            budget_seconds: float | None = None, budget_samples: int | None = None) -> dict[str, Any]:
         """Ingest and train until ``max_updates``/``max_seconds``/``max_samples`` or ``stop_event``;
-        writes a final checkpoint (with a run folder) and returns ``summary()``."""
+        writes a final checkpoint (with a run folder) and returns ``summary()``.
+
+        ``budget_seconds`` / ``budget_samples``: how long the run was given when something else
+        stops it (``rulka run --minutes`` / ``--frames``); they time the learning-rate cooldown
+        (``training.lr_cooldown_fraction``) and default to ``max_seconds`` / ``max_samples``."""
         if self.link is None:
             raise ValueError("Trainer needs a link: pass it or call attach(link) before run()")
         stop_event = stop_event or threading.Event()
         t0 = time.monotonic()
+        self.lr_cooldown = LrCooldown(self.lr_cooldown_fraction, self.lr_cooldown_final_ratio,
+                                      budget_seconds=budget_seconds if budget_seconds is not None else max_seconds,
+                                      budget_samples=budget_samples if budget_samples is not None else max_samples)
+        self.lr_cooldown.start(self.samples)
+        if self.lr_cooldown_fraction > 0:
+            log.info("trainer: %s", self.lr_cooldown.describe())
         if self.checkpointer is not None:
             self.checkpointer.write_run_file()
         self.publish()  # workers start acting with the current policy at once
@@ -399,6 +420,8 @@ class Trainer:
                 self.drain_deferred()
                 self.grant_credit()
                 self.publisher.republish_after_reconnect()
+                if self.lr_cooldown.active:
+                    self.agent.lr_factor = self.lr_cooldown.factor(self.samples)  # type: ignore[attr-defined]
                 self.train_slice(max_updates)
                 self.acks.release(self.send_acks)  # batches the journal has synced meanwhile
                 self.report()

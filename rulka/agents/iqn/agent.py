@@ -106,6 +106,7 @@ class IQNAgent(TrainingAgent):
                  seed: int | None = None) -> None:
         self.spec = spec
         self.hp = hyper or IQNHyper()
+        self.lr_factor = 1.0  # rulka.trainer.cooldown sets it over the end of a run's budget
         self.device = torch.device(device)
         if seed is not None:
             torch.manual_seed(seed)
@@ -137,7 +138,8 @@ class IQNAgent(TrainingAgent):
     # -------------------------------------------------------------- schedules
     @property
     def lr(self) -> float:
-        return exponential_schedule(self.hp.lr_schedule, getattr(self, "frames_played", 0))
+        # lr_factor: the trainer's learning-rate cooldown over the end of the run's budget
+        return exponential_schedule(self.hp.lr_schedule, getattr(self, "frames_played", 0)) * self.lr_factor
 
     def set_frames_played(self, frames_played: int) -> None:
         self.frames_played = int(frames_played)

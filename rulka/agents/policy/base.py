@@ -57,6 +57,7 @@ class PolicyLearner(TrainingAgent):
                  seed: int | None = None, with_reference: bool = False) -> None:
         self.spec = spec
         self.optim_hp = optim or OptimHyper()
+        self.lr_factor = 1.0  # rulka.trainer.cooldown sets it over the end of a run's budget
         self.device = torch.device(device)
         if seed is not None:
             torch.manual_seed(seed)
@@ -78,7 +79,9 @@ class PolicyLearner(TrainingAgent):
 
     @property
     def lr(self) -> float:
-        return float(exponential_schedule(self.optim_hp.lr_schedule, getattr(self, "frames_played", 0)))
+        # lr_factor: the trainer's learning-rate cooldown over the end of the run's budget
+        return float(exponential_schedule(self.optim_hp.lr_schedule, getattr(self, "frames_played", 0))
+                     * self.lr_factor)
 
     def _begin(self, frames_played: int) -> float:
         self.frames_played = max(self.frames_played, int(frames_played))

@@ -40,6 +40,12 @@ class TrainingConfig(Section):
         default_factory=lambda: [(0, 1e-3), (3_000_000, 5e-5), (12_000_000, 5e-5), (15_000_000, 1e-5)]
     )
     """Learning rate vs frames, exponential interpolation."""
+    lr_cooldown_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Last fraction of the run's budget (rulka run --minutes/--frames) over which the lr falls; 0 = off.
+    IQN, PPO, GRPO, DPO: the learning rate falls geometrically to ``lr_cooldown_final_ratio`` times
+    ``lr_schedule``'s value, so that the end weights settle; a run without a budget never cools."""
+    lr_cooldown_final_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.05
+    """Where the cooldown ends: this times ``lr_schedule``'s value at the end of the budget."""
     gamma_schedule: UnitKnots = Field(
         default_factory=lambda: [(0, 0.999), (1_500_000, 0.999), (2_500_000, 1.0)]
     )

@@ -1,0 +1,90 @@
+"""The learning-rate cooldown: over the last part of a run's budget the learning rate falls
+geometrically from its schedule's value to a fraction of it, so that the weights a run ends with
+have settled instead of being one draw of a policy that still moves by seconds between versions.
+
+The budget is what the run was given (``rulka run --minutes M`` and/or ``--frames N``, passed to
+the trainer as ``--budget-minutes`` / ``--budget-frames``; ``rulka-trainer --minutes`` counts too),
+so the cooldown scales with the run: a 20-minute run cools over its last 4 minutes at
+``training.lr_cooldown_fraction: 0.2``, a 2-hour run over its last 24. A run with no budget never
+cools. With both budgets, the one nearer its end decides. The factor multiplies the learning rate
+of ``training.lr_schedule`` (the agent's ``lr_factor``), and with it the decoupled weight decay,
+which is proportional to the learning rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def cooldown_factor(progress: float, fraction: float, final_ratio: float) -> float:
+    """Learning-rate multiplier at ``progress`` (0 at the start of the budget, 1 at its end): 1
+    until ``1 - fraction``, then ``final_ratio ** ((progress - (1 - fraction)) / fraction)``, which
+    reaches ``final_ratio`` at the end and stays there past it. ``fraction`` 0: always 1."""
+    if fraction <= 0.0 or progress <= 1.0 - fraction:
+        return 1.0
+    t = min(1.0, (progress - (1.0 - fraction)) / fraction)
+    return float(final_ratio ** t)
+
+
+class LrCooldown:
+    """Progress through a run's budget and the learning-rate factor it gives.
+
+    ``budget_seconds`` counts from ``start``; ``budget_samples`` is the total of samples received
+    at which the run stops (``rulka run --frames``), the samples received when this invocation
+    started being where its progress is 0 (a resumed run cools over what is left of it)."""
+
+    def __init__(self, fraction: float, final_ratio: float, *, budget_seconds: float | None = None,
+                 budget_samples: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"lr cooldown fraction must be in [0, 1), got {fraction}")
+        if not 0.0 < final_ratio <= 1.0:
+            raise ValueError(f"lr cooldown final ratio must be in (0, 1], got {final_ratio}")
+        self.fraction = float(fraction)
+        self.final_ratio = float(final_ratio)
+        self.budget_seconds = budget_seconds if budget_seconds and budget_seconds > 0 else None
+        self.budget_samples = budget_samples if budget_samples and budget_samples > 0 else None
+        self._clock = clock
+        self._t0: float | None = None
+        self._samples0 = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether it can ever change the learning rate: a fraction above 0 and a budget."""
+        return self.fraction > 0.0 and (self.budget_seconds is not None or self.budget_samples is not None)
+
+    def start(self, samples: int) -> None:
+        """The budget starts now, with ``samples`` received so far."""
+        self._t0 = self._clock()
+        self._samples0 = int(samples)
+
+    def progress(self, samples: int) -> float:
+        """How far through its budget the run is (0..1+): the larger of time and samples."""
+        if self._t0 is None:
+            return 0.0
+        parts = [0.0]
+        if self.budget_seconds is not None:
+            parts.append((self._clock() - self._t0) / self.budget_seconds)
+        if self.budget_samples is not None:
+            span = self.budget_samples - self._samples0
+            parts.append(1.0 if span <= 0 else (samples - self._samples0) / span)
+        return max(parts)
+
+    def factor(self, samples: int) -> float:
+        """The learning-rate multiplier now (1.0 when inactive)."""
+        if not self.active:
+            return 1.0
+        return cooldown_factor(self.progress(samples), self.fraction, self.final_ratio)
+
+    def describe(self) -> str:
+        """One line for the trainer's log."""
+        if self.fraction <= 0.0:
+            return "learning-rate cooldown off (training.lr_cooldown_fraction 0)"
+        budget = " and ".join(
+            ([f"{self.budget_seconds / 60:g} min"] if self.budget_seconds is not None else [])
+            + ([f"{self.budget_samples:,} frames"] if self.budget_samples is not None else []))
+        if not budget:
+            return ("learning-rate cooldown inactive: the run has no budget (give rulka run --minutes or "
+                    "--frames to cool the learning rate over its end)")
+        return (f"learning-rate cooldown over the last {self.fraction:.0%} of {budget} "
+                f"(down to {self.final_ratio:g} x training.lr_schedule)")

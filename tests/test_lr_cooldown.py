@@ -1,0 +1,153 @@
+"""The learning-rate cooldown over the end of a run's budget (training.lr_cooldown_fraction):
+the factor against hand-computed values, progress through a time and a frame budget (a resumed
+run included), the learners it multiplies, the refusal where nothing would act on it, and the
+whole chain through `rulka run --frames` with real processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rulka.config import config_from_dict
+from rulka.errors import ConfigError
+from rulka.trainer.cooldown import LrCooldown, cooldown_factor
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_factor_is_one_until_the_last_fraction_then_falls_geometrically():
+    # fraction 0.2, final ratio 0.05: flat to 80 % of the budget, 0.05 ** ((p - 0.8) / 0.2) after
+    assert cooldown_factor(0.0, 0.2, 0.05) == 1.0
+    assert cooldown_factor(0.8, 0.2, 0.05) == 1.0
+    assert cooldown_factor(0.9, 0.2, 0.05) == pytest.approx(math.sqrt(0.05))  # 0.2236
+    assert cooldown_factor(0.95, 0.2, 0.05) == pytest.approx(0.05 ** 0.75)  # 0.1057
+    assert cooldown_factor(1.0, 0.2, 0.05) == pytest.approx(0.05)
+    assert cooldown_factor(1.7, 0.2, 0.05) == pytest.approx(0.05)  # past the budget: stays at the end value
+    assert cooldown_factor(0.99, 0.0, 0.05) == 1.0  # off
+    assert cooldown_factor(0.75, 0.5, 0.01) == pytest.approx(0.1)  # half way through a 50 % cooldown to 0.01
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_time_budget_counts_from_start():
+    clock = Clock()
+    cool = LrCooldown(0.2, 0.05, budget_seconds=1200.0, clock=clock)
+    assert cool.active
+    cool.start(samples=0)
+    clock.t += 600  # half way
+    assert cool.progress(0) == pytest.approx(0.5) and cool.factor(0) == 1.0
+    clock.t += 480  # 1080 s of 1200: 90 %
+    assert cool.factor(0) == pytest.approx(math.sqrt(0.05))
+    clock.t += 500
+    assert cool.factor(0) == pytest.approx(0.05)
+
+
+def test_frame_budget_of_a_resumed_run_cools_over_what_is_left():
+    # stopped at 1000 frames received in all; resumed with 200 already received: progress 0 at 200
+    cool = LrCooldown(0.2, 0.05, budget_samples=1000)
+    cool.start(samples=200)
+    assert cool.progress(200) == 0.0
+    assert cool.factor(840) == 1.0  # 80 % of the 800 left
+    assert cool.factor(920) == pytest.approx(math.sqrt(0.05))
+    assert cool.factor(1000) == pytest.approx(0.05)
+    done = LrCooldown(0.2, 0.05, budget_samples=1000)
+    done.start(samples=1500)  # nothing left of the budget: cooled from the start
+    assert done.factor(1500) == pytest.approx(0.05)
+
+
+def test_the_budget_nearer_its_end_decides():
+    clock = Clock()
+    cool = LrCooldown(0.5, 0.1, budget_seconds=100.0, budget_samples=10_000, clock=clock)
+    cool.start(samples=0)
+    clock.t += 10  # 10 % of the time
+    assert cool.factor(7_500) == pytest.approx(0.1 ** 0.5)  # 75 % of the frames
+    clock.t += 80  # 90 % of the time, 75 % of the frames
+    assert cool.factor(7_500) == pytest.approx(0.1 ** 0.8)
+
+
+def test_no_budget_or_no_fraction_never_changes_the_learning_rate():
+    open_ended = LrCooldown(0.2, 0.05)
+    open_ended.start(samples=0)
+    assert not open_ended.active and open_ended.factor(10 ** 9) == 1.0
+    assert "no budget" in open_ended.describe()
+    off = LrCooldown(0.0, 0.05, budget_samples=100)
+    off.start(samples=0)
+    assert not off.active and off.factor(100) == 1.0
+    assert "20%" in LrCooldown(0.2, 0.05, budget_seconds=1200).describe()
+    for bad in ((1.0, 0.05), (-0.1, 0.05), (0.2, 0.0), (0.2, 1.5)):
+        with pytest.raises(ValueError):
+            LrCooldown(*bad)
+
+
+def test_the_learners_multiply_their_schedule_by_the_factor():
+    import numpy as np
+
+    from rulka.agents.iqn.agent import IQNAgent, IQNHyper
+    from rulka.agents.iqn.network import IQNNetworkSpec
+    from rulka.agents.policy.ppo import PPOAgent
+
+    hyper = IQNHyper(lr_schedule=[[0, 1e-3], [1000, 1e-4]])
+    agent = IQNAgent(IQNNetworkSpec(float_dim=3, n_actions=2, float_hidden_dim=8, dense_hidden_dimension=16,
+                                   embedding_dimension=8), hyper)
+    agent.set_frames_played(500)
+    base = 1e-3 * (0.1 ** 0.5)
+    assert agent.lr == pytest.approx(base)
+    agent.lr_factor = 0.25
+    assert agent.lr == pytest.approx(0.25 * base)
+    ppo = PPOAgent.__new__(PPOAgent)  # the lr property only reads the schedule, frames and factor
+    from rulka.agents.policy.base import OptimHyper
+
+    ppo.optim_hp = OptimHyper(lr_schedule=[[0, 3e-4]])
+    ppo.frames_played = 0
+    ppo.lr_factor = 0.5
+    assert ppo.lr == pytest.approx(1.5e-4)
+    assert np.isfinite(agent.lr)
+
+
+def test_a_learner_without_a_learning_rate_schedule_refuses_the_key():
+    from rulka.net.local import LocalHub
+    from rulka.trainer.trainer import Trainer
+
+    cfg = config_from_dict({"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+                            "trainer": {"agent": "simple_dqn", "memory": "simple",
+                                        "agent_kwargs": {"obs_dim": 4, "n_actions": 2}},
+                            "training": {"lr_cooldown_fraction": 0.2}})
+    with pytest.raises(ConfigError, match="lr_cooldown_fraction"):
+        Trainer(cfg, LocalHub().trainer_link(), weights_encoder=lambda blob: b"w")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
+    """The whole chain: `rulka run --frames` tells the trainer its budget, and the learning rate
+    logged at the end of the run is the schedule's value times the final ratio."""
+    run_dir = tmp_path / "run"
+    rulka = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
+    frames = 8000
+    cmd = [*rulka, "run", str(ROOT / "configs" / "cartpole_iqn.yaml"), "--workers", "1",
+           "--frames", str(frames), "--minutes", "4", "--run-dir", str(run_dir),
+           "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never", "--set", "logging.log_every_s=1",
+           "--set", "training.lr_schedule=[[0,1.0e-3]]", "--set", "training.lr_cooldown_fraction=0.5",
+           "--set", "training.lr_cooldown_final_ratio=0.01", "--set", "memory.memory_size_schedule=[[0,[50000,500]]]"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line)["metrics"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if '"metrics"' in line]
+    lrs = [(m["charts/samples_received"], m["charts/learning_rate"]) for m in rows if "charts/learning_rate" in m]
+    assert lrs, "no learning rate logged"
+    early = [lr for s, lr in lrs if s < 0.4 * frames]
+    late = lrs[-1]
+    assert early and max(early) == pytest.approx(1e-3)  # before the last half: the schedule's value
+    # the last update was made near the end of the budget: the factor is near 0.01 (0.1 at 75 %)
+    assert late[0] >= 0.9 * frames and late[1] < 1e-3 * 0.01 ** 0.7, lrs[-5:]
