@@ -140,6 +140,10 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     assert verdict(_study("2026-11-26", 5, 5, 4)) == [True]
     assert verdict(_study("2026-11-26", 5, 5, 3)) == [False]
     assert verdict(_study("2026-11-26", 5, 5, 5, diverged=1)) == [False]
+    # more runs than the goal names: held to its shares (best in every run, final in 4 of 5)
+    assert verdict(_study("2026-11-26", 7, 6, 6)) == [False]  # best 6 of 7 is not every run
+    assert verdict(_study("2026-11-26", 7, 7, 5)) == [False]  # final 5 of 7 < 4 of 5
+    assert verdict(_study("2026-11-26", 10, 10, 8)) == [True]
     # the latest study of the name decides; studies of other names (comparisons) are no target
     assert verdict(_study("2026-11-25", 5, 5, 5), _study("2026-11-26", 3, 0, 0),
                    _study("2026-11-27", 2, 0, 0, name="sim_grpo_objective")) == [False]
