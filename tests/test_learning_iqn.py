@@ -33,7 +33,9 @@ def test_cartpole_iqn_reaches_475():
     """configs/cartpole_iqn.yaml, seed 0, through the trainer's own schedule (its rate limiter from
     the start size on, weights published every 100 updates, segments of 200 steps): the loop of
     ``bench/recipe.py``, which is deterministic per seed. Its study (BENCHMARKS.md, "Recipe
-    studies") measured 4 of 4 seeds reaching 475 within 200k frames, seed 0 at 70k."""
+    studies") measured 4 of 4 seeds reaching 475 within 200k frames, seed 0 at 70k, before the file
+    took double DQN targets and 16 uses per transition (2026-11-27: `rulka run` 10 of 10 seeds;
+    this test took 7 min on a loaded 2-core machine with them)."""
     import recipe  # bench/recipe.py
 
     result = recipe.run_seed(str(CONFIGS / "cartpole_iqn.yaml"), [], 0, 200_000, 5000, 20, "475",
