@@ -22,12 +22,18 @@ def test_a_seed_repeats_and_holds_the_ratio():
     strip = lambda run: [{k: v for k, v in row.items() if k != "minutes"} for row in run["history"]]  # noqa: E731
     assert strip(a) == strip(b) and a["updates"] == b["updates"]
     assert strip(a) != strip(c)
-    # start size 1000 (memory_size_schedule), 8 samples per insert, batch 64: no burst at the start
-    start, spi, batch = 1000, 8, 64
+    # the file's start size (1000), samples per insert (memory.number_times_single_memory_is_used_before_discard)
+    # and batch (64): updates follow the ratio, no burst at the start
+    from rulka.config import load_config
+
+    cfg = load_config(CARTPOLE)
+    start = int(cfg.memory.memory_size_schedule[0][1][1])
+    spi, batch = int(cfg.memory.number_times_single_memory_is_used_before_discard), int(cfg.training.batch_size)
+    assert (start, batch) == (1000, 64)
     trainable = a["frames"] * 0.95  # about 5% of transitions go to the held-out test store
     assert a["updates"] == pytest.approx((trainable - start) * spi / batch, rel=0.1)
     # Reverb's window: ahead by at most the error buffer (Acme's default, 0.1 x spi x start); a
-    # burst (the start size's worth at once) would be start x spi / batch = 125 updates
+    # burst (the start size's worth at once) would be start x spi / batch updates (250 at 16)
     first = a["history"][0]
     assert first["updates"] <= ((first["frames"] - start) * spi + 0.1 * spi * start) / batch + 1
 
