@@ -77,9 +77,7 @@ class LrCooldown:
         return cooldown_factor(self.progress(samples), self.fraction, self.final_ratio)
 
     def describe(self) -> str:
-        """One line for the trainer's log."""
-        if self.fraction <= 0.0:
-            return "learning-rate cooldown off (training.lr_cooldown_fraction 0)"
+        """One line for the trainer's log (which writes it when the fraction is above 0)."""
         budget = " and ".join(
             ([f"{self.budget_seconds / 60:g} min"] if self.budget_seconds is not None else [])
             + ([f"{self.budget_samples:,} frames"] if self.budget_samples is not None else []))

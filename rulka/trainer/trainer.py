@@ -165,11 +165,10 @@ class Trainer:
         self.eval_episodes = tc.eval_episodes
         self.max_updates_per_env_step = tc.max_updates_per_env_step
         # the learning rate cooled over the end of the run's budget (rulka.trainer.cooldown; run() knows the budget)
-        self.lr_cooldown_fraction = float(cfg.training.lr_cooldown_fraction)
-        self.lr_cooldown_final_ratio = float(cfg.training.lr_cooldown_final_ratio)
-        if self.lr_cooldown_fraction > 0 and not hasattr(self.agent, "lr_factor"):
+        cooldown = cfg.training.lr_cooldown_fraction
+        if cooldown > 0 and not hasattr(self.agent, "lr_factor"):
             raise ConfigError(
-                f"config key `training.lr_cooldown_fraction` ({self.lr_cooldown_fraction}): the "
+                f"config key `training.lr_cooldown_fraction` ({cooldown}): the "
                 f"{type(self.agent).__name__} learner has no training.lr_schedule to cool (built for iqn, ppo, "
                 "grpo, dpo): remove it")
         self.lr_cooldown: LrCooldown | None = None
@@ -387,11 +386,12 @@ class Trainer:
             raise ValueError("Trainer needs a link: pass it or call attach(link) before run()")
         stop_event = stop_event or threading.Event()
         t0 = time.monotonic()
-        self.lr_cooldown = LrCooldown(self.lr_cooldown_fraction, self.lr_cooldown_final_ratio,
+        training = self.cfg.training
+        self.lr_cooldown = LrCooldown(training.lr_cooldown_fraction, training.lr_cooldown_final_ratio,
                                       budget_seconds=budget_seconds if budget_seconds is not None else max_seconds,
                                       budget_samples=budget_samples if budget_samples is not None else max_samples)
         self.lr_cooldown.start(self.samples)
-        if self.lr_cooldown_fraction > 0:
+        if self.lr_cooldown.fraction > 0:
             log.info("trainer: %s", self.lr_cooldown.describe())
         if self.checkpointer is not None:
             self.checkpointer.write_run_file()
