@@ -44,5 +44,6 @@ def test_default_run_finishes_the_default_track(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     results = greedy_sim_results(run_dir)
-    print(f"greedy episodes of the final weights (finished, race ms, metres): {results}")
-    assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
+    shown = f"greedy episodes of the final weights (finished, race ms, metres): {results}"
+    print(shown)
+    assert any(finished for finished, _, _ in results), shown
