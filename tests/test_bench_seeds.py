@@ -157,9 +157,11 @@ def test_gym_arm_summary_and_rows(tmp_path):
 
 @pytest.mark.slow
 def test_a_gymnasium_config_runs_and_is_judged_by_rulka_eval(tmp_path, capsys):
-    """A real (tiny) `rulka run` of the CartPole config, then both policies through `rulka eval --json`."""
+    """A real (tiny) `rulka run` of the CartPole config, then both policies through `rulka eval --json`.
+    The target is 501, over CartPole's most (500): a 3,000-frame run reached 500 in one CI run of
+    2026-11-27 on a fast machine, so 475 did not make the verdict "no" certain."""
     seeds.main(["--config", str(BENCH.parent / "configs" / "cartpole_iqn.yaml"), "--runs", "1", "--workers", "1",
-                "--frames", "3000", "--out-dir", str(tmp_path), "--target-return", "475", "--eval-episodes", "2",
+                "--frames", "3000", "--out-dir", str(tmp_path), "--target-return", "501", "--eval-episodes", "2",
                 "--arm", "tiny:trainer.best_policy_every_frames=1000"])
     study = json.loads((next(tmp_path.glob("study-*.json"))).read_text())
     run = study["arms"][0]["runs"][0]
