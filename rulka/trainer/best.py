@@ -136,6 +136,7 @@ class BestPolicy:
         self._candidates: OrderedDict[int, _Candidate] = OrderedDict()
         self.best: dict[str, Any] | None = None  # what best.json holds
         self.best_key: Key | None = None
+        self._best_weights: dict[str, Any] | None = None  # the best candidate's weights (this invocation)
         self.completed = 0  # candidates with a result on every map
         self.improved = 0  # times the best was replaced
         self.dropped = 0  # candidates given up before they were complete
@@ -242,10 +243,29 @@ class BestPolicy:
         if self.best_key is not None and key >= self.best_key:
             return False
         self.best_key, self.best = key, summary
+        self._best_weights = cand.weights
         self.improved += 1
         if self.folder is not None:
             self._write(cand)
         return True
+
+    def best_weights(self) -> dict[str, Any] | None:
+        """The best policy's weights: the candidate's copy when this invocation scored it, else
+        ``<folder>/policy.safetensors`` (a resumed run); None when there is no best yet or its file
+        cannot be read (logged)."""
+        if self._best_weights is not None:
+            return self._best_weights
+        if self.best is None or self.folder is None:
+            return None
+        from rulka.envs.sim.policy import POLICY_FILE, read_policy_file
+        from rulka.errors import UserError
+
+        try:
+            _, tensors, _ = read_policy_file(self.folder / POLICY_FILE)
+        except (UserError, OSError) as exc:
+            log.warning("best policy weights unreadable: %s", exc)
+            return None
+        return dict(tensors)
 
     def _summary(self, key: Key) -> dict[str, Any]:
         """What a score says, as ``best.json`` fields."""

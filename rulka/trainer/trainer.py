@@ -189,6 +189,17 @@ class Trainer:
         self.best_policy: BestPolicy | None = None
         if self.config_given:
             self.best_policy = BestPolicy.for_config(cfg, self.run_dir / BEST_DIR if self.run_dir is not None else None)
+        # training.lr_cooldown_from_best: the cooldown starts from the best policy's weights
+        self.cool_from_best = bool(cfg.training.lr_cooldown_from_best)
+        self._cooled_from_best = False  # done in this invocation (a resumed run cools again over what is left)
+        if self.cool_from_best:
+            why = ("training.lr_cooldown_fraction is 0" if cooldown <= 0 else
+                   f"the {type(self.agent).__name__} learner cannot load published weights (built for iqn)"
+                   if not hasattr(self.agent, "load_actor_weights") else
+                   "the run keeps no best policy (map_cycle.keep_best_policy, trainer.best_policy_every_frames)"
+                   if self.config_given and self.best_policy is None else "")
+            if why:
+                raise ConfigError(f"config key `training.lr_cooldown_from_best`: {why}: remove it")
         # the components, over the state they share
         self.state = RunState()
         self.store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer
@@ -421,7 +432,10 @@ class Trainer:
                 self.grant_credit()
                 self.publisher.republish_after_reconnect()
                 if self.lr_cooldown.active:
-                    self.agent.lr_factor = self.lr_cooldown.factor(self.samples)  # type: ignore[attr-defined]
+                    factor = self.lr_cooldown.factor(self.samples)
+                    self.agent.lr_factor = factor  # type: ignore[attr-defined]
+                    if factor < 1.0 and self.cool_from_best and not self._cooled_from_best:
+                        self.cool_from_best_policy()
                 self.train_slice(max_updates)
                 self.acks.release(self.send_acks)  # batches the journal has synced meanwhile
                 self.report()
@@ -432,6 +446,23 @@ class Trainer:
             if self.run_dir is not None and self.store_guard.failed is None:
                 self.checkpoint()
         return self.summary()
+
+    def cool_from_best_policy(self) -> bool:
+        """The cooldown has started (``training.lr_cooldown_from_best``): put the best policy's
+        weights into the learner's networks, once per invocation. False (logged, counted) when the
+        run has no best policy yet: the cooldown then settles the current weights."""
+        self._cooled_from_best = True
+        best = self.best_policy
+        weights = best.best_weights() if best is not None else None
+        if best is None or weights is None:
+            self.counters["cooldown_without_best"] += 1
+            log.warning("trainer: the cooldown starts from the current weights: no best policy yet")
+            return False
+        self.agent.load_actor_weights(weights)  # type: ignore[attr-defined]
+        self.counters["cooldown_from_best"] += 1
+        log.info("trainer: the cooldown starts from the best policy (%s at %s frames)", best.describe(),
+                 (best.best or {}).get("frames"))
+        return True
 
     def close(self) -> None:
         """Close files, metrics, the decode threads and the link."""

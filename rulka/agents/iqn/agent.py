@@ -301,6 +301,14 @@ class IQNAgent(TrainingAgent):
         out[EXPLORATION_KEY] = torch.tensor([eps, eps_b, self.hp.tau_epsilon_boltzmann], dtype=torch.float32)
         return out
 
+    @torch.no_grad()
+    def load_actor_weights(self, weights: dict[str, Any]) -> None:
+        """Set the online and the target network to published weights (``actor_weights()`` of an
+        earlier version, e.g. the run's best policy: ``training.lr_cooldown_from_best``); the
+        optimizer's moments and the counters go on as they were."""
+        self.online.load_state_dict({k: v for k, v in weights.items() if k != EXPLORATION_KEY})
+        self.target.load_state_dict(self.online.state_dict())
+
     def get_actor(self) -> IQNActor:
         actor = IQNActor(**self.actor_spec()["kwargs"], seed=int(self._actor_seeds.integers(2**31)))
         actor.load_weights(self.actor_weights())

@@ -46,6 +46,10 @@ class TrainingConfig(Section):
     ``lr_schedule``'s value, so that the end weights settle; a run without a budget never cools."""
     lr_cooldown_final_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.05
     """Where the cooldown ends: this times ``lr_schedule``'s value at the end of the budget."""
+    lr_cooldown_from_best: bool = False
+    """IQN: when the cooldown starts, the online and target networks go back to the run's best policy
+    (``<run>/best/``, the greedy evaluation's best so far), and the cooldown settles those weights
+    instead of wherever the last swing left them; needs ``lr_cooldown_fraction`` > 0 and a best policy."""
     gamma_schedule: UnitKnots = Field(
         default_factory=lambda: [(0, 0.999), (1_500_000, 0.999), (2_500_000, 1.0)]
     )
