@@ -127,11 +127,91 @@ def test_a_learner_without_a_learning_rate_schedule_refuses_the_key():
         Trainer(cfg, LocalHub().trainer_link(), weights_encoder=lambda blob: b"w")
 
 
+CARTPOLE_IQN = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+                "nn": {"vis": {"no_image": True}, "float": {"mlp": {"hidden_dim": 8}},
+                       "iqn": {"embedding_dimension": 8}, "decoder": {"dense_hidden_dimension": 32}},
+                "training": {"algorithm": "iqn", "lr_cooldown_fraction": 0.2, "lr_cooldown_from_best": True}}
+
+
+def _iqn_trainer(tmp_path, cfg=CARTPOLE_IQN):
+    from rulka.net.local import LocalHub
+    from rulka.trainer.trainer import Trainer
+
+    return Trainer(config_from_dict(cfg), LocalHub().trainer_link(), weights_encoder=lambda blob: b"w",
+                   run_dir=tmp_path / "run")
+
+
+def _online(agent) -> dict:
+    return {k: v.clone() for k, v in agent.online.state_dict().items()}
+
+
+def test_the_cooldown_starts_from_the_best_policys_weights(tmp_path):
+    """training.lr_cooldown_from_best: the best candidate's weights go into the online and the target
+    network (not the weights the learner has moved to since); the optimizer still steps after it."""
+    import torch
+
+    trainer = _iqn_trainer(tmp_path)
+    agent, best = trainer.agent, trainer.best_policy
+    assert best is not None and best.best_weights() is None
+    assert not trainer.cool_from_best_policy()  # no best yet: the cooldown settles the current weights
+    assert trainer.counters["cooldown_without_best"] == 1
+    trainer.publish()  # v1: the first candidate, asked of a worker
+    best_then = _online(agent)
+    assert best.add_result(1, best.maps[0], False, None, 0.0, episode_return=180.0)
+    with torch.no_grad():  # the learner moves on after the candidate
+        for p in agent.online.parameters():
+            p.add_(0.5)
+        for p in agent.target.parameters():
+            p.sub_(0.25)
+    assert trainer.cool_from_best_policy()
+    for name, value in best_then.items():
+        assert torch.equal(agent.online.state_dict()[name], value), name
+        assert torch.equal(agent.target.state_dict()[name], value), name
+    assert trainer.counters["cooldown_from_best"] == 1
+    # the learner trains on from there: a step moves the online weights and leaves the target's
+    agent.optimizer.zero_grad()
+    sum((p * p).sum() for p in agent.online.parameters()).backward()
+    agent.optimizer.step()
+    name = next(n for n, _ in agent.online.named_parameters())
+    assert not torch.equal(agent.online.state_dict()[name], best_then[name])
+    assert torch.equal(agent.target.state_dict()[name], best_then[name])
+    trainer.close()
+
+
+def test_a_resumed_run_cools_from_the_best_policy_file(tmp_path):
+    """After a restart the best policy's weights come from <run>/best/policy.safetensors."""
+    import torch
+
+    from rulka.trainer.best import BestPolicy
+
+    folder = tmp_path / "best"
+    bp = BestPolicy(["a"], folder)
+    bp.mark(4, {"w": torch.tensor([4.0, 2.0])}, {"actor": "x", "kwargs": {}}, frames=100, updates=1)
+    assert bp.add_result(4, "a", True, 20_000, 617.0)
+    assert bp.best_weights()["w"].tolist() == [4.0, 2.0]
+    again = BestPolicy(["a"], folder)
+    assert again.best is not None and again.best_weights()["w"].tolist() == [4.0, 2.0]
+    (folder / "policy.safetensors").write_bytes(b"garbage")
+    assert BestPolicy(["a"], folder).best_weights() is None  # unreadable: logged, the current weights cool
+    assert BestPolicy(["a"], tmp_path / "none").best_weights() is None
+
+
+def test_cooldown_from_best_is_refused_where_nothing_would_act_on_it(tmp_path):
+    training = CARTPOLE_IQN["training"]
+    for i, (change, why) in enumerate((
+            ({"training": {**training, "lr_cooldown_fraction": 0.0}}, "lr_cooldown_fraction is 0"),
+            ({"map_cycle": {"keep_best_policy": False}}, "keeps no best policy"),
+            ({"training": {**training, "algorithm": "ppo"}}, "cannot load published weights"))):
+        with pytest.raises(ConfigError, match=f"lr_cooldown_from_best.*{why}"):
+            _iqn_trainer(tmp_path / str(i), {**CARTPOLE_IQN, **change})
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
-    """The whole chain: `rulka run --frames` tells the trainer its budget, and the learning rate
-    logged at the end of the run is the schedule's value times the final ratio."""
+    """The whole chain: `rulka run --frames` tells the trainer its budget, the learning rate logged
+    at the end of the run is the schedule's value times the final ratio, and the cooldown started
+    from the best policy (training.lr_cooldown_from_best)."""
     run_dir = tmp_path / "run"
     rulka = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
     frames = 8000
@@ -139,7 +219,8 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
            "--frames", str(frames), "--minutes", "4", "--run-dir", str(run_dir),
            "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never", "--set", "logging.log_every_s=1",
            "--set", "training.lr_schedule=[[0,1.0e-3]]", "--set", "training.lr_cooldown_fraction=0.5",
-           "--set", "training.lr_cooldown_final_ratio=0.01", "--set", "memory.memory_size_schedule=[[0,[50000,500]]]"]
+           "--set", "training.lr_cooldown_final_ratio=0.01", "--set", "memory.memory_size_schedule=[[0,[50000,500]]]",
+           "--set", "training.lr_cooldown_from_best=true", "--set", "trainer.best_policy_every_frames=1000"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line)["metrics"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -151,3 +232,7 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
     assert early and max(early) == pytest.approx(1e-3)  # before the last half: the schedule's value
     # the last update was made near the end of the budget: the factor is near 0.01 (0.1 at 75 %)
     assert late[0] >= 0.9 * frames and late[1] < 1e-3 * 0.01 ** 0.7, lrs[-5:]
+    # training.lr_cooldown_from_best: when the cooldown began, the learner went back to the best policy once
+    latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+    counters = json.loads((run_dir / "checkpoints" / latest["checkpoint"] / "trainer.json").read_text())["counters"]
+    assert counters.get("cooldown_from_best") == 1 and "cooldown_without_best" not in counters, counters
