@@ -199,7 +199,7 @@ class Trainer:
                    "the run keeps no best policy (map_cycle.keep_best_policy, trainer.best_policy_every_frames)"
                    if self.config_given and self.best_policy is None else "")
             if why:
-                raise ConfigError(f"config key `training.lr_cooldown_from_best`: {why}: remove it")
+                raise ConfigError(f"config key `training.lr_cooldown_from_best`: {why}: set it to false")
         # the components, over the state they share
         self.state = RunState()
         self.store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer
