@@ -168,6 +168,11 @@ def test_the_cooldown_starts_from_the_best_policys_weights(tmp_path):
         assert torch.equal(agent.online.state_dict()[name], value), name
         assert torch.equal(agent.target.state_dict()[name], value), name
     assert trainer.counters["cooldown_from_best"] == 1
+    # weights of another network (a resumed run whose config changed): refused before anything changes
+    name = next(iter(best_then))
+    best._best_weights = {**best_then, name: torch.zeros(3, 3)}
+    assert not trainer.cool_from_best_policy() and trainer.counters["cooldown_without_best"] == 2
+    assert torch.equal(agent.online.state_dict()[name], best_then[name])
     # the learner trains on from there: a step moves the online weights and leaves the target's
     agent.optimizer.zero_grad()
     sum((p * p).sum() for p in agent.online.parameters()).backward()

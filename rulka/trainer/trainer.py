@@ -458,7 +458,12 @@ class Trainer:
             self.counters["cooldown_without_best"] += 1
             log.warning("trainer: the cooldown starts from the current weights: no best policy yet")
             return False
-        self.agent.load_actor_weights(weights)  # type: ignore[attr-defined]
+        try:
+            self.agent.load_actor_weights(weights)  # type: ignore[attr-defined]
+        except ValueError as exc:  # a best/ file of another network (a resumed run whose config changed)
+            self.counters["cooldown_without_best"] += 1
+            log.warning("trainer: the cooldown starts from the current weights: the best policy's %s", exc)
+            return False
         self.counters["cooldown_from_best"] += 1
         log.info("trainer: the cooldown starts from the best policy (%s at %s frames)", best.describe(),
                  (best.best or {}).get("frames"))

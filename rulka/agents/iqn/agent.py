@@ -305,8 +305,15 @@ class IQNAgent(TrainingAgent):
     def load_actor_weights(self, weights: dict[str, Any]) -> None:
         """Set the online and the target network to published weights (``actor_weights()`` of an
         earlier version, e.g. the run's best policy: ``training.lr_cooldown_from_best``); the
-        optimizer's moments and the counters go on as they were."""
-        self.online.load_state_dict({k: v for k, v in weights.items() if k != EXPLORATION_KEY})
+        optimizer's moments and the counters go on as they were. Weights whose names or shapes differ
+        from the network's raise ValueError before anything is changed."""
+        state = {k: v for k, v in weights.items() if k != EXPLORATION_KEY}
+        own = self.online.state_dict()
+        if set(state) != set(own) or any(tuple(state[k].shape) != tuple(v.shape) for k, v in own.items()):
+            missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+            raise ValueError(f"weights do not fit this network (missing {missing[:3]}, unexpected {extra[:3]}, "
+                             "or other shapes)")
+        self.online.load_state_dict(state)
         self.target.load_state_dict(self.online.state_dict())
 
     def get_actor(self) -> IQNActor:
