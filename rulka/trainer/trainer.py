@@ -193,11 +193,13 @@ class Trainer:
         self.cool_from_best = bool(cfg.training.lr_cooldown_from_best)
         self._cooled_from_best = False  # done in this invocation (a resumed run cools again over what is left)
         if self.cool_from_best:
-            why = ("training.lr_cooldown_fraction is 0" if cooldown <= 0 else
-                   f"the {type(self.agent).__name__} learner cannot load published weights (built for iqn)"
-                   if not hasattr(self.agent, "load_actor_weights") else
-                   "the run keeps no best policy (map_cycle.keep_best_policy, trainer.best_policy_every_frames)"
-                   if self.config_given and self.best_policy is None else "")
+            why = ""
+            if cooldown <= 0:
+                why = "training.lr_cooldown_fraction is 0"
+            elif not hasattr(self.agent, "load_actor_weights"):
+                why = f"the {type(self.agent).__name__} learner cannot load published weights (built for iqn)"
+            elif self.config_given and self.best_policy is None:
+                why = "the run keeps no best policy (map_cycle.keep_best_policy, trainer.best_policy_every_frames)"
             if why:
                 raise ConfigError(f"config key `training.lr_cooldown_from_best`: {why}: set it to false")
         # the components, over the state they share
@@ -454,15 +456,16 @@ class Trainer:
         self._cooled_from_best = True
         best = self.best_policy
         weights = best.best_weights() if best is not None else None
-        if best is None or weights is None:
+        why = "no best policy yet"
+        if best is not None and weights is not None:
+            try:
+                self.agent.load_actor_weights(weights)  # type: ignore[attr-defined]
+                why = ""
+            except ValueError as exc:  # a best/ file of another network (a resumed run whose config changed)
+                why = f"the best policy's {exc}"
+        if best is None or why:
             self.counters["cooldown_without_best"] += 1
-            log.warning("trainer: the cooldown starts from the current weights: no best policy yet")
-            return False
-        try:
-            self.agent.load_actor_weights(weights)  # type: ignore[attr-defined]
-        except ValueError as exc:  # a best/ file of another network (a resumed run whose config changed)
-            self.counters["cooldown_without_best"] += 1
-            log.warning("trainer: the cooldown starts from the current weights: the best policy's %s", exc)
+            log.warning("trainer: the cooldown starts from the current weights: %s", why)
             return False
         self.counters["cooldown_from_best"] += 1
         log.info("trainer: the cooldown starts from the best policy (%s at %s frames)", best.describe(),
