@@ -32,6 +32,25 @@ def test_factor_is_one_until_the_last_fraction_then_falls_geometrically():
     assert cooldown_factor(0.75, 0.5, 0.01) == pytest.approx(0.1)  # half way through a 50 % cooldown to 0.01
 
 
+def test_a_start_ratio_steps_down_first_then_falls_geometrically_to_the_final_ratio():
+    # fraction 0.2, from 0.1 to 0.01: 0.1 * 0.1 ** ((p - 0.8) / 0.2)
+    assert cooldown_factor(0.79, 0.2, 0.01, 0.1) == 1.0  # before the cooldown: the schedule's rate
+    assert cooldown_factor(0.8, 0.2, 0.01, 0.1) == pytest.approx(0.1)  # where it begins: the step down
+    assert cooldown_factor(0.9, 0.2, 0.01, 0.1) == pytest.approx(0.1 * math.sqrt(0.1))  # 0.0316
+    assert cooldown_factor(1.0, 0.2, 0.01, 0.1) == pytest.approx(0.01)
+    assert cooldown_factor(2.0, 0.2, 0.01, 0.1) == pytest.approx(0.01)
+    assert cooldown_factor(0.9, 0.2, 0.05, 0.05) == pytest.approx(0.05)  # start = final: a flat step down
+    cool = LrCooldown(0.5, 0.01, start_ratio=0.1, budget_samples=1000)
+    cool.start(samples=0)
+    assert cool.factor(499) == 1.0 and cool.factor(500) == pytest.approx(0.1)
+    assert cool.factor(750) == pytest.approx(0.1 * math.sqrt(0.1))
+    assert "0.1 down to 0.01" in cool.describe()
+    with pytest.raises(ValueError, match="start ratio"):
+        LrCooldown(0.2, 0.05, start_ratio=0.01)  # below the final ratio: it would raise the rate
+    with pytest.raises(ConfigError, match="lr_cooldown_start_ratio.*below"):
+        config_from_dict({"training": {"lr_cooldown_start_ratio": 0.01, "lr_cooldown_final_ratio": 0.05}})
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 1000.0
@@ -216,7 +235,7 @@ def test_cooldown_from_best_is_refused_where_nothing_would_act_on_it(tmp_path):
 def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
     """The whole chain: `rulka run --frames` tells the trainer its budget, the learning rate logged
     at the end of the run is the schedule's value times the final ratio, and the cooldown started
-    from the best policy (training.lr_cooldown_from_best)."""
+    from the best policy (training.lr_cooldown_from_best) after a step down (lr_cooldown_start_ratio)."""
     run_dir = tmp_path / "run"
     rulka = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit(main())"]
     frames = 8000
@@ -225,7 +244,8 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
            "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never", "--set", "logging.log_every_s=1",
            "--set", "training.lr_schedule=[[0,1.0e-3]]", "--set", "training.lr_cooldown_fraction=0.5",
            "--set", "training.lr_cooldown_final_ratio=0.01", "--set", "memory.memory_size_schedule=[[0,[50000,500]]]",
-           "--set", "training.lr_cooldown_from_best=true", "--set", "trainer.best_policy_every_frames=1000"]
+           "--set", "training.lr_cooldown_from_best=true", "--set", "trainer.best_policy_every_frames=1000",
+           "--set", "training.lr_cooldown_start_ratio=0.1"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line)["metrics"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -235,7 +255,10 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
     early = [lr for s, lr in lrs if s < 0.4 * frames]
     late = lrs[-1]
     assert early and max(early) == pytest.approx(1e-3)  # before the last half: the schedule's value
-    # the last update was made near the end of the budget: the factor is near 0.01 (0.1 at 75 %)
+    # training.lr_cooldown_start_ratio 0.1: the cooldown begins with a step down to a tenth, never above it
+    cooled = [lr for s, lr in lrs if s >= 0.55 * frames]
+    assert cooled and max(cooled) <= 1e-4 * 1.001, lrs
+    # the last update was made near the end of the budget: the factor is near 0.01
     assert late[0] >= 0.9 * frames and late[1] < 1e-3 * 0.01 ** 0.7, lrs[-5:]
     # training.lr_cooldown_from_best: when the cooldown began, the learner went back to the best policy once
     latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())

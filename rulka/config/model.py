@@ -444,6 +444,12 @@ def check_consistency(cfg: RulkaConfig) -> None:
             "config key `environment.tm2020.observation` is lidar: set `nn.vis.no_image: true` "
             "(the beams go into the float inputs; there is no image)"
         )
+    if tr.lr_cooldown_start_ratio < tr.lr_cooldown_final_ratio:
+        raise ConfigError(
+            f"config key `training.lr_cooldown_start_ratio` ({tr.lr_cooldown_start_ratio:g}) is below "
+            f"`training.lr_cooldown_final_ratio` ({tr.lr_cooldown_final_ratio:g}): the cooldown only lowers the "
+            "learning rate"
+        )
     if cfg.sac.target_critics > cfg.sac.n_critics:
         raise ConfigError(
             f"config key `sac.target_critics` ({cfg.sac.target_critics}) exceeds `sac.n_critics` "

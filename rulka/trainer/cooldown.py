@@ -6,7 +6,11 @@ The budget is what the run was given (``rulka run --minutes M`` and/or ``--frame
 the trainer as ``--budget-minutes`` / ``--budget-frames``; ``rulka-trainer --minutes`` counts too),
 so the cooldown scales with the run: a 20-minute run cools over its last 4 minutes at
 ``training.lr_cooldown_fraction: 0.2``, a 2-hour run over its last 24. A run with no budget never
-cools. With both budgets, the one nearer its end decides. The factor multiplies the learning rate
+cools. With both budgets, the one nearer its end decides. The factor starts at
+``training.lr_cooldown_start_ratio`` (1 by default: the cooldown begins at the schedule's rate; lower
+starts it with a step down, for a cooldown that only settles weights it was handed, e.g. the best
+policy's with ``training.lr_cooldown_from_best``) and falls geometrically to
+``training.lr_cooldown_final_ratio``. It multiplies the learning rate
 of ``training.lr_schedule`` (the agent's ``lr_factor``), and with it the decoupled weight decay,
 which is proportional to the learning rate.
 """
@@ -17,14 +21,15 @@ import time
 from collections.abc import Callable
 
 
-def cooldown_factor(progress: float, fraction: float, final_ratio: float) -> float:
+def cooldown_factor(progress: float, fraction: float, final_ratio: float, start_ratio: float = 1.0) -> float:
     """Learning-rate multiplier at ``progress`` (0 at the start of the budget, 1 at its end): 1
-    until ``1 - fraction``, then ``final_ratio ** ((progress - (1 - fraction)) / fraction)``, which
-    reaches ``final_ratio`` at the end and stays there past it. ``fraction`` 0: always 1."""
-    if fraction <= 0.0 or progress <= 1.0 - fraction:
+    until ``1 - fraction``, then ``start_ratio * (final_ratio / start_ratio) ** t`` with
+    ``t = (progress - (1 - fraction)) / fraction``: ``start_ratio`` where the cooldown begins,
+    ``final_ratio`` at the end and past it. ``fraction`` 0: always 1."""
+    if fraction <= 0.0 or progress < 1.0 - fraction:
         return 1.0
     t = min(1.0, (progress - (1.0 - fraction)) / fraction)
-    return float(final_ratio ** t)
+    return float(start_ratio * (final_ratio / start_ratio) ** t)
 
 
 class LrCooldown:
@@ -34,14 +39,18 @@ class LrCooldown:
     at which the run stops (``rulka run --frames``), the samples received when this invocation
     started being where its progress is 0 (a resumed run cools over what is left of it)."""
 
-    def __init__(self, fraction: float, final_ratio: float, *, budget_seconds: float | None = None,
-                 budget_samples: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, fraction: float, final_ratio: float, *, start_ratio: float = 1.0,
+                 budget_seconds: float | None = None, budget_samples: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not 0.0 <= fraction < 1.0:
             raise ValueError(f"lr cooldown fraction must be in [0, 1), got {fraction}")
         if not 0.0 < final_ratio <= 1.0:
             raise ValueError(f"lr cooldown final ratio must be in (0, 1], got {final_ratio}")
+        if not final_ratio <= start_ratio <= 1.0:
+            raise ValueError(f"lr cooldown start ratio must be in [final ratio {final_ratio:g}, 1], got {start_ratio}")
         self.fraction = float(fraction)
         self.final_ratio = float(final_ratio)
+        self.start_ratio = float(start_ratio)
         self.budget_seconds = budget_seconds if budget_seconds and budget_seconds > 0 else None
         self.budget_samples = budget_samples if budget_samples and budget_samples > 0 else None
         self._clock = clock
@@ -74,7 +83,7 @@ class LrCooldown:
         """The learning-rate multiplier now (1.0 when inactive)."""
         if not self.active:
             return 1.0
-        return cooldown_factor(self.progress(samples), self.fraction, self.final_ratio)
+        return cooldown_factor(self.progress(samples), self.fraction, self.final_ratio, self.start_ratio)
 
     def describe(self) -> str:
         """One line for the trainer's log (which writes it when the fraction is above 0)."""
@@ -85,4 +94,4 @@ class LrCooldown:
             return ("learning-rate cooldown inactive: the run has no budget (give rulka run --minutes or "
                     "--frames to cool the learning rate over its end)")
         return (f"learning-rate cooldown over the last {self.fraction:.0%} of {budget} "
-                f"(down to {self.final_ratio:g} x training.lr_schedule)")
+                f"({self.start_ratio:g} down to {self.final_ratio:g} x training.lr_schedule)")

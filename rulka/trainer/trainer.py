@@ -401,6 +401,7 @@ class Trainer:
         t0 = time.monotonic()
         training = self.cfg.training
         self.lr_cooldown = LrCooldown(training.lr_cooldown_fraction, training.lr_cooldown_final_ratio,
+                                      start_ratio=training.lr_cooldown_start_ratio,
                                       budget_seconds=budget_seconds if budget_seconds is not None else max_seconds,
                                       budget_samples=budget_samples if budget_samples is not None else max_samples)
         self.lr_cooldown.start(self.samples)

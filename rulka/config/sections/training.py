@@ -46,6 +46,10 @@ class TrainingConfig(Section):
     ``lr_schedule``'s value, so that the end weights settle; a run without a budget never cools."""
     lr_cooldown_final_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.05
     """Where the cooldown ends: this times ``lr_schedule``'s value at the end of the budget."""
+    lr_cooldown_start_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    """Where the cooldown begins (from there geometric to ``lr_cooldown_final_ratio``, which it must not
+    be below); 1 = at the schedule's rate, lower = a step down first (a cooldown that settles the best
+    policy's weights, ``lr_cooldown_from_best``, without first moving them at the full rate)."""
     lr_cooldown_from_best: bool = False
     """IQN: when the cooldown starts, the online and target networks go back to the run's best policy
     (``<run>/best/``, the greedy evaluation's best so far), and the cooldown settles those weights
