@@ -96,13 +96,20 @@ def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int, tracks: list[str] 
 DIVERGENCE = {"q_mean": 50.0, "td_loss": 10.0, "grad_norm": 1000.0}
 
 
+def divergence_limits(q_limit: float | None = None) -> dict[str, float]:
+    """DIVERGENCE with ``q_limit`` (when given) as its q_mean bound: the default is sized for the
+    simulator's returns, and CartPole's healthy Q approaches 1 / (1 - gamma) = 100 at gamma 0.99."""
+    return {**DIVERGENCE, **({"q_mean": float(q_limit)} if q_limit is not None else {})}
+
+
 class _Window:
     """The learner's health between two evaluations: mean and max of q_mean, td_loss, grad_norm."""
 
     NAMES = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "losses/grad_norm"}
 
-    def __init__(self) -> None:
+    def __init__(self, q_limit: float | None = None) -> None:
         self.values: dict[str, list[float]] = {k: [] for k in self.NAMES}
+        self.limits = divergence_limits(q_limit)
 
     def add(self, metrics: dict[str, Any]) -> None:
         for short, name in self.NAMES.items():
@@ -115,7 +122,7 @@ class _Window:
             if v:
                 out[f"{k}_mean"] = round(sum(v) / len(v), 3)
                 out[f"{k}_max"] = round(max(v), 3)
-        over = [k for k, limit in DIVERGENCE.items() if self.values[k] and sum(self.values[k]) / len(self.values[k]) > limit]
+        over = [k for k, limit in self.limits.items() if self.values[k] and sum(self.values[k]) / len(self.values[k]) > limit]
         out["diverged"] = over
         self.values = {k: [] for k in self.NAMES}
         return out
@@ -150,13 +157,14 @@ def _reached(result: dict[str, Any], target: str) -> bool:
 
 def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_every: int,
              eval_episodes: int, target: str, stop_at_target: bool = False, save: str | None = None,
-             eval_at_start: bool = False) -> dict[str, Any]:
+             eval_at_start: bool = False, q_limit: float | None = None) -> dict[str, Any]:
     """One seed of the recipe (see the module docstring); returns its outcome and history.
     ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests).
     ``save``: a folder; the best evaluated weights go to ``<save>/seed<N>/best/`` and the final ones
     to ``<save>/seed<N>/weights/`` (policy files, as a run folder holds them: ``rulka eval``,
     ``bench/learning.py evaluate``). ``eval_at_start``: also evaluate the weights the agent starts
-    with, at 0 frames (a run from ``nn.init_from_pretrained``)."""
+    with, at 0 frames (a run from ``nn.init_from_pretrained``). ``q_limit``: the q_mean over which
+    the Q-function counts as diverged (default ``DIVERGENCE``'s, the simulator's)."""
     import torch
 
     from rulka.agents.iqn.settings import make_agent, make_memory
@@ -190,7 +198,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     else:
         scripted = {}
     cycle = MapCycle.from_config(cfg)
-    window = _Window()
+    window = _Window(q_limit)
     played = updates = episode = 0
     next_eval = eval_every
     history: list[dict[str, Any]] = []
@@ -278,7 +286,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     diverged = [{"frames": row["frames"], "over": row["diverged"]} for row in history if row.get("diverged")]
     out = {"seed": seed, "frames": played, "updates": updates, "minutes": round((time.monotonic() - t0) / 60, 2),
            "samples_per_insert": round(limiter.achieved(), 2), "reached_at_frames": first_reached,
-           "diverged": diverged[0] if diverged else None, "divergence_thresholds": DIVERGENCE,
+           "diverged": diverged[0] if diverged else None, "divergence_thresholds": window.limits,
            "best": best, "last": history[-1] if history else None}
     if sim:
         out["tracks"] = _track_table(history, tracks, scripted)
@@ -339,6 +347,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation (gym envs)")
     p.add_argument("--target", default="475", help="a mean greedy return, or 'finish' (simulator)")
     p.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--q-limit", type=float, default=None,
+                   help=f"the q_mean over which a seed counts as diverged (default {DIVERGENCE['q_mean']:g}, sized "
+                        "for the simulator; a gym env with returns of hundreds needs more: CartPole at gamma 0.99, 150)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--save", metavar="DIR", help="write each seed's best and final policy under DIR/seed<N>/ "
@@ -350,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     t0 = time.monotonic()
     jobs = [(args.config, args.set, s, args.frames, args.eval_every, args.eval_episodes, args.target, False, args.save,
-             args.eval_at_start) for s in args.seeds]
+             args.eval_at_start, args.q_limit) for s in args.seeds]
     with ProcessPoolExecutor(max_workers=max(1, min(args.parallel, len(jobs)))) as pool:
         runs = list(pool.map(run_seed, *zip(*jobs, strict=True)))
     reached = [r for r in runs if r["reached_at_frames"] is not None]

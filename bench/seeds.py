@@ -78,9 +78,9 @@ def health(records: list[dict[str, Any]], window: int, q_limit: float | None = N
     """Worst window mean of each health metric (absolute values) and the ones over the thresholds
     (recipe.py's; ``q_limit`` replaces its q_mean bound, which is sized for the simulator's
     rewards: CartPole's Q reaches 1 / (1 - 0.99) = 100 when it balances)."""
-    from recipe import DIVERGENCE
+    from recipe import divergence_limits
 
-    limits = {**DIVERGENCE, **({"q_mean": q_limit} if q_limit is not None else {})}
+    limits = divergence_limits(q_limit)
 
     out: dict[str, Any] = {}
     over = []
