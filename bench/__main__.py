@@ -494,6 +494,8 @@ def run_studies(path: Path) -> list[str]:
                          f"final weights in {s.get('final_beats_scripted')} (finish in {s.get('final_finished')}); "
                          + (f"averaged weights in {s.get('average_beats_scripted')} of the {_count_average(arm)} runs "
                             f"that kept them (finish in {s.get('average_finished')}); " if _count_average(arm) else "")
+                         + (f"in-run greedy races of the runs' last fifth: {s['late_beats_scripted']} of "
+                            f"{s['late_races']} beat it; " if s.get("late_races") else "")
                          + f"diverged: {s.get('diverged')}.")
         if study.get("note"):
             lines += ["", format_number(study["note"])]

@@ -9,6 +9,8 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
 - the learner's health: the worst mean over windows of ``--window`` metric records of ``q_mean``,
   ``td_loss`` and ``grad_norm`` (absolute values), and which of them went over ``bench/recipe.py``'s
   divergence thresholds;
+- the in-run greedy races of the versions in the run's last fifth (``best/candidates.jsonl``): how
+  many beat the scripted driver, of which the final weights are one draw;
 - the greedy outcome of the run's best policy (``best/``, what ``rulka eval RUN`` drives) and of its
   final weights (``rulka eval RUN --final``), and of its averaged weights when it kept them
   (``rulka eval RUN --average``, ``trainer.average_policy_frames``) on the five bundled tracks (``bench/learning.py``'s
@@ -116,6 +118,40 @@ def summarise_metrics(run_dir: Path, window: int, q_limit: float | None = None) 
     }
 
 
+def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]:
+    """The in-run greedy races (``best/candidates.jsonl``, one per ``trainer.best_policy_every_frames``)
+    of the versions in the last ``late_fraction`` of the run's frames (the shipped cooldown's fifth),
+    per track: races, finished, faster than the track's reference (the scripted driver), median race
+    time (a race not finished counts as slower than any finish). A run's final weights are one draw
+    of these, so their share under the reference says how often the end weights beat it, with ~20
+    races per run where the final weights give one."""
+    path = run_dir / "best" / "candidates.jsonl"
+    if not path.is_file():
+        return {}
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut off by a kill
+    if not rows:
+        return {}
+    end = max(int(r.get("frames", 0)) for r in rows)
+    late = [r for r in rows if int(r.get("frames", 0)) >= (1.0 - late_fraction) * end]
+    out: dict[str, Any] = {}
+    for track in sorted({t for r in late for t in r.get("maps", {})}):
+        races = [r["maps"][track] for r in late if track in r.get("maps", {})]
+        times = sorted(m["race_time_ms"] / 1000 if m.get("finished") and m.get("race_time_ms") is not None
+                       else float("inf") for m in races)
+        ref = next((m.get("reference_time_ms") for m in races if m.get("reference_time_ms")), None)
+        median = times[(len(times) - 1) // 2] if times else float("inf")  # the lower median of finishes
+        out[track] = {"races": len(races), "finished": sum(t != float("inf") for t in times),
+                      "beats_reference": sum(ref is not None and t * 1000 < ref for t in times),
+                      "median_s": round(median, 2) if median != float("inf") else None,
+                      "from_frames": int((1.0 - late_fraction) * end)}
+    return out
+
+
 def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] | None = None) -> dict[str, Any]:
     """Per bundled track (and ``gen:<seed>`` for each of ``gen_seeds``): finished, race time (s) or
     metres, scripted time, beats scripted; with ``gen_seeds``, the counts (``cycle_counts``) too."""
@@ -183,6 +219,9 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
     if proc.returncode != 0:
         out["stderr_tail"] = proc.stderr[-2000:]
     out.update(summarise_metrics(run_dir, window, q_limit))
+    late = late_candidates(run_dir)
+    if late:
+        out["late_candidates"] = late
     if (run_dir / "weights").exists() or (run_dir / "best").exists():
         if gym is not None:  # {"episodes": E, "target": T}
             out["best"] = greedy_gym(run_dir, "best", gym["episodes"], gym["target"])
@@ -225,11 +264,15 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
     def count(which: str, key: str) -> int:
         return sum(bool(r.get(which, {}).get("tracks", {}).get(track, {}).get(key)) for r in runs)
 
+    late = [r.get("late_candidates", {}).get(track) for r in runs]
+    late = [x for x in late if x]
     return {"track": track, "runs": len(runs),
             "best_finished": count("best", "finished"), "best_beats_scripted": count("best", "beats_scripted"),
             "final_finished": count("final", "finished"), "final_beats_scripted": count("final", "beats_scripted"),
             **({"average_finished": count("average", "finished"),
                 "average_beats_scripted": count("average", "beats_scripted")} if any("average" in r for r in runs) else {}),
+            **({"late_races": sum(x["races"] for x in late),
+                "late_beats_scripted": sum(x["beats_reference"] for x in late)} if late else {}),
             "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
 
 

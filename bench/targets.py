@@ -273,8 +273,11 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             # never counted for the final weights
             averaged = (f" (averaged weights {int(s['average_beats_scripted'])}/{runs})"
                         if "average_beats_scripted" in s else "")
+            # the in-run greedy races of the runs' last fifth: how often an end version beats the driver
+            late = (f"; in-run races of the last fifth {int(s['late_beats_scripted'])}/{int(s['late_races'])}"
+                    if s.get("late_races") else "")
             shown = (f"best {best}/{runs}, final {final}/{runs}{averaged} runs on `{s.get('track', '')}`, "
-                     f"diverged {s.get('diverged', 0)}" + made)
+                     f"diverged {s.get('diverged', 0)}" + made + late)
         # decided once the runs that are missing could no longer change the verdict; more runs than the
         # goal names are held to its shares (best in 5 of 5 runs: in every run of 7)
         missing = max(runs_needed - runs, 0)

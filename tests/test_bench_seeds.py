@@ -89,6 +89,33 @@ def test_runs_that_kept_averaged_weights_get_their_column_and_count(tmp_path):
     assert "averaged weights in 1 of the 1 runs that kept them (finish in 1)" in text
 
 
+def test_the_last_fifths_in_run_races_are_counted_against_the_reference(tmp_path):
+    """The in-run greedy races of the run's last fifth (best/candidates.jsonl): the final weights are
+    one draw of them, so their share under the scripted driver is reported per run and per arm."""
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+
+    def row(frames: int, t: float | None) -> str:
+        race = {"finished": t is not None, "race_time_ms": None if t is None else t * 1000, "progress_m": 600.0,
+                "reference_time_ms": 22840.0, "episode_return": None}
+        return json.dumps({"version": frames, "frames": frames, "maps": {"default": race}})
+
+    # 11 versions to 1M frames: the last fifth is 800k on (3 races: not finished, 23.5, 22.0 s)
+    times = [30.0, 28.0, 25.0, 24.0, 23.0, 22.0, 20.0, 21.0, None, 23.5, 22.0]
+    lines = [row(i * 100_000, t) for i, t in enumerate(times)]
+    (run / "best" / "candidates.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20] + "\n"
+                                                   + lines[-1] + "\n")  # a line cut off by a kill is skipped
+    late = seeds.late_candidates(run)
+    assert late == {"default": {"races": 3, "finished": 2, "beats_reference": 1, "median_s": 23.5,
+                                "from_frames": 800_000}}
+    assert seeds.late_candidates(tmp_path / "none") == {}
+    runs = [_run(21.0, 22.0, []), _run(21.0, 23.0, [])]
+    runs[0]["late_candidates"] = late
+    s = seeds.arm_summary(runs, "default")
+    assert s["late_races"] == 3 and s["late_beats_scripted"] == 1
+    assert "in-run greedy races of the runs' last fifth: 1 of 3 beat it" in _rendered(tmp_path, "a", runs, s)
+
+
 def test_each_run_gets_its_seed_unless_the_arm_sets_one():
     assert seeds.with_seed(["a.b=1"], 3) == ["a.b=1", "training.seed=3"]
     assert seeds.with_seed(["training.seed=7"], 3) == ["training.seed=7"]

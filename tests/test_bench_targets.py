@@ -153,6 +153,9 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     averaged["arms"][0]["summary"].update(average_beats_scripted=5)
     assert verdict(averaged) == [False]
     assert "best 7/7, final 2/7 (averaged weights 5/7) runs on `default`" in run_targets(path)[0][2]
+    averaged["arms"][0]["summary"].update(late_races=140, late_beats_scripted=61)  # shown, not judged
+    assert verdict(averaged) == [False]
+    assert run_targets(path)[0][2].endswith("diverged 0; in-run races of the last fifth 61/140")
     # a Gymnasium study: the best policy reaches the target return in 9 of 10 seeds (the final weights: no goal)
     gym = {"name": "cartpole_iqn_runs", "date": "2026-11-26", "config": "configs/cartpole_iqn.yaml", "target_return": 475,
            "arms": [{"arm": "as_shipped", "summary": {"runs": 5, "best_reaches_target": 4, "final_reaches_target": 1,
