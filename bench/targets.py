@@ -237,8 +237,9 @@ def _short_of(got: int, needed: int, runs: int, runs_needed: int) -> bool:
 
 
 def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
-    """The latest study of each name in ``RUN_TARGETS`` (its as-shipped arm): in how many runs the
-    best policy and the final weights beat the scripted driver on the run's track."""
+    """The latest study of each name in ``RUN_TARGETS`` that ran the config as shipped (its
+    ``as_shipped`` arm; a later study of other arms alone compares, it does not judge): in how many
+    runs the best policy and the final weights beat the scripted driver on the run's track."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -246,7 +247,8 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     latest: dict[str, dict[str, Any]] = {}
     for study in data.get("studies", []) if isinstance(data, dict) else []:
         name = str(study.get("name", "")) if isinstance(study, dict) else ""
-        if name in RUN_TARGETS and (name not in latest or _date(study) >= _date(latest[name])):
+        shipped = name in RUN_TARGETS and any(a.get("arm") == "as_shipped" for a in study.get("arms", []))
+        if shipped and (name not in latest or _date(study) >= _date(latest[name])):
             latest[name] = study
     out = []
     for name, study in latest.items():

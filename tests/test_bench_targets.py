@@ -148,6 +148,10 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     assert verdict(_study("2026-11-25", 5, 5, 5), _study("2026-11-26", 3, 0, 0),
                    _study("2026-11-27", 2, 0, 0, name="sim_grpo_objective")) == [False]
     assert "best 0/3, final 0/3" in run_targets(path)[0][2]
+    # a later study of other arms only (a comparison, stopped early) leaves the as-shipped one to judge
+    other = _study("2026-11-27", 1, 1, 0)
+    other["arms"][0]["arm"] = "from_best_low"
+    assert verdict(_study("2026-11-26", 5, 5, 4), other) == [True]
     # runs that kept averaged weights show their count, which never stands in for the final weights
     averaged = _study("2026-11-28", 7, 7, 2)
     averaged["arms"][0]["summary"].update(average_beats_scripted=5)
