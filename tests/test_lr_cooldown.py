@@ -202,6 +202,47 @@ def test_the_cooldown_starts_from_the_best_policys_weights(tmp_path):
     trainer.close()
 
 
+def test_the_optimizer_starts_afresh_on_the_best_policy_only_when_asked(tmp_path):
+    """training.lr_cooldown_reset_optimizer: the moments gathered on the replaced weights are dropped
+    when the best policy goes back in; without it they go on."""
+    def stepped(trainer) -> None:
+        agent = trainer.agent
+        agent.optimizer.zero_grad()
+        sum((p * p).sum() for p in agent.online.parameters()).backward()
+        agent.optimizer.step()
+
+    for reset in (False, True):
+        training = {**CARTPOLE_IQN["training"], "lr_cooldown_reset_optimizer": reset}
+        trainer = _iqn_trainer(tmp_path / str(reset), {**CARTPOLE_IQN, "training": training})
+        stepped(trainer)
+        moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer.agent.optimizer.state.items()}
+        assert moments  # one step made them
+        trainer.publish()
+        assert trainer.best_policy.add_result(1, trainer.best_policy.maps[0], False, None, 0.0, episode_return=180.0)
+        assert trainer.cool_from_best_policy()
+        state = trainer.agent.optimizer.state
+        if reset:
+            assert len(state) == 0 and trainer.counters["cooldown_optimizer_reset"] == 1
+        else:
+            assert {id(p) for p in state} == set(moments) and "cooldown_optimizer_reset" not in trainer.counters
+            p0 = next(iter(state))
+            assert all(torch_equal(state[p0][k], moments[id(p0)][k]) for k in moments[id(p0)])
+        stepped(trainer)  # the learner steps on: moments again, from a step count of 1 when reset
+        steps = {float(st["step"]) for st in trainer.agent.optimizer.state.values()}
+        assert steps == ({1.0} if reset else {2.0})
+        trainer.close()
+    with pytest.raises(ConfigError, match="lr_cooldown_reset_optimizer.*lr_cooldown_from_best"):
+        _iqn_trainer(tmp_path / "x", {**CARTPOLE_IQN, "training": {**CARTPOLE_IQN["training"],
+                                                                     "lr_cooldown_from_best": False,
+                                                                     "lr_cooldown_reset_optimizer": True}})
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
 def test_a_resumed_run_cools_from_the_best_policy_file(tmp_path):
     """After a restart the best policy's weights come from <run>/best/policy.safetensors."""
     import torch

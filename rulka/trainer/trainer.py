@@ -202,6 +202,11 @@ class Trainer:
                 why = "the run keeps no best policy (map_cycle.keep_best_policy, trainer.best_policy_every_frames)"
             if why:
                 raise ConfigError(f"config key `training.lr_cooldown_from_best`: {why}: set it to false")
+        # training.lr_cooldown_reset_optimizer: the optimizer starts afresh on the best policy's weights
+        self.cool_reset_optimizer = bool(cfg.training.lr_cooldown_reset_optimizer)
+        if self.cool_reset_optimizer and not self.cool_from_best:
+            raise ConfigError("config key `training.lr_cooldown_reset_optimizer` acts when the cooldown puts the best "
+                              "policy back: set training.lr_cooldown_from_best too, or set it to false")
         # the components, over the state they share
         self.state = RunState()
         self.store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer
@@ -469,6 +474,9 @@ class Trainer:
             log.warning("trainer: the cooldown starts from the current weights: %s", why)
             return False
         self.counters["cooldown_from_best"] += 1
+        if self.cool_reset_optimizer:
+            self.agent.reset_optimizer()  # type: ignore[attr-defined]
+            self.counters["cooldown_optimizer_reset"] += 1
         log.info("trainer: the cooldown starts from the best policy (%s at %s frames)", best.describe(),
                  (best.best or {}).get("frames"))
         return True

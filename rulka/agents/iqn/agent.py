@@ -316,6 +316,11 @@ class IQNAgent(TrainingAgent):
         self.online.load_state_dict(state)
         self.target.load_state_dict(self.online.state_dict())
 
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's per-parameter moments and step counts (``training.lr_cooldown_reset_optimizer``):
+        the next step starts them again, as the first step of a run does."""
+        self.optimizer.state.clear()
+
     def get_actor(self) -> IQNActor:
         actor = IQNActor(**self.actor_spec()["kwargs"], seed=int(self._actor_seeds.integers(2**31)))
         actor.load_weights(self.actor_weights())

@@ -54,6 +54,10 @@ class TrainingConfig(Section):
     """IQN: when the cooldown starts, the online and target networks go back to the run's best policy
     (``<run>/best/``, the greedy evaluation's best so far), and the cooldown settles those weights
     instead of wherever the last swing left them; needs ``lr_cooldown_fraction`` > 0 and a best policy."""
+    lr_cooldown_reset_optimizer: bool = False
+    """IQN, with ``lr_cooldown_from_best``: the optimizer's moments start afresh when the best policy's
+    weights are put back (the moments were gathered on the weights they replace; RAdam warms up again
+    from its first step); false keeps them."""
     gamma_schedule: UnitKnots = Field(
         default_factory=lambda: [(0, 0.999), (1_500_000, 0.999), (2_500_000, 1.0)]
     )
