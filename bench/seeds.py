@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import subprocess
@@ -125,7 +126,9 @@ def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]
     time (a race not finished counts as slower than any finish). A run's final weights are one draw
     of these, so their share under the reference says how often the end weights beat it, with ~20
     races per run where the final weights give one."""
-    path = run_dir / "best" / "candidates.jsonl"
+    from rulka.trainer.best import BEST_DIR, CANDIDATES_LOG
+
+    path = run_dir / BEST_DIR / CANDIDATES_LOG
     if not path.is_file():
         return {}
     rows = []
@@ -136,8 +139,8 @@ def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]
             continue  # a line cut off by a kill
     if not rows:
         return {}
-    end = max(int(r.get("frames", 0)) for r in rows)
-    late = [r for r in rows if int(r.get("frames", 0)) >= (1.0 - late_fraction) * end]
+    from_frames = math.ceil((1.0 - late_fraction) * max(int(r.get("frames", 0)) for r in rows))
+    late = [r for r in rows if int(r.get("frames", 0)) >= from_frames]
     out: dict[str, Any] = {}
     for track in sorted({t for r in late for t in r.get("maps", {})}):
         races = [r["maps"][track] for r in late if track in r.get("maps", {})]
@@ -148,7 +151,7 @@ def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]
         out[track] = {"races": len(races), "finished": sum(t != float("inf") for t in times),
                       "beats_reference": sum(ref is not None and t * 1000 < ref for t in times),
                       "median_s": round(median, 2) if median != float("inf") else None,
-                      "from_frames": int((1.0 - late_fraction) * end)}
+                      "from_frames": from_frames}
     return out
 
 

@@ -244,17 +244,14 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # name -> (study, its as_shipped arm)
     for study in data.get("studies", []) if isinstance(data, dict) else []:
         name = str(study.get("name", "")) if isinstance(study, dict) else ""
-        shipped = name in RUN_TARGETS and any(a.get("arm") == "as_shipped" for a in study.get("arms", []))
-        if shipped and (name not in latest or _date(study) >= _date(latest[name])):
-            latest[name] = study
+        arm = next((a for a in study.get("arms", []) if a.get("arm") == "as_shipped"), None) if name in RUN_TARGETS else None
+        if arm is not None and (name not in latest or _date(study) >= _date(latest[name][0])):
+            latest[name] = (study, arm)
     out = []
-    for name, study in latest.items():
-        arm = next((a for a in study.get("arms", []) if a.get("arm") == "as_shipped"), None)
-        if arm is None:
-            continue
+    for name, (study, arm) in latest.items():
         s = arm.get("summary") or {}
         if s.get("map_cycle"):
             out.append(_cycle_target(study, s, *RUN_TARGETS[name]))
