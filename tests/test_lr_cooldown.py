@@ -237,6 +237,42 @@ def test_the_optimizer_starts_afresh_on_the_best_policy_only_when_asked(tmp_path
                                                                      "lr_cooldown_reset_optimizer": True}})
 
 
+def test_the_average_starts_again_from_the_put_back_best_policy(tmp_path):
+    """trainer.average_policy_frames with the cooldown from the best policy: the moving average of the
+    weights before the jump is dropped; it goes on from the best policy's weights, moved by the
+    versions after it by their frames over the horizon (hand-computed below)."""
+    import torch
+
+    cfg = {**CARTPOLE_IQN, "trainer": {"average_policy_frames": 1000}}
+    trainer = _iqn_trainer(tmp_path, cfg)
+    agent, best, avg = trainer.agent, trainer.best_policy, trainer.average
+    assert avg is not None
+    trainer.publish()  # v1: the best candidate, and the average's first weights
+    best_then = {k: v.clone() for k, v in agent.actor_weights().items()}
+    assert best.add_result(1, best.maps[0], False, None, 0.0, episode_return=180.0)
+    with torch.no_grad():
+        for p in agent.online.parameters():
+            p.add_(1.0)
+    trainer.state.samples = 400
+    trainer.publish()  # v2 moves the average: share 400 / 1000 of a network the cooldown will drop
+    params = dict(agent.online.named_parameters())
+    name = next(iter(params))
+    assert not torch.equal(avg.weights[name], best_then[name])
+    trainer.state.samples = 500
+    assert trainer.cool_from_best_policy()
+    assert trainer.counters["average_restarted"] == 1
+    assert all(torch.equal(avg.weights[k], v) for k, v in best_then.items())
+    assert avg.samples == 500
+    with torch.no_grad():  # the learner trains on from the best policy: +2 on every weight
+        for p in agent.online.parameters():
+            p.add_(2.0)
+    trainer.state.samples = 750
+    trainer.publish()  # share 250 / 1000: best + 0.25 * 2
+    for k in params:
+        assert torch.allclose(avg.weights[k], best_then[k] + 0.5), k
+    trainer.close()
+
+
 def torch_equal(a, b) -> bool:
     import torch
 

@@ -13,6 +13,12 @@ over the floating-point tensors (others, such as the exploration rates, are the 
 never published: the workers keep driving the learner's weights. Each checkpoint writes it to
 ``<run>/average/policy.safetensors`` (a policy file like ``weights/``, for ``rulka eval``,
 ``rulka sim render --policy``, ``nn.init_from_pretrained``); a resumed run goes on from that file.
+
+When the learner's weights are replaced rather than trained on (``training.lr_cooldown_from_best``
+puts the best policy back at the start of the cooldown), the average starts again from the put-back
+weights (``restart``; counter ``average_restarted``): the weights before and after the jump can be
+hundreds of thousands of frames of training apart, and a mean of two unrelated networks is no policy
+between them.
 """
 
 from __future__ import annotations
@@ -61,6 +67,12 @@ class PolicyAverage:
                 out[name] = old.lerp_(value.detach().to(old.dtype), w)
         self.weights = out
         self.samples = int(samples)
+
+    def restart(self, weights: Mapping[str, Any], samples: int) -> None:
+        """Forget the average and start it again from ``weights`` (at ``samples`` frames played)."""
+        self.weights = None
+        self.samples = None
+        self.update(weights, samples)
 
     def spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The actor spec to save the average with: ``spec`` plus its horizon and the frames it

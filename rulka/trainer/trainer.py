@@ -477,6 +477,9 @@ class Trainer:
         if self.cool_reset_optimizer:
             self.agent.reset_optimizer()  # type: ignore[attr-defined]
             self.counters["cooldown_optimizer_reset"] += 1
+        if self.average is not None:  # the average of the replaced weights is no average of these
+            self.average.restart(weights, self.samples)
+            self.counters["average_restarted"] += 1
         log.info("trainer: the cooldown starts from the best policy (%s at %s frames)", best.describe(),
                  (best.best or {}).get("frames"))
         return True

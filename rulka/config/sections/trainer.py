@@ -78,7 +78,8 @@ class TrainerConfig(Section):
     average_policy_frames: NonNegativeInt = 0
     """Keep an exponential moving average of the published weights with a horizon of N frames and
     save it at each checkpoint to ``<run>/average/policy.safetensors`` (``rulka eval RUN --average``);
-    never published to workers (0 = none kept)."""
+    never published to workers (0 = none kept). When ``training.lr_cooldown_from_best`` puts the best
+    policy back, the average starts again from it."""
     verify: bool = False
     """Check that the memory rebuilds exactly what workers saw."""
     device: str = "auto"
