@@ -256,6 +256,7 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         if s.get("map_cycle"):
             out.append(_cycle_target(study, s, *RUN_TARGETS[name]))
             continue
+        s, pooled = _pooled(data["studies"], study, s)
         runs_needed, best_needed, final_needed = RUN_TARGETS[name]
         made = f" ({int(s.get('runs', 0))} of {runs_needed} runs made)" if int(s.get("runs", 0)) < runs_needed else ""
         if study.get("target_return") is not None:
@@ -263,7 +264,7 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             target = study["target_return"]
             goal = (f"`{study.get('config', '')}` run with `rulka run`: over {runs_needed} seeds the best policy reaches a "
                     f"greedy {target:g} in {best_needed}" + (f", the final weights in {final_needed}" if final_needed else ""))
-            shown = f"best {best}/{runs}, final {final}/{runs} seeds reach {target:g}" + made
+            shown = f"best {best}/{runs}, final {final}/{runs} seeds reach {target:g}" + made + pooled
         else:
             runs, best, final = int(s.get("runs", 0)), int(s.get("best_beats_scripted", 0)), int(s.get("final_beats_scripted", 0))
             goal = (f"`{study.get('config', '')}` as the README runs it: over {runs_needed} runs the best policy beats the "
@@ -276,7 +277,7 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             late = (f"; in-run races of the last fifth {int(s['late_beats_scripted'])}/{int(s['late_races'])}"
                     if s.get("late_races") else "")
             shown = (f"best {best}/{runs}, final {final}/{runs}{averaged} runs on `{s.get('track', '')}`, "
-                     f"diverged {s.get('diverged', 0)}" + made + late)
+                     f"diverged {s.get('diverged', 0)}" + made + late + pooled)
         # decided once the runs that are missing could no longer change the verdict; more runs than the
         # goal names are held to its shares (best in 5 of 5 runs: in every run of 7)
         missing = max(runs_needed - runs, 0)
@@ -286,6 +287,37 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         holds: bool | None = False if fails else (True if missing == 0 else None)
         out.append(("`bench/seeds.py`", goal, shown, _date(study), holds))
     return out
+
+
+# the counts of an arm's summary that add up over studies of the same recipe
+POOLED_COUNTS = ("runs", "best_beats_scripted", "final_beats_scripted", "average_beats_scripted", "late_races",
+                 "late_beats_scripted", "best_reaches_target", "final_reaches_target", "diverged")
+
+
+def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A study that names earlier studies of its name as the same recipe (``same_recipe_as``: their
+    dates; set when recording it, where nothing the runs' end weights depend on changed between them)
+    is judged on the runs of all of them: their as-shipped arms' counts add up, held to the goal's
+    shares. Returns the summary to judge and the words that say which studies it pools."""
+    dates = [str(d) for d in study.get("same_recipe_as") or []]
+    if not dates:
+        return s, ""
+    total = dict(s)
+    used = []
+    for other in studies:
+        if not isinstance(other, dict) or other.get("name") != study.get("name") or _date(other) not in dates:
+            continue
+        arm = next((a for a in other.get("arms", []) if a.get("arm") == "as_shipped"), None)
+        if arm is None:
+            continue
+        used.append(_date(other))
+        o = arm.get("summary") or {}
+        for key in POOLED_COUNTS:
+            if key in s or key in o:
+                total[key] = int(total.get(key, 0)) + int(o.get(key, 0))
+    if not used:
+        return s, ""
+    return total, f" (pooled: the runs of {', '.join(sorted(used))} and {_date(study)}, the same recipe)"
 
 
 def _cycle_target(study: dict[str, Any], s: dict[str, Any], runs_needed: int, beaten_needed: int,

@@ -172,6 +172,38 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     assert verdict(gym) == [False]
 
 
+def test_a_study_of_the_same_recipe_as_earlier_ones_is_judged_on_all_their_runs(tmp_path: Path) -> None:
+    """same_recipe_as: the earlier studies' as-shipped runs count with the latest one's, held to the
+    goal's shares (final in 4 of 5: 8 of 10); a lucky second batch does not hide the first."""
+    path = tmp_path / "run_studies.json"
+    first = _study("2026-11-27 13:44 UTC", 5, 5, 3)
+    first["arms"][0]["summary"].update(late_races=87, late_beats_scripted=61, average_beats_scripted=3)
+    second = _study("2026-11-27 20:17 UTC", 5, 5, 4)
+    second["arms"][0]["summary"].update(late_races=90, late_beats_scripted=70, average_beats_scripted=4)
+    other_name = _study("2026-11-27 10:00 UTC", 5, 0, 0, name="sim_grpo_objective")
+    compared = _study("2026-11-27 10:48 UTC", 5, 5, 5)
+    compared["arms"][0]["arm"] = "no_cooldown"  # not the as-shipped arm: never pooled
+
+    def judged(*dates: str) -> tuple:
+        second["same_recipe_as"] = list(dates)
+        path.write_text(json.dumps({"studies": [other_name, compared, first, second]}))
+        (row,) = run_targets(path)
+        return row[2], row[4]
+
+    shown, holds = judged()  # alone, the second batch's 4 of 5 holds
+    assert holds is True and shown.startswith("best 5/5, final 4/5 (averaged weights 4/5)")
+    shown, holds = judged("2026-11-27 13:44 UTC", "2026-11-27 10:48 UTC", "2026-11-27 10:00 UTC")
+    assert holds is False  # 7 of 10 < 4 of 5
+    assert shown.startswith("best 10/10, final 7/10 (averaged weights 7/10) runs on `default`, diverged 0")
+    assert "in-run races of the last fifth 131/177" in shown
+    assert shown.endswith("(pooled: the runs of 2026-11-27 13:44 UTC and 2026-11-27 20:17 UTC, the same recipe)")
+    first["arms"][0]["summary"].update(final_beats_scripted=4)
+    assert judged("2026-11-27 13:44 UTC")[1] is True  # 8 of 10
+    first["arms"][0]["summary"].update(diverged=1)
+    assert judged("2026-11-27 13:44 UTC")[1] is False  # a divergence in any pooled run
+    assert judged("2026-11-01 00:00 UTC")[0].startswith("best 5/5, final 4/5")  # no such study: nothing pooled
+
+
 def test_a_map_cycle_study_holds_only_when_every_run_beats_every_track_and_finishes_the_generated_ones(
         tmp_path: Path) -> None:
     path = tmp_path / "run_studies.json"
