@@ -271,7 +271,8 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
                     f"scripted driver in {best_needed}, the final weights in {final_needed}, no divergence")
             # runs that kept the moving average of their weights (trainer.average_policy_frames): shown,
             # never counted for the final weights
-            averaged = (f" (averaged weights {int(s['average_beats_scripted'])}/{runs})"
+            averaged = (f" (averaged weights {int(s['average_beats_scripted'])}/{int(s.get('average_runs', runs))}"
+                        + (" of the latest study)" if "average_runs" in s else ")")
                         if "average_beats_scripted" in s else "")
             # the in-run greedy races of the runs' last fifth: how often an end version beats the driver
             late = (f"; in-run races of the last fifth {int(s['late_beats_scripted'])}/{int(s['late_races'])}"
@@ -290,8 +291,9 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
 
 
 # the counts of an arm's summary that add up over studies of the same recipe
-POOLED_COUNTS = ("runs", "best_beats_scripted", "final_beats_scripted", "average_beats_scripted", "late_races",
-                 "late_beats_scripted", "best_reaches_target", "final_reaches_target", "diverged")
+# (not the averaged weights': how they are kept may differ between such studies; they stay the latest's)
+POOLED_COUNTS = ("runs", "best_beats_scripted", "final_beats_scripted", "late_races", "late_beats_scripted",
+                 "best_reaches_target", "final_reaches_target", "diverged")
 
 
 def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -317,6 +319,7 @@ def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tup
                 total[key] = int(total.get(key, 0)) + int(o.get(key, 0))
     if not used:
         return s, ""
+    total["average_runs"] = int(s.get("runs", 0))
     return total, f" (pooled: the runs of {', '.join(sorted(used))} and {_date(study)}, the same recipe)"
 
 
