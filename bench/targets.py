@@ -307,7 +307,8 @@ def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tup
     total = dict(s)
     used = []
     for other in studies:
-        if not isinstance(other, dict) or other.get("name") != study.get("name") or _date(other) not in dates:
+        if (not isinstance(other, dict) or other is study or other.get("name") != study.get("name")
+                or _date(other) not in dates):
             continue
         arm = next((a for a in other.get("arms", []) if a.get("arm") == "as_shipped"), None)
         if arm is None:

@@ -204,6 +204,7 @@ def test_a_study_of_the_same_recipe_as_earlier_ones_is_judged_on_all_their_runs(
     first["arms"][0]["summary"].update(diverged=1)
     assert judged("2026-11-27 13:44 UTC")[1] is False  # a divergence in any pooled run
     assert judged("2026-11-01 00:00 UTC")[0].startswith("best 5/5, final 4/5")  # no such study: nothing pooled
+    assert judged("2026-11-27 20:17 UTC")[0].startswith("best 5/5, final 4/5")  # itself: counted once
 
 
 def test_a_map_cycle_study_holds_only_when_every_run_beats_every_track_and_finishes_the_generated_ones(
