@@ -236,6 +236,11 @@ def _short_of(got: int, needed: int, runs: int, runs_needed: int) -> bool:
     return got + max(runs_needed - runs, 0) < needed
 
 
+def _shipped_arm(study: dict[str, Any]) -> dict[str, Any] | None:
+    """The study's ``as_shipped`` arm (the config run as it ships), or None."""
+    return next((a for a in study.get("arms", []) if a.get("arm") == "as_shipped"), None)
+
+
 def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     """The latest study of each name in ``RUN_TARGETS`` that ran the config as shipped (its
     ``as_shipped`` arm; a later study of other arms alone compares, it does not judge): in how many
@@ -247,7 +252,7 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     latest: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # name -> (study, its as_shipped arm)
     for study in data.get("studies", []) if isinstance(data, dict) else []:
         name = str(study.get("name", "")) if isinstance(study, dict) else ""
-        arm = next((a for a in study.get("arms", []) if a.get("arm") == "as_shipped"), None) if name in RUN_TARGETS else None
+        arm = _shipped_arm(study) if name in RUN_TARGETS else None
         if arm is not None and (name not in latest or _date(study) >= _date(latest[name][0])):
             latest[name] = (study, arm)
     out = []
@@ -310,7 +315,7 @@ def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tup
         if (not isinstance(other, dict) or other is study or other.get("name") != study.get("name")
                 or _date(other) not in dates):
             continue
-        arm = next((a for a in other.get("arms", []) if a.get("arm") == "as_shipped"), None)
+        arm = _shipped_arm(other)
         if arm is None:
             continue
         used.append(_date(other))
