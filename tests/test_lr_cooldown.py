@@ -273,6 +273,57 @@ def test_the_average_starts_again_from_the_put_back_best_policy(tmp_path):
     trainer.close()
 
 
+def test_a_run_stopped_inside_its_cooldown_ends_on_the_averaged_weights(tmp_path):
+    """training.lr_cooldown_end_on_average: the moving average goes into the online and the target
+    network, and the last checkpoint's weights/ hold it (the same tensors as average/); a run stopped
+    before its cooldown keeps the weights it trained (logged, counted)."""
+    import torch
+
+    from rulka.envs.sim.policy import read_policy_file
+    from rulka.trainer.average import AVERAGE_DIR
+
+    cfg = {**CARTPOLE_IQN, "trainer": {"average_policy_frames": 1000},
+           "training": {**CARTPOLE_IQN["training"], "lr_cooldown_end_on_average": True}}
+    trainer = _iqn_trainer(tmp_path, cfg)
+    agent = trainer.agent
+    trainer.lr_cooldown = LrCooldown(0.2, 0.05, budget_samples=1000)
+    trainer.lr_cooldown.start(samples=0)
+    trainer.publish()  # the average's first weights: w0
+    first = _online(agent)
+    with torch.no_grad():
+        for p in agent.online.parameters():
+            p.add_(1.0)
+    trainer.state.samples = 500  # half the horizon: the average is w0 + 0.5
+    trainer.publish()
+    trained = _online(agent)
+    # at 70 % of the budget the cooldown (the last 20 %) has not begun: the trained weights stay
+    assert trainer.end_on_averaged_weights() is False
+    assert trainer.counters["end_on_average_skipped"] == 1
+    assert all(torch.equal(agent.online.state_dict()[k], v) for k, v in trained.items())
+    trainer.state.samples = 900  # inside the cooldown
+    assert trainer.end_on_averaged_weights() is True
+    assert trainer.counters["ended_on_average"] == 1
+    for name, _ in agent.online.named_parameters():
+        assert torch.allclose(agent.online.state_dict()[name], first[name] + 0.5, atol=1e-6), name
+        assert torch.equal(agent.target.state_dict()[name], agent.online.state_dict()[name]), name
+    trainer.checkpoint()
+    _, final, _ = read_policy_file(tmp_path / "run" / "weights" / "policy.safetensors")
+    _, averaged, _ = read_policy_file(tmp_path / "run" / AVERAGE_DIR / "policy.safetensors")
+    floats = [k for k, v in averaged.items() if torch.is_floating_point(v) and k != "exploration"]
+    assert floats and [k for k in floats if not torch.equal(final[k], averaged[k])] == []
+    trainer.close()
+
+
+def test_ending_on_the_average_is_refused_where_nothing_would_act_on_it(tmp_path):
+    training = {**CARTPOLE_IQN["training"], "lr_cooldown_end_on_average": True}
+    for i, (change, why) in enumerate((
+            ({"training": training}, "keeps no average"),
+            ({"training": {**training, "lr_cooldown_fraction": 0.0, "lr_cooldown_from_best": False},
+              "trainer": {"average_policy_frames": 1000}}, "lr_cooldown_fraction is 0"))):
+        with pytest.raises(ConfigError, match=f"lr_cooldown_end_on_average.*{why}"):
+            _iqn_trainer(tmp_path / str(i), {**CARTPOLE_IQN, **change})
+
+
 def torch_equal(a, b) -> bool:
     import torch
 
@@ -322,7 +373,8 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
            "--set", "training.lr_schedule=[[0,1.0e-3]]", "--set", "training.lr_cooldown_fraction=0.5",
            "--set", "training.lr_cooldown_final_ratio=0.01", "--set", "memory.memory_size_schedule=[[0,[50000,500]]]",
            "--set", "training.lr_cooldown_from_best=true", "--set", "trainer.best_policy_every_frames=1000",
-           "--set", "training.lr_cooldown_start_ratio=0.1"]
+           "--set", "training.lr_cooldown_start_ratio=0.1", "--set", "trainer.average_policy_frames=2000",
+           "--set", "training.lr_cooldown_end_on_average=true"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line)["metrics"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -341,3 +393,13 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
     latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
     counters = json.loads((run_dir / "checkpoints" / latest["checkpoint"] / "trainer.json").read_text())["counters"]
     assert counters.get("cooldown_from_best") == 1 and "cooldown_without_best" not in counters, counters
+    # training.lr_cooldown_end_on_average: the run stopped at its budget, inside the cooldown, and its
+    # end weights are the moving average (the same tensors in weights/ and average/)
+    assert counters.get("ended_on_average") == 1 and "end_on_average_skipped" not in counters, counters
+    import torch
+
+    from rulka.envs.sim.policy import read_policy_file
+    _, final, _ = read_policy_file(run_dir / "weights" / "policy.safetensors")
+    _, averaged, _ = read_policy_file(run_dir / "average" / "policy.safetensors")
+    floats = [k for k, v in averaged.items() if torch.is_floating_point(v) and k != "exploration"]
+    assert floats and [k for k in floats if not torch.equal(final[k], averaged[k])] == []

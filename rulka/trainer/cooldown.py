@@ -79,6 +79,10 @@ class LrCooldown:
             parts.append(1.0 if span <= 0 else (samples - self._samples0) / span)
         return max(parts)
 
+    def cooling(self, samples: int) -> bool:
+        """Whether the run is inside its cooldown (active, and at least ``1 - fraction`` of its budget used)."""
+        return self.active and self.progress(samples) >= 1.0 - self.fraction
+
     def factor(self, samples: int) -> float:
         """The learning-rate multiplier now (1.0 when inactive)."""
         if not self.active:

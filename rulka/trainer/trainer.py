@@ -207,6 +207,18 @@ class Trainer:
         if self.cool_reset_optimizer and not self.cool_from_best:
             raise ConfigError("config key `training.lr_cooldown_reset_optimizer` acts when the cooldown puts the best "
                               "policy back: set training.lr_cooldown_from_best too, or set it to false")
+        # training.lr_cooldown_end_on_average: a run stopped inside its cooldown ends on the averaged weights
+        self.end_on_average = bool(cfg.training.lr_cooldown_end_on_average)
+        if self.end_on_average:
+            why = ""
+            if cooldown <= 0:
+                why = "training.lr_cooldown_fraction is 0"
+            elif self.average is None:
+                why = "the run keeps no average (trainer.average_policy_frames is 0)"
+            elif not hasattr(self.agent, "load_actor_weights"):
+                why = f"the {type(self.agent).__name__} learner cannot load published weights (built for iqn)"
+            if why:
+                raise ConfigError(f"config key `training.lr_cooldown_end_on_average`: {why}: set it to false")
         # the components, over the state they share
         self.state = RunState()
         self.store_guard = StoreGuard(self.run_dir)  # a memory that cannot store stops the trainer
@@ -416,6 +428,7 @@ class Trainer:
             self.checkpointer.write_run_file()
         self.publish()  # workers start acting with the current policy at once
         self.publisher.start_session()
+        completed = False  # the loop ended (budget, stop event, link closed), not an exception
         try:
             while not stop_event.is_set():
                 if max_updates is not None and self.updates >= max_updates:
@@ -449,11 +462,40 @@ class Trainer:
                 self.report()
                 if self.checkpointer is not None and self.checkpointer.due():
                     self.checkpoint()
+            completed = True
         finally:
             self.report(force=True)
             if self.run_dir is not None and self.store_guard.failed is None:
+                if completed and self.end_on_average:
+                    self.end_on_averaged_weights()
                 self.checkpoint()
         return self.summary()
+
+    def end_on_averaged_weights(self) -> bool:
+        """``training.lr_cooldown_end_on_average``: the run stopped inside its cooldown; put the moving
+        average of its weights (``average/``) into the learner's networks, so that the last checkpoint's
+        weights are the average. False (logged, counted) when the run stopped before its cooldown or
+        has no average yet: it ends on the weights it trained."""
+        avg = self.average
+        why = ""
+        if avg is None or avg.weights is None:
+            why = "no averaged weights yet"
+        elif self.lr_cooldown is None or not self.lr_cooldown.cooling(self.samples):
+            why = "the run stopped before its learning-rate cooldown"
+        else:
+            try:
+                self.agent.load_actor_weights(avg.weights)  # type: ignore[attr-defined]
+            except ValueError as exc:  # an average/ file of another network (a resumed run whose config changed)
+                why = f"the average's {exc}"
+        if why:
+            self.counters["end_on_average_skipped"] += 1
+            log.warning("trainer: the run ends on the weights it trained, not their average: %s", why)
+            return False
+        self.counters["ended_on_average"] += 1
+        assert avg is not None
+        log.info("trainer: the run ends on the average of its weights (horizon %s frames, up to %s frames)",
+                 f"{avg.frames:,}", f"{avg.samples or 0:,}")
+        return True
 
     def cool_from_best_policy(self) -> bool:
         """The cooldown has started (``training.lr_cooldown_from_best``): put the best policy's

@@ -54,6 +54,12 @@ class TrainingConfig(Section):
     """IQN: when the cooldown starts, the online and target networks go back to the run's best policy
     (``<run>/best/``, the greedy evaluation's best so far), and the cooldown settles those weights
     instead of wherever the last swing left them; needs ``lr_cooldown_fraction`` > 0 and a best policy."""
+    lr_cooldown_end_on_average: bool = False
+    """IQN, with ``trainer.average_policy_frames``: a run that stops inside its cooldown ends on the moving
+    average of its weights, as stochastic weight averaging's output is the average (Izmailov et al. 2018):
+    the averaged weights go into the online and target networks before the last checkpoint, so the end
+    weights (``weights/``, ``rulka eval RUN --final``, what ``--resume`` trains on) are ``average/``'s;
+    a run stopped before its cooldown ends on the weights it trained. Needs ``lr_cooldown_fraction`` > 0."""
     lr_cooldown_reset_optimizer: bool = False
     """IQN, with ``lr_cooldown_from_best``: the optimizer's moments start afresh when the best policy's
     weights are put back (the moments were gathered on the weights they replace; RAdam warms up again
