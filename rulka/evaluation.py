@@ -113,7 +113,7 @@ def summarise(episodes: Sequence[EpisodeResult]) -> dict[str, Any]:
 def _run_folder_of(file: Path) -> Path:
     """The run folder a policy file belongs to: ``<run>/weights/policy.safetensors`` (the latest
     weights) or ``<run>/best/policy.safetensors`` (the run's best policy) -> ``<run>``."""
-    return file.parent.parent if file.parent.name in ("weights", "best", "average") else file.parent
+    return file.parent.parent if file.parent.name in ("weights", "best", "average", "trained") else file.parent
 
 
 def env_overrides(env: str | None) -> list[str]:

@@ -311,6 +311,9 @@ def test_a_run_stopped_inside_its_cooldown_ends_on_the_averaged_weights(tmp_path
     _, averaged, _ = read_policy_file(tmp_path / "run" / AVERAGE_DIR / "policy.safetensors")
     floats = [k for k, v in averaged.items() if torch.is_floating_point(v) and k != "exploration"]
     assert floats and [k for k in floats if not torch.equal(final[k], averaged[k])] == []
+    # nothing is lost: the weights it trained last are kept in trained/
+    _, kept, _ = read_policy_file(tmp_path / "run" / "trained" / "policy.safetensors")
+    assert all(torch.equal(kept[k], trained[k]) for k in trained)
     trainer.close()
 
 
@@ -403,3 +406,4 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
     _, averaged, _ = read_policy_file(run_dir / "average" / "policy.safetensors")
     floats = [k for k, v in averaged.items() if torch.is_floating_point(v) and k != "exploration"]
     assert floats and [k for k in floats if not torch.equal(final[k], averaged[k])] == []
+    assert (run_dir / "trained" / "policy.safetensors").is_file()  # the weights it trained last, kept

@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("policy", metavar="RUN_DIR_OR_WEIGHTS", help="run folder or policy .safetensors file")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--final", action="store_true",
-                       help="a run folder's final weights (weights/) instead of its best policy (best/)")
+                       help="a run folder's final weights (weights/; with training.lr_cooldown_end_on_average "
+                            "the moving average the run ended on) instead of its best policy (best/)")
     which.add_argument("--average", action="store_true",
                        help="a run folder's moving average of its weights (average/, kept with "
                             "trainer.average_policy_frames) instead of its best policy")

@@ -31,6 +31,7 @@ from typing import Any
 log = logging.getLogger("rulka.trainer")
 
 AVERAGE_DIR = "average"
+TRAINED_DIR = "trained"  # training.lr_cooldown_end_on_average: the weights trained last, when the run ends on the average
 
 
 class PolicyAverage:

@@ -53,7 +53,7 @@ from rulka.memory.augment import RandomCrop
 from rulka.net.link import LinkClosed, Message, TrainerLink
 from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
 from rulka.segment import Segment, pack
-from rulka.trainer.average import PolicyAverage
+from rulka.trainer.average import TRAINED_DIR, PolicyAverage
 from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.checkpointing import Checkpointer
 from rulka.trainer.cooldown import LrCooldown
@@ -474,7 +474,7 @@ class Trainer:
     def end_on_averaged_weights(self) -> bool:
         """``training.lr_cooldown_end_on_average``: the run stopped inside its cooldown; put the moving
         average of its weights (``average/``) into the learner's networks, so that the last checkpoint's
-        weights are the average. False (logged, counted) when the run stopped before its cooldown or
+        weights are the average; the weights it trained last go to ``<run>/trained/``. False (logged, counted) when the run stopped before its cooldown or
         has no average yet: it ends on the weights it trained."""
         avg = self.average
         why = ""
@@ -483,6 +483,8 @@ class Trainer:
         elif self.lr_cooldown is None or not self.lr_cooldown.cooling(self.samples):
             why = "the run stopped before its learning-rate cooldown"
         else:
+            # copies: the actor's tensors may be the network's own, which the average overwrites
+            trained = {k: v.detach().clone() for k, v in self.agent.actor_weights().items()}  # type: ignore[attr-defined]
             try:
                 self.agent.load_actor_weights(avg.weights)  # type: ignore[attr-defined]
             except ValueError as exc:  # an average/ file of another network (a resumed run whose config changed)
@@ -492,6 +494,8 @@ class Trainer:
             log.warning("trainer: the run ends on the weights it trained, not their average: %s", why)
             return False
         self.counters["ended_on_average"] += 1
+        if self.checkpointer is not None:  # nothing is lost: the weights it trained last, beside the average
+            self.checkpointer.save_policy(trained, self.checkpointer.actor_spec(), folder=TRAINED_DIR)
         assert avg is not None
         log.info("trainer: the run ends on the average of its weights (horizon %s frames, up to %s frames)",
                  f"{avg.frames:,}", f"{avg.samples or 0:,}")

@@ -58,8 +58,9 @@ class TrainingConfig(Section):
     """IQN, with ``trainer.average_policy_frames``: a run that stops inside its cooldown ends on the moving
     average of its weights, as stochastic weight averaging's output is the average (Izmailov et al. 2018):
     the averaged weights go into the online and target networks before the last checkpoint, so the end
-    weights (``weights/``, ``rulka eval RUN --final``, what ``--resume`` trains on) are ``average/``'s;
-    a run stopped before its cooldown ends on the weights it trained. Needs ``lr_cooldown_fraction`` > 0."""
+    weights (``weights/``, ``rulka eval RUN --final``, what ``--resume`` trains on) are ``average/``'s and
+    the weights it trained last are kept in ``<run>/trained/``; a run stopped before its cooldown ends on
+    the weights it trained. Needs ``lr_cooldown_fraction`` > 0."""
     lr_cooldown_reset_optimizer: bool = False
     """IQN, with ``lr_cooldown_from_best``: the optimizer's moments start afresh when the best policy's
     weights are put back (the moments were gathered on the weights they replace; RAdam warms up again
