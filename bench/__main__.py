@@ -468,9 +468,11 @@ def run_studies(path: Path) -> list[str]:
             lines += _cycle_study(study)
             continue
         averaged = _has_average(study)  # runs with trainer.average_policy_frames: one more column
+        # runs that ended on their average (training.lr_cooldown_end_on_average): the weights trained last
+        trained = any(_count_average(arm, "trained") for arm in study.get("arms", []))
         lines += ["| arm | run (seed) | frames | updates | minutes | first finish (frames) | best | final | "
-                  + ("averaged | " if averaged else "") + "scripted | diverged |",
-                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
+                  + ("averaged | " if averaged else "") + ("trained last | " if trained else "") + "scripted | diverged |",
+                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "") + ("---|" if trained else "")]
         for arm in study.get("arms", []):
             track = (arm.get("summary") or {}).get("track", track)
             for i, run in enumerate(arm.get("runs", [])):
@@ -483,6 +485,8 @@ def run_studies(path: Path) -> list[str]:
                                          format_number(first.get("frames", "-")), _race(best), _race(final),
                                          *([_race((run.get("average") or {}).get("tracks", {}).get(track))]
                                            if averaged else []),
+                                         *([_race((run.get("trained") or {}).get("tracks", {}).get(track))]
+                                           if trained else []),
                                          f"{scripted:.2f} s" if scripted else "-",
                                          ", ".join((run.get("health") or {}).get("diverged", [])) or "no",
                                          ""]).strip())
@@ -494,6 +498,9 @@ def run_studies(path: Path) -> list[str]:
                          f"final weights in {s.get('final_beats_scripted')} (finish in {s.get('final_finished')}); "
                          + (f"averaged weights in {s.get('average_beats_scripted')} of the {_count_average(arm)} runs "
                             f"that kept them (finish in {s.get('average_finished')}); " if _count_average(arm) else "")
+                         + (f"the weights trained last (before the run ended on its average) in "
+                            f"{s.get('trained_beats_scripted')} of {_count_average(arm, 'trained')} (finish in "
+                            f"{s.get('trained_finished')}); " if _count_average(arm, "trained") else "")
                          + (f"in-run greedy races of the runs' last fifth: {s['late_beats_scripted']} of "
                             f"{s['late_races']} beat it; " if s.get("late_races") else "")
                          + f"diverged: {s.get('diverged')}.")
@@ -507,8 +514,10 @@ def _has_average(study: dict[str, Any]) -> bool:
     return any(_count_average(arm) for arm in study.get("arms", []))
 
 
-def _count_average(arm: dict[str, Any]) -> int:
-    return sum("average" in run for run in arm.get("runs", []))
+def _count_average(arm: dict[str, Any], which: str = "average") -> int:
+    """The arm's runs that kept ``which`` (``average``: averaged weights; ``trained``: the weights
+    trained last of a run that ended on its average)."""
+    return sum(which in run for run in arm.get("runs", []))
 
 
 def _cycle_study(study: dict[str, Any]) -> list[str]:

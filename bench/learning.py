@@ -110,11 +110,12 @@ def policy_folder(run_dir: Path, policy: str) -> tuple[Path, dict[str, Any] | No
     """Where the policy to evaluate is, and the run's ``best/best.json`` when it is the best one.
     ``policy``: ``best`` (the map cycle's best policy, ``<run>/best``, when the run wrote one; else
     the latest weights), ``final`` (``<run>/weights``, the weights at the end of the run) or
-    ``average`` (``<run>/average``, the moving average of the weights, ``trainer.average_policy_frames``)."""
-    if policy == "average":
-        if not (run_dir / "average" / "policy.safetensors").is_file():
-            raise SystemExit(f"bench/learning.py: {run_dir} kept no averaged policy (average/)")
-        return run_dir / "average", None
+    ``average`` (``<run>/average``, the moving average of the weights, ``trainer.average_policy_frames``)
+    or ``trained`` (``<run>/trained``, the weights trained last when the run ended on its average)."""
+    if policy in ("average", "trained"):  # trained: the weights trained last of a run that ended on its average
+        if not (run_dir / policy / "policy.safetensors").is_file():
+            raise SystemExit(f"bench/learning.py: {run_dir} kept no {policy} policy ({policy}/)")
+        return run_dir / policy, None
     best = run_dir / "best"
     if policy == "best" and (best / "policy.safetensors").is_file():
         try:

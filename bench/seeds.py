@@ -185,7 +185,9 @@ def cycle_counts(result: dict[str, Any]) -> dict[str, int]:
 
 def greedy_gym(run_dir: Path, policy: str, episodes: int, target: float | None) -> dict[str, Any]:
     """Mean greedy return of the run's best policy or final weights (``rulka eval --json``)."""
-    cmd = [sys.executable, "-m", "rulka.cli", "eval", str(run_dir), "--episodes", str(episodes), "--json"]
+    # trained: the weights trained last of a run that ended on its average (training.lr_cooldown_end_on_average)
+    path = run_dir / "trained" / "policy.safetensors" if policy == "trained" else run_dir
+    cmd = [sys.executable, "-m", "rulka.cli", "eval", str(path), "--episodes", str(episodes), "--json"]
     if policy in ("final", "average"):
         cmd.append(f"--{policy}")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
@@ -229,13 +231,15 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
         if gym is not None:  # {"episodes": E, "target": T}
             out["best"] = greedy_gym(run_dir, "best", gym["episodes"], gym["target"])
             out["final"] = greedy_gym(run_dir, "final", gym["episodes"], gym["target"])
-            if (run_dir / "average").exists():
-                out["average"] = greedy_gym(run_dir, "average", gym["episodes"], gym["target"])
+            for kept in ("average", "trained"):
+                if (run_dir / kept).exists():
+                    out[kept] = greedy_gym(run_dir, kept, gym["episodes"], gym["target"])
         else:
             out["best"] = greedy(run_dir, "best", max_seconds, gen_seeds)
             out["final"] = greedy(run_dir, "final", max_seconds, gen_seeds)
-            if (run_dir / "average").exists():
-                out["average"] = greedy(run_dir, "average", max_seconds, gen_seeds)
+            for kept in ("average", "trained"):  # trained: the weights trained last, when the run ended on the average
+                if (run_dir / kept).exists():
+                    out[kept] = greedy(run_dir, kept, max_seconds, gen_seeds)
     return out
 
 
@@ -251,7 +255,7 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
         out: dict[str, Any] = {"map_cycle": True, "runs": len(runs),
                                "bundled": max((c for c in per_run("best", "bundled") if c), default=0),
                                "gen": max((c for c in per_run("best", "gen") if c), default=0)}
-        for which in ("best", "final", *(("average",) if any("average" in r for r in runs) else ())):
+        for which in ("best", "final", *(w for w in ("average", "trained") if any(w in r for r in runs))):
             out[f"{which}_beats_scripted"] = per_run(which, "bundled_beats_scripted")
             out[f"{which}_finished"] = per_run(which, "bundled_finished")
             out[f"{which}_gen_finished"] = per_run(which, "gen_finished")
@@ -261,8 +265,8 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
         return {"runs": len(runs),
                 "best_reaches_target": sum(bool(r.get("best", {}).get("reaches_target")) for r in runs),
                 "final_reaches_target": sum(bool(r.get("final", {}).get("reaches_target")) for r in runs),
-                **({"average_reaches_target": sum(bool(r.get("average", {}).get("reaches_target")) for r in runs)}
-                   if any("average" in r for r in runs) else {}),
+                **{f"{w}_reaches_target": sum(bool(r.get(w, {}).get("reaches_target")) for r in runs)
+                   for w in ("average", "trained") if any(w in r for r in runs)},
                 "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
     def count(which: str, key: str) -> int:
         return sum(bool(r.get(which, {}).get("tracks", {}).get(track, {}).get(key)) for r in runs)
@@ -272,8 +276,8 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
     return {"track": track, "runs": len(runs),
             "best_finished": count("best", "finished"), "best_beats_scripted": count("best", "beats_scripted"),
             "final_finished": count("final", "finished"), "final_beats_scripted": count("final", "beats_scripted"),
-            **({"average_finished": count("average", "finished"),
-                "average_beats_scripted": count("average", "beats_scripted")} if any("average" in r for r in runs) else {}),
+            **{f"{w}_{key}": count(w, key) for w in ("average", "trained") if any(w in r for r in runs)
+               for key in ("finished", "beats_scripted")},
             **({"late_races": sum(x["races"] for x in late),
                 "late_beats_scripted": sum(x["beats_reference"] for x in late)} if late else {}),
             "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}

@@ -89,6 +89,21 @@ def test_runs_that_kept_averaged_weights_get_their_column_and_count(tmp_path):
     assert "averaged weights in 1 of the 1 runs that kept them (finish in 1)" in text
 
 
+def test_runs_that_ended_on_their_average_show_the_weights_trained_last(tmp_path):
+    """training.lr_cooldown_end_on_average: final is the average; trained/ (the weights trained last)
+    gets its own column and count."""
+    runs = [_run(21.0, 22.1, []), _run(20.5, 22.5, [])]
+    for run, trained in zip(runs, (28.7, 22.0)):
+        run["average"] = run["final"]
+        run["trained"] = _run(trained, None, [])["best"]
+    s = seeds.arm_summary(runs, "default")
+    assert s["trained_finished"] == 2 and s["trained_beats_scripted"] == 1 and s["final_beats_scripted"] == 2
+    text = _rendered(tmp_path, "end_avg", runs, s)
+    assert "| best | final | averaged | trained last | scripted | diverged |" in text
+    assert "| end_avg | 0 | 770,000 | 90,000 | 20.1 | 200,000 | 21.00 s | 22.10 s | 22.10 s | 28.70 s | 22.84 s | no |" in text
+    assert "the weights trained last (before the run ended on its average) in 1 of 2 (finish in 2)" in text
+
+
 def test_the_last_fifths_in_run_races_are_counted_against_the_reference(tmp_path):
     """The in-run greedy races of the run's last fifth (best/candidates.jsonl): the final weights are
     one draw of them, so their share under the scripted driver is reported per run and per arm."""
