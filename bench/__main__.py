@@ -469,7 +469,7 @@ def run_studies(path: Path) -> list[str]:
             continue
         averaged = _has_average(study)  # runs with trainer.average_policy_frames: one more column
         # runs that ended on their average (training.lr_cooldown_end_on_average): the weights trained last
-        trained = any(_count_average(arm, "trained") for arm in study.get("arms", []))
+        trained = _has_average(study, "trained")
         lines += ["| arm | run (seed) | frames | updates | minutes | first finish (frames) | best | final | "
                   + ("averaged | " if averaged else "") + ("trained last | " if trained else "") + "scripted | diverged |",
                   "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "") + ("---|" if trained else "")]
@@ -509,9 +509,9 @@ def run_studies(path: Path) -> list[str]:
     return lines
 
 
-def _has_average(study: dict[str, Any]) -> bool:
-    """Whether a run of the study kept averaged weights (``trainer.average_policy_frames``)."""
-    return any(_count_average(arm) for arm in study.get("arms", []))
+def _has_average(study: dict[str, Any], which: str = "average") -> bool:
+    """Whether a run of the study kept ``which`` (see ``_count_average``; averaged weights by default)."""
+    return any(_count_average(arm, which) for arm in study.get("arms", []))
 
 
 def _count_average(arm: dict[str, Any], which: str = "average") -> int:
