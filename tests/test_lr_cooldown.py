@@ -407,3 +407,68 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
     floats = [k for k, v in averaged.items() if torch.is_floating_point(v) and k != "exploration"]
     assert floats and [k for k in floats if not torch.equal(final[k], averaged[k])] == []
     assert (run_dir / "trained" / "policy.safetensors").is_file()  # the weights it trained last, kept
+
+
+def test_the_time_left_is_the_budget_that_ends_first():
+    """The progress line's budget field: the share used and the time left, from a time budget's
+    remainder or from the frames left at the mean rate so far, whichever ends first."""
+    clock = Clock()
+    cool = LrCooldown(0.0, 0.05, budget_seconds=1200.0, budget_samples=100_000, clock=clock)
+    assert cool.seconds_left(0) is None and cool.budget_text(0) is None  # not started
+    cool.start(samples=0)
+    assert cool.seconds_left(0) == pytest.approx(1200.0)  # no frames yet: the time budget alone
+    clock.t += 300
+    # 10k of 100k frames in 300 s: 90k left at 33.3/s = 2700 s, after the 900 s the clock has left
+    assert cool.seconds_left(10_000) == pytest.approx(900.0)
+    assert cool.budget_text(10_000) == "25% ~15 min left"
+    # 50k frames in 300 s: the frames end first, 50k at 166.7/s = 300 s
+    assert cool.seconds_left(50_000) == pytest.approx(300.0)
+    assert cool.budget_text(50_000) == "50% ~5 min left"
+    clock.t += 895
+    assert cool.budget_text(60_000) == "100% ~5 s left"
+    clock.t += 100
+    assert cool.seconds_left(60_000) == 0.0 and cool.budget_text(60_000) == "100% ~0 s left"
+    # a resumed run's frame budget counts from the frames it resumed with
+    resumed = LrCooldown(0.2, 0.05, budget_samples=1_000, clock=clock)
+    resumed.start(samples=600)
+    clock.t += 40
+    assert resumed.seconds_left(800) == pytest.approx(40.0)  # 200 frames in 40 s, 200 left
+    assert resumed.seconds_left(1_000) == 0.0
+    open_ended = LrCooldown(0.2, 0.05, clock=clock)
+    open_ended.start(samples=0)
+    assert open_ended.seconds_left(10) is None and open_ended.budget_text(10) is None
+
+
+class _Fields:
+    """A progress display that keeps what the trainer shows."""
+
+    def __init__(self) -> None:
+        self.fields: dict = {}
+
+    def update(self, **fields) -> None:
+        self.fields.update(fields)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_trainers_progress_line_shows_its_budget_only_when_it_has_one():
+    import threading
+
+    from roles_helpers import CountingAgent, ListMemory
+
+    from rulka.net.local import LocalHub
+    from rulka.trainer.trainer import Trainer
+
+    shown = _Fields()
+    trainer = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), progress=shown,
+                      weights_encoder=lambda blob: b"w")
+    trainer.run(max_seconds=0.5)
+    assert shown.fields["budget"].startswith("100%"), shown.fields
+    shown = _Fields()
+    trainer = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), progress=shown,
+                      weights_encoder=lambda blob: b"w")
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    trainer.run(stop_event=stop)  # stopped from outside with no budget: no budget field
+    assert "samples" in shown.fields and "budget" not in shown.fields, shown.fields

@@ -79,6 +79,34 @@ class LrCooldown:
             parts.append(1.0 if span <= 0 else (samples - self._samples0) / span)
         return max(parts)
 
+    def seconds_left(self, samples: int) -> float | None:
+        """Estimated seconds until the budget ends (None without a budget or before any sample of a
+        frame budget came): the time budget's remainder, or the frames left at the mean rate since
+        ``start``, whichever ends first."""
+        if self._t0 is None:
+            return None
+        elapsed = self._clock() - self._t0
+        left: list[float] = []
+        if self.budget_seconds is not None:
+            left.append(self.budget_seconds - elapsed)
+        if self.budget_samples is not None:
+            done = samples - self._samples0
+            if done >= self.budget_samples - self._samples0:
+                left.append(0.0)
+            elif done > 0 and elapsed > 0:
+                left.append((self.budget_samples - samples) * elapsed / done)
+        return max(0.0, min(left)) if left else None
+
+    def budget_text(self, samples: int) -> str | None:
+        """The progress line's budget field, e.g. ``34% ~26 min left`` (None without a budget)."""
+        if self._t0 is None or (self.budget_seconds is None and self.budget_samples is None):
+            return None
+        text = f"{min(1.0, self.progress(samples)):.0%}"
+        left = self.seconds_left(samples)
+        if left is not None:
+            text += f" ~{left / 60:.0f} min left" if left >= 60 else f" ~{left:.0f} s left"
+        return text
+
     def cooling(self, samples: int) -> bool:
         """Whether the run is inside its cooldown (active, and at least ``1 - fraction`` of its budget used)."""
         return self.active and self.progress(samples) >= 1.0 - self.fraction

@@ -42,6 +42,8 @@ class Reporter:
         self.metrics = metrics
         self.progress = progress
         self.link: Any = None
+        # the run's budget (``LrCooldown``: progress and time left), set by ``Trainer.run``
+        self.budget: Any = None
         self.last_log = time.monotonic()
 
     def connected_workers(self) -> int:
@@ -63,13 +65,17 @@ class Reporter:
         if self.progress is not None:
             try:
                 returns = intake.returns
-                self.progress.update(samples=state.samples, updates=state.updates, version=state.version,
-                                     workers=self.connected_workers(), episodes=state.episodes,
-                                     ret=round(float(np.mean(returns[-20:])), 1) if returns else None,
-                                     race_s=None if intake.last_race_time_ms is None
-                                     else round(intake.last_race_time_ms / 1000, 2),
-                                     spi=self.ratio_text(),
-                                     best=self.best_policy.describe() or None if self.best_policy is not None else None)
+                fields: dict[str, Any] = dict(
+                    samples=state.samples, updates=state.updates, version=state.version,
+                    workers=self.connected_workers(), episodes=state.episodes,
+                    ret=round(float(np.mean(returns[-20:])), 1) if returns else None,
+                    race_s=None if intake.last_race_time_ms is None else round(intake.last_race_time_ms / 1000, 2),
+                    spi=self.ratio_text(),
+                    best=self.best_policy.describe() or None if self.best_policy is not None else None)
+                budget = None if self.budget is None else self.budget.budget_text(state.samples)
+                if budget is not None:  # a run with no --minutes / --frames shows no budget field
+                    fields["budget"] = budget
+                self.progress.update(**fields)
             except Exception:  # noqa: BLE001 - a display problem never stops training
                 self.progress = None
         if not force and now - self.last_log < self.log_every_s:

@@ -422,6 +422,7 @@ class Trainer:
                                       budget_seconds=budget_seconds if budget_seconds is not None else max_seconds,
                                       budget_samples=budget_samples if budget_samples is not None else max_samples)
         self.lr_cooldown.start(self.samples)
+        self.reporter.budget = self.lr_cooldown  # the progress line's budget=... field
         if self.lr_cooldown.fraction > 0:
             log.info("trainer: %s", self.lr_cooldown.describe())
         if self.checkpointer is not None:
