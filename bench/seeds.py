@@ -21,7 +21,11 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
   against ``--target-return``.
 
 Run i of every arm sets ``training.seed=i`` (unless the arm sets it; ``--first-seed K`` starts at K,
-to extend a study): a seed table, not one seed run again.
+to extend a study): a seed table, not one seed run again. ``--parallel N`` runs N at a time, for frame
+budgets only (a frame budget learns the same whatever the machine's speed: the rate limiter holds
+the samples per insert). On the 2-core machine of 2026-11-28 three ``--frames 2000000`` runs side by
+side received 75-90k frames a minute together (two of them 2.0M each in 67.5 minutes), where one run
+alone received 40-54k a minute (the README's 20 minutes, five runs, the same day).
 
 ::
 
@@ -31,6 +35,7 @@ to extend a study): a seed table, not one seed run again.
 
     python bench/seeds.py --config configs/sim_iqn_cycle.yaml --runs 3 --minutes 30 --gen-random 10 --name map_cycle_runs
     python bench/seeds.py --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475 --q-limit 150
+    python bench/seeds.py --config configs/sim_iqn.yaml --runs 3 --frames 2000000 --parallel 3
 
 ``--record NOTE`` appends the study to ``bench/run_studies.json`` (BENCHMARKS.md after ``python -m
 bench --rewrite``).
@@ -46,7 +51,9 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +212,11 @@ def with_seed(overrides: list[str], i: int) -> list[str]:
     return overrides if any(kv.startswith("training.seed=") for kv in overrides) else [*overrides, f"training.seed={i}"]
 
 
+# the greedy races run in this process and seed torch's global generator (learning.evaluate): runs
+# side by side (--parallel) race one at a time so that a policy drives the races it would alone
+_EVAL_LOCK = threading.Lock()
+
+
 def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
             frames: int | None, window: int, max_seconds: float, gym: dict[str, Any] | None = None,
             q_limit: float | None = None, gen_seeds: list[int] | None = None) -> dict[str, Any]:
@@ -227,6 +239,16 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
     late = late_candidates(run_dir)
     if late:
         out["late_candidates"] = late
+    with _EVAL_LOCK:
+        out.update(_race_policies(run_dir, max_seconds, gym, gen_seeds))
+    return out
+
+
+def _race_policies(run_dir: Path, max_seconds: float, gym: dict[str, Any] | None,
+                   gen_seeds: list[int] | None) -> dict[str, Any]:
+    """The greedy races of a finished run's policies: best/, the final weights, and average/ and
+    trained/ where the run kept them."""
+    out: dict[str, Any] = {}
     if (run_dir / "weights").exists() or (run_dir / "best").exists():
         if gym is not None:  # {"episodes": E, "target": T}
             out["best"] = greedy_gym(run_dir, "best", gym["episodes"], gym["target"])
@@ -314,11 +336,19 @@ def main(argv: list[str] | None = None) -> None:
                    help="map-cycle configs: also race N generated tracks, their seeds drawn now (tracks no run saw)")
     p.add_argument("--gen-seeds", type=int, nargs="*", default=[], metavar="SEED",
                    help="map-cycle configs: generated tracks to race by seed (to extend a study with the tracks it drew)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="runs side by side (frame budgets only: a shared machine gives each run fewer frames per "
+                        "minute, so a minute budget would measure a slower machine)")
     p.add_argument("--q-limit", type=float, default=None,
                    help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator)")
     args = p.parse_args(argv)
     if args.minutes is None and args.frames is None:
         p.error("give --minutes and/or --frames (a run's budget)")
+    if args.parallel < 1:
+        p.error("--parallel: at least 1")
+    if args.parallel > 1 and (args.minutes is not None or args.frames is None):
+        p.error("--parallel N > 1 needs --frames and no --minutes: runs side by side get fewer frames per minute, "
+                "so a minute budget would shorten them (and time their learning-rate cooldown)")
     from rulka.config import load_config
 
     cfg = load_config(args.config)
@@ -350,13 +380,16 @@ def main(argv: list[str] | None = None) -> None:
         "arms": [],
     }
     by_arm: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in arms}
-    for i in range(args.first_seed, args.first_seed + args.runs):  # interleaved (run i of every arm, then run i+1): load drifts hit every arm
-        for name, overrides in arms:
-            run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
-            r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
-                        args.window, args.max_seconds, gym, args.q_limit, gen_seeds)
-            r["seed"] = i
+    done = threading.Lock()  # --parallel: runs finish in any order; each writes the study so far
+
+    def run_one(i: int, name: str, overrides: list[str]) -> None:
+        run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
+        r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
+                    args.window, args.max_seconds, gym, args.q_limit, gen_seeds)
+        r["seed"] = i
+        with done:
             by_arm[name].append(r)
+            by_arm[name].sort(key=lambda run: run["seed"])
             partial = {**study, "arms": [{"arm": n, "overrides": o, "runs": by_arm[n]} for n, o in arms]}
             (args.out_dir / f"study-{stamp}.json").write_text(json.dumps(partial, indent=2), encoding="utf-8")
             print(json.dumps({"arm": name, "run": i, **{k: r.get(k) for k in ("rc", "frames", "updates", "minutes")},
@@ -366,6 +399,12 @@ def main(argv: list[str] | None = None) -> None:
                               "final": r.get("final", {}).get("tracks", {}).get(track) if track else r.get("final"),
                               "average": r.get("average", {}).get("tracks", {}).get(track) if track else r.get("average"),
                               "diverged": r.get("health", {}).get("diverged")}), flush=True)
+
+    # interleaved (run i of every arm, then run i+1): load drifts hit every arm
+    jobs = [(i, name, overrides) for i in range(args.first_seed, args.first_seed + args.runs) for name, overrides in arms]
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        for future in [pool.submit(run_one, *job) for job in jobs]:
+            future.result()  # a failure in the bench itself stops the study with its traceback
     for name, overrides in arms:
         runs = by_arm[name]
         study["arms"].append({"arm": name, "overrides": overrides, "runs": runs, "summary": arm_summary(runs, track, cycle)})

@@ -210,3 +210,35 @@ def test_a_gymnasium_config_runs_and_is_judged_by_rulka_eval(tmp_path, capsys):
     assert run["rc"] == 0 and run["seed"] == 0 and run["frames"] >= 3000
     for which in ("best", "final"):
         assert run[which]["episodes"] == 2 and run[which]["return_mean"] > 0 and run[which]["reaches_target"] is False
+
+
+def test_parallel_runs_are_for_frame_budgets_only(tmp_path):
+    for budget in (["--minutes", "20"], ["--minutes", "20", "--frames", "1000"]):
+        with pytest.raises(SystemExit):
+            seeds.main(["--config", str(BENCH.parent / "configs" / "sim_iqn.yaml"), *budget, "--parallel", "2",
+                        "--out-dir", str(tmp_path)])
+    assert not list(tmp_path.glob("study-*.json"))
+
+
+def test_parallel_runs_go_side_by_side_and_the_study_keeps_them_in_seed_order(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def fake_run(config, overrides, run_dir, workers, minutes, frames, *rest):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        seed = int(next(kv for kv in overrides if kv.startswith("training.seed="))[len("training.seed="):])
+        time.sleep(0.05 * (4 - seed))  # later seeds finish first
+        with lock:
+            running[0] -= 1
+        return {"rc": 0, "frames": frames, "minutes": None, "health": {"diverged": []}}
+
+    monkeypatch.setattr(seeds, "one_run", fake_run)
+    seeds.main(["--config", str(BENCH.parent / "configs" / "sim_iqn.yaml"), "--frames", "1000", "--runs", "4",
+                "--parallel", "2", "--out-dir", str(tmp_path), "--arm", "a:x.y=1"])
+    assert most[0] == 2
+    study = json.loads(next(tmp_path.glob("study-*.json")).read_text())
+    assert [r["seed"] for r in study["arms"][0]["runs"]] == [0, 1, 2, 3]
