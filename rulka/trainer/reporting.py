@@ -13,6 +13,7 @@ import numpy as np
 
 from rulka.interfaces import Memory
 from rulka.trainer.best import BestPolicy
+from rulka.trainer.cooldown import LrCooldown
 from rulka.trainer.credit import WorkerBook
 from rulka.trainer.intake import Intake
 from rulka.trainer.learner_step import LearnerStep
@@ -42,8 +43,8 @@ class Reporter:
         self.metrics = metrics
         self.progress = progress
         self.link: Any = None
-        # the run's budget (``LrCooldown``: progress and time left), set by ``Trainer.run``
-        self.budget: Any = None
+        # the run's budget (progress and time left), set by ``Trainer.run``
+        self.budget: LrCooldown | None = None
         self.last_log = time.monotonic()
 
     def connected_workers(self) -> int:
