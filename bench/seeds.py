@@ -23,9 +23,9 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
 Run i of every arm sets ``training.seed=i`` (unless the arm sets it; ``--first-seed K`` starts at K,
 to extend a study): a seed table, not one seed run again. ``--parallel N`` runs N at a time, for frame
 budgets only (a frame budget learns the same whatever the machine's speed: the rate limiter holds
-the samples per insert). On the 2-core machine of 2026-11-28 three ``--frames 2000000`` runs side by
-side received 75-90k frames a minute together (two of them 2.0M each in 67.5 minutes), where one run
-alone received 40-54k a minute (the README's 20 minutes, five runs, the same day).
+the samples per insert). BENCHMARKS.md's ``readme_frames_budget`` study ran three side by side (its
+table gives each run's frames and minutes); how much sooner N side by side finish than N one after
+another has not been measured in one run.
 
 ::
 
