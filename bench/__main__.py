@@ -427,12 +427,17 @@ def learner_fix_studies(path: Path) -> list[str]:
 
 
 def _race(outcome: dict[str, Any] | None) -> str:
-    """One greedy race in a table cell: the time, or the metres of an unfinished race."""
+    """One greedy race in a table cell: the time, or the metres of an unfinished race; with the
+    median of the races from perturbed starts beside it when the study raced them."""
     if not outcome:
         return "-"
-    if outcome.get("finished"):
-        return f"{outcome['race_time_s']:.2f} s"
-    return f"{max(outcome.get('progress_m') or 0.0, 0.0):.0f} m"
+    text = (f"{outcome['race_time_s']:.2f} s" if outcome.get("finished")
+            else f"{max(outcome.get('progress_m') or 0.0, 0.0):.0f} m")
+    if "perturbed_s" in outcome:
+        level = outcome["perturbed_s"]
+        text += f" ({len(outcome.get('perturbed_times_s') or [])} starts: " + (
+            f"{level:.2f} s)" if level is not None else "not finished)")
+    return text
 
 
 def _studies(path: Path) -> list[dict[str, Any]]:
@@ -501,12 +506,22 @@ def run_studies(path: Path) -> list[str]:
                          + (f"the weights trained last (before the run ended on its average) in "
                             f"{s.get('trained_beats_scripted')} of {_count_average(arm, 'trained')} (finish in "
                             f"{s.get('trained_finished')}); " if _count_average(arm, "trained") else "")
+                         + _perturbed_text(s)
                          + (f"in-run greedy races of the runs' last fifth: {s['late_beats_scripted']} of "
                             f"{s['late_races']} beat it; " if s.get("late_races") else "")
                          + f"diverged: {s.get('diverged')}.")
         if study.get("note"):
             lines += ["", format_number(study["note"])]
     return lines
+
+
+def _perturbed_text(summary: dict[str, Any]) -> str:
+    """The summary's counts of policies whose median race from perturbed starts beats the scripted
+    driver (``bench/seeds.py --perturbed-races``); empty when the study raced none."""
+    names = {"best": "best", "final": "final", "average": "averaged", "trained": "trained last"}
+    parts = [f"{label} {summary[f'{w}_perturbed_beats_scripted']}" for w, label in names.items()
+             if f"{w}_perturbed_beats_scripted" in summary]
+    return f"median of the races from perturbed starts under it: {', '.join(parts)}; " if parts else ""
 
 
 def _has_average(study: dict[str, Any], which: str = "average") -> bool:

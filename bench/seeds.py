@@ -162,12 +162,15 @@ def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]
     return out
 
 
-def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] | None = None) -> dict[str, Any]:
+def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] | None = None,
+           perturbed: int = 0) -> dict[str, Any]:
     """Per bundled track (and ``gen:<seed>`` for each of ``gen_seeds``): finished, race time (s) or
-    metres, scripted time, beats scripted; with ``gen_seeds``, the counts (``cycle_counts``) too."""
+    metres, scripted time, beats scripted; with ``gen_seeds``, the counts (``cycle_counts``) too;
+    with ``perturbed`` > 0, on the tracks the run trained on, the median of that many races from
+    perturbed starts (``learning.perturbed_races``: ``perturbed_s``, ``perturbed_beats_scripted``)."""
     from learning import evaluate
 
-    result = evaluate(run_dir, list(gen_seeds or []), max_seconds, 1, policy)
+    result = evaluate(run_dir, list(gen_seeds or []), max_seconds, 1, policy, perturbed=perturbed)
     out = {}
     for row in result["tracks"]:
         g = row["greedy"]
@@ -175,6 +178,14 @@ def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] 
                              "race_time_s": g["race_time_s"] if g["finished"] else None,
                              "progress_m": g.get("progress_m"), "scripted_s": row["scripted_s"],
                              "beats_scripted": row["beats_scripted"]}
+        pert = row.get("perturbed")
+        if pert:
+            scripted = row["scripted_s"]
+            out[row["track"]].update({
+                "perturbed_s": pert["race_time_s"] if pert["finished"] else None,
+                "perturbed_beats_scripted": bool(pert["finished"] and scripted is not None
+                                                 and pert["race_time_s"] < scripted),
+                "perturbed_times_s": pert["times_s"], "perturbed_start_noise": pert["start_noise"]})
     res = {"policy": result["policy"], "best_policy": result.get("best_policy"), "tracks": out}
     return {**res, "counts": cycle_counts(res)} if gen_seeds is not None else res
 
@@ -219,7 +230,7 @@ _EVAL_LOCK = threading.Lock()
 
 def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
             frames: int | None, window: int, max_seconds: float, gym: dict[str, Any] | None = None,
-            q_limit: float | None = None, gen_seeds: list[int] | None = None) -> dict[str, Any]:
+            q_limit: float | None = None, gen_seeds: list[int] | None = None, perturbed: int = 0) -> dict[str, Any]:
     """``rulka run`` once, then its summary (``rc`` and the stderr tail when it failed)."""
     cmd = [sys.executable, "-m", "rulka.cli", "run", str(config), "--workers", str(workers),
            "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
@@ -240,12 +251,12 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
     if late:
         out["late_candidates"] = late
     with _EVAL_LOCK:
-        out.update(_race_policies(run_dir, max_seconds, gym, gen_seeds))
+        out.update(_race_policies(run_dir, max_seconds, gym, gen_seeds, perturbed))
     return out
 
 
 def _race_policies(run_dir: Path, max_seconds: float, gym: dict[str, Any] | None,
-                   gen_seeds: list[int] | None) -> dict[str, Any]:
+                   gen_seeds: list[int] | None, perturbed: int = 0) -> dict[str, Any]:
     """The greedy races of a finished run's policies: best/, the final weights, and average/ and
     trained/ where the run kept them."""
     out: dict[str, Any] = {}
@@ -257,11 +268,11 @@ def _race_policies(run_dir: Path, max_seconds: float, gym: dict[str, Any] | None
                 if (run_dir / kept).exists():
                     out[kept] = greedy_gym(run_dir, kept, gym["episodes"], gym["target"])
         else:
-            out["best"] = greedy(run_dir, "best", max_seconds, gen_seeds)
-            out["final"] = greedy(run_dir, "final", max_seconds, gen_seeds)
+            out["best"] = greedy(run_dir, "best", max_seconds, gen_seeds, perturbed)
+            out["final"] = greedy(run_dir, "final", max_seconds, gen_seeds, perturbed)
             for kept in ("average", "trained"):  # trained: the weights trained last, when the run ended on the average
                 if (run_dir / kept).exists():
-                    out[kept] = greedy(run_dir, kept, max_seconds, gen_seeds)
+                    out[kept] = greedy(run_dir, kept, max_seconds, gen_seeds, perturbed)
     return out
 
 
@@ -295,6 +306,8 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
 
     late = [r.get("late_candidates", {}).get(track) for r in runs]
     late = [x for x in late if x]
+    kept = ["best", "final", *(w for w in ("average", "trained") if any(w in r for r in runs))]
+    perturbed = [w for w in kept if any("perturbed_s" in r.get(w, {}).get("tracks", {}).get(track, {}) for r in runs)]
     return {"track": track, "runs": len(runs),
             "best_finished": count("best", "finished"), "best_beats_scripted": count("best", "beats_scripted"),
             "final_finished": count("final", "finished"), "final_beats_scripted": count("final", "beats_scripted"),
@@ -302,6 +315,7 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
                for key in ("finished", "beats_scripted")},
             **({"late_races": sum(x["races"] for x in late),
                 "late_beats_scripted": sum(x["beats_reference"] for x in late)} if late else {}),
+            **{f"{w}_perturbed_beats_scripted": count(w, "perturbed_beats_scripted") for w in perturbed},
             "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
 
 
@@ -339,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="runs side by side (frame budgets only: a shared machine gives each run fewer frames per "
                         "minute, so a minute budget would measure a slower machine)")
+    p.add_argument("--perturbed-races", type=int, default=5, metavar="K",
+                   help="simulator configs: also race each policy K times from starts moved up to 0.3 m and 0.3 degrees "
+                        "on the tracks it trained on, and report the median (a policy's level, not one draw; 0: off)")
     p.add_argument("--q-limit", type=float, default=None,
                    help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator)")
     args = p.parse_args(argv)
@@ -385,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     def run_one(i: int, name: str, overrides: list[str]) -> None:
         run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
         r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
-                    args.window, args.max_seconds, gym, args.q_limit, gen_seeds)
+                    args.window, args.max_seconds, gym, args.q_limit, gen_seeds, args.perturbed_races)
         r["seed"] = i
         with done:
             by_arm[name].append(r)

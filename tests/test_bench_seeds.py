@@ -242,3 +242,22 @@ def test_parallel_runs_go_side_by_side_and_the_study_keeps_them_in_seed_order(tm
     assert most[0] == 2
     study = json.loads(next(tmp_path.glob("study-*.json")).read_text())
     assert [r["seed"] for r in study["arms"][0]["runs"]] == [0, 1, 2, 3]
+
+
+def test_the_median_of_races_from_perturbed_starts_is_counted_and_shown(tmp_path):
+    """--perturbed-races: beside each policy's one race from the start line, the median of K races
+    from perturbed starts (its level, not one draw) gets its own count and is shown in the cell."""
+    runs = [_run(21.0, 28.7, []), _run(20.5, 22.5, [])]
+    for run, (best_level, final_level) in zip(runs, ((21.4, 23.9), (20.9, None))):
+        run["best"]["tracks"]["default"].update(perturbed_s=best_level, perturbed_beats_scripted=True,
+                                                perturbed_times_s=[best_level] * 5)
+        run["final"]["tracks"]["default"].update(
+            perturbed_s=final_level, perturbed_beats_scripted=False, perturbed_times_s=[final_level] * 5)
+    s = seeds.arm_summary(runs, "default")
+    assert s["best_perturbed_beats_scripted"] == 2 and s["final_perturbed_beats_scripted"] == 0
+    assert s["final_beats_scripted"] == 1  # the one race from the start line still counts on its own
+    assert "best_perturbed_beats_scripted" not in seeds.arm_summary([_run(21.0, 22.0, [])], "default")
+    text = _rendered(tmp_path, "p", runs, s)
+    assert "| p | 0 | 770,000 | 90,000 | 20.1 | 200,000 | 21.00 s (5 starts: 21.40 s) | 28.70 s (5 starts: 23.90 s) |" in text
+    assert "| 22.50 s (5 starts: not finished) |" in text
+    assert "median of the races from perturbed starts under it: best 2, final 0; " in text
