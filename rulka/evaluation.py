@@ -67,6 +67,7 @@ class EvalReport:
     env: str
     seed: int
     episodes: list[EpisodeResult] = field(default_factory=list)
+    start_noise: float = 0.0  # the simulator's start moved up to this many metres and degrees
 
     def summary(self) -> dict[str, Any]:
         """Plain data: overall and per-map mean/std of return, finish rate, race times."""
@@ -75,6 +76,7 @@ class EvalReport:
             maps.setdefault(ep.map_name, []).append(ep)
         return {
             "policy": self.policy, "actor": self.actor, "env": self.env, "seed": self.seed,
+            **({"start_noise": self.start_noise} if self.start_noise else {}),
             "episodes": len(self.episodes),
             "overall": summarise(self.episodes),
             "maps": {name or "-": summarise(eps) for name, eps in maps.items()},
@@ -263,19 +265,34 @@ def make_eval_env(cfg: Any, render: bool = False) -> Any:
 
 
 def evaluate(policy: LoadedPolicy, episodes: int = 10, seed: int = 0, max_steps: int = DEFAULT_MAX_STEPS,
-             env: Any = None, recorder: Any = None) -> EvalReport:
+             env: Any = None, recorder: Any = None, start_noise: float = 0.0) -> EvalReport:
     """``episodes`` greedy episodes of ``policy``; episode ``i`` resets with ``seed + i``.
 
     ``recorder`` (see :class:`rulka.envs.video.EpisodeRecorder`) records the first episode;
     its env must then render ``rgb_array`` (``make_eval_env(cfg, render=True)``).
+    ``start_noise`` (the simulator only): each episode starts up to that many metres sideways and
+    degrees of heading off the start line, drawn from its reset seed. The simulator repeats a greedy
+    race exactly, and a greedy policy's race time can move by seconds between weights a few updates
+    apart, so a race from the line is one draw; races from moved starts show the policy's spread.
     """
     if episodes < 1:
         raise UserError("--episodes must be at least 1")
+    if start_noise < 0:
+        raise UserError("--start-noise must be at least 0")
     _seed_everything(seed)
     own_env = env is None
     if own_env:
         env = make_eval_env(policy.cfg, render=recorder is not None)
-    report = EvalReport(policy=str(policy.file), actor=policy.actor_name, env=describe_env(policy.cfg), seed=seed)
+    if start_noise > 0:
+        base = getattr(env, "unwrapped", env)
+        if not hasattr(base, "start_noise"):
+            if own_env and hasattr(env, "close"):
+                env.close()
+            raise UserError(f"--start-noise moves the simulator's start (environment.backend sim); "
+                            f"this policy's env is {describe_env(policy.cfg)}")
+        base.start_noise = float(start_noise)
+    report = EvalReport(policy=str(policy.file), actor=policy.actor_name, env=describe_env(policy.cfg), seed=seed,
+                        start_noise=float(start_noise))
     try:
         for i in range(episodes):
             rec = recorder if i == 0 else None
@@ -319,8 +336,10 @@ def format_table(summaries: Sequence[Mapping[str, Any]]) -> str:
         tag = f"[{chr(ord('A') + i)}] " if len(summaries) > 1 else ""
         n = s["episodes"]
         seeds = f"seed {s['seed']}" if n == 1 else f"seeds {s['seed']}..{s['seed'] + n - 1}"
+        moved = (f", starts moved up to {s['start_noise']:g} m and {s['start_noise']:g} degrees"
+                 if s.get("start_noise") else "")
         lines.append(f"{tag}{s['policy']} (actor {s['actor']}) on {s['env']}: {n} greedy "
-                     f"episode{'s' if n != 1 else ''}, {seeds}")
+                     f"episode{'s' if n != 1 else ''}, {seeds}{moved}")
     header = f"{'map':<18}{'':4}{'episodes':>8}  {'return':>18}  {'finish':>7}  {'race time':>16}  {'best':>8}  {'ref':>8}"
     lines += ["", header]
     names: list[str] = []

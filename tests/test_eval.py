@@ -193,6 +193,24 @@ def test_sim_race_time_equals_sim_render(sim_policy, capsys, tmp_path):
     assert f"slalom: policy finished in {driver_ms / 1000:.2f} s" in out  # the policy's own track
 
 
+def test_start_noise_moves_the_sim_start_and_is_refused_elsewhere(sim_policy, cartpole_runs, capsys):
+    """--start-noise: the simulator repeats a greedy race from the line exactly; from moved starts
+    (drawn from each episode's seed) the same actions drive other races, the same ones each time."""
+    path, driver_ms = sim_policy
+    result = _eval_json(capsys, str(path), "--episodes", "3", "--start-noise", "1.0")
+    assert result["start_noise"] == 1.0
+    eps = result["episode_results"]
+    assert any(not e["finished"] or e["race_time_ms"] != driver_ms for e in eps), eps
+    assert _eval_json(capsys, str(path), "--episodes", "3", "--start-noise", "1.0")["episode_results"] == eps
+    assert main(["eval", str(path), "--episodes", "1", "--start-noise", "1.0"]) == 0
+    assert "1 greedy episode, seed 0, starts moved up to 1 m and 1 degrees" in capsys.readouterr().out
+    trained, _ = cartpole_runs
+    assert main(["eval", str(trained), "--episodes", "1", "--start-noise", "0.3"]) == 2
+    err = capsys.readouterr().err
+    assert "--start-noise moves the simulator's start" in err and err.count("\n") == 1
+    assert main(["eval", str(path), "--start-noise", "-1"]) == 2
+
+
 def test_sim_video_is_camera_and_map_plus_driven_line(sim_policy, capsys, tmp_path):
     path, _ = sim_policy
     assert main(["eval", str(path), "--episodes", "1", "--max-steps", "40", "--video", str(tmp_path)]) == 0

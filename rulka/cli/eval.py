@@ -40,6 +40,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a value of the run's config (repeatable), e.g. environment.gym_kwargs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
+    parser.add_argument("--start-noise", type=float, default=0.0, metavar="M",
+                        help="simulator only: start each episode up to M metres sideways and M degrees off the "
+                             "start line (drawn from its seed); a greedy race from the line repeats exactly, so "
+                             "this shows how much the policy's race time moves (e.g. --episodes 9 --start-noise 0.3)")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N",
                         help="stop an episode after N actions (default: when the env ends it; at most 100000)")
     parser.add_argument("--compare", default=None, metavar="OTHER",
@@ -81,7 +85,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     written: list[Path] = []
     for i, policy in enumerate(policies):
         recorder = EpisodeRecorder() if args.video is not None else None
-        report = evaluate(policy, episodes=args.episodes, seed=args.seed, max_steps=max_steps, recorder=recorder)
+        report = evaluate(policy, episodes=args.episodes, seed=args.seed, max_steps=max_steps, recorder=recorder,
+                          start_noise=args.start_noise)
         summaries.append(report.summary())
         if recorder is not None:
             env_name = report.episodes[0].map_name or report.env
