@@ -35,6 +35,40 @@ def test_each_version_moves_the_average_by_the_frames_played_over_the_horizon():
     assert avg.weights["w"].tolist() == [-1.0, -2.0]
 
 
+def test_the_mean_kind_weighs_every_version_alike_until_the_moving_share_is_larger():
+    """trainer.average_policy_kind: mean: the n-th version since the start gets max(1/n, frames/F)."""
+    avg = PolicyAverage(frames=1000, kind="mean")
+    for i, v in enumerate([3.0, 6.0, 0.0, 3.0]):  # 10 frames apart: 1/n is the larger share
+        avg.update({"w": torch.tensor([v])}, samples=100 + 10 * i)
+    assert avg.versions == 4 and avg.weights["w"].item() == pytest.approx(3.0)  # (3 + 6 + 0 + 3) / 4
+    # 500 frames later: the moving share 0.5 beats 1/5 -> 3 + 0.5 * (13 - 3)
+    avg.update({"w": torch.tensor([13.0])}, samples=630)
+    assert avg.weights["w"].item() == pytest.approx(8.0)
+    # the cooldown's put-back starts the count again: the best's weights, then the plain mean
+    avg.restart({"w": torch.tensor([1.0])}, samples=700)
+    avg.update({"w": torch.tensor([3.0])}, samples=701)
+    assert avg.versions == 2 and avg.weights["w"].item() == pytest.approx(2.0)
+    spec = avg.spec({"actor": "x"})
+    assert spec["average_policy_kind"] == "mean" and spec["versions_averaged"] == 2
+    # the moving kind, same versions: only the frames count (w = 1/1000 each)
+    moving = PolicyAverage(frames=1000)
+    moving.update({"w": torch.tensor([1.0])}, samples=700)
+    moving.update({"w": torch.tensor([3.0])}, samples=701)
+    assert moving.weights["w"].item() == pytest.approx(1.002)
+    with pytest.raises(ValueError):
+        PolicyAverage(frames=1000, kind="median")
+
+
+def test_the_mean_kind_needs_an_average_to_be_kept():
+    from rulka.config import load_config
+    from rulka.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="average_policy_kind"):
+        load_config(REPO / "configs" / "sim_iqn.yaml",
+                    overrides=["trainer.average_policy_kind=mean", "trainer.average_policy_frames=0",
+                               "training.lr_cooldown_end_on_average=false"])
+
+
 def test_an_actor_whose_tensors_change_starts_the_average_again():
     avg = PolicyAverage(frames=1000)
     avg.update({"a": torch.zeros(2)}, samples=0)
@@ -90,7 +124,7 @@ def test_the_trainer_saves_the_average_beside_its_weights_and_a_resumed_run_goes
     trainer.close()
 
     resumed, agent2, _ = _trainer(run, frames=1000, resume=True)
-    assert resumed.average is not None and resumed.average.samples == 500
+    assert resumed.average is not None and resumed.average.samples == 500 and resumed.average.versions == 2
     with torch.no_grad():
         for p in agent2.online.parameters():
             p.add_(1.0)  # the checkpointed weights were before + 1; these are before + 2

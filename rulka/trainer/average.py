@@ -14,6 +14,11 @@ never published: the workers keep driving the learner's weights. Each checkpoint
 ``<run>/average/policy.safetensors`` (a policy file like ``weights/``, for ``rulka eval``,
 ``rulka sim render --policy``, ``nn.init_from_pretrained``); a resumed run goes on from that file.
 
+With ``trainer.average_policy_kind: mean`` every version counts the same: the ``n``-th version since
+the average (re)started gets ``w = max(1/n, min(1, frames since the last version / F))``, the plain
+mean of the versions until the moving average's share is the larger (about ``F`` frames of
+versions); with ``F`` at least the cooldown's length, the plain mean of the cooldown's versions.
+
 When the learner's weights are replaced rather than trained on (``training.lr_cooldown_from_best``
 puts the best policy back at the start of the cooldown), the average starts again from the put-back
 weights (``restart``; counter ``average_restarted``): the weights before and after the jump can be
@@ -39,19 +44,25 @@ class PolicyAverage:
     with ``spec(actor_spec)`` to ``<run>/average/``; ``load(run_dir)`` at a resume. ``frames`` is
     the horizon (> 0)."""
 
-    def __init__(self, frames: int) -> None:
+    def __init__(self, frames: int, kind: str = "moving") -> None:
         if frames <= 0:
             raise ValueError(f"average_policy_frames must be positive, not {frames}")
+        if kind not in ("moving", "mean"):
+            raise ValueError(f"average_policy_kind must be moving or mean, not {kind!r}")
         self.frames = int(frames)
+        self.kind = kind
         self.weights: dict[str, Any] | None = None
         self.samples: int | None = None  # frames played at the last update
+        self.versions = 0  # versions in the average since it (re)started
 
     def weight(self, samples: int) -> float:
         """The share of the newest weights: the frames played since the last update over the horizon
-        (all of it for the first weights, or when the horizon has passed)."""
+        (all of it for the first weights, or when the horizon has passed); with kind ``mean`` at
+        least ``1/n`` for the ``n``-th version since the average started."""
         if self.weights is None or self.samples is None:
             return 1.0
-        return min(1.0, max(0, samples - self.samples) / self.frames)
+        moving = min(1.0, max(0, samples - self.samples) / self.frames)
+        return max(moving, 1.0 / (self.versions + 1)) if self.kind == "mean" else moving
 
     def update(self, weights: Mapping[str, Any], samples: int) -> None:
         import torch
@@ -59,6 +70,7 @@ class PolicyAverage:
         w = self.weight(samples)
         if self.weights is None or set(self.weights) != set(weights):
             w = 1.0  # first weights, or the actor changed its tensors: start again from these
+            self.versions = 0
         out: dict[str, Any] = {}
         for name, value in weights.items():
             old = None if self.weights is None else self.weights.get(name)
@@ -68,6 +80,7 @@ class PolicyAverage:
                 out[name] = old.lerp_(value.detach().to(old.dtype), w)
         self.weights = out
         self.samples = int(samples)
+        self.versions += 1
 
     def restart(self, weights: Mapping[str, Any], samples: int) -> None:
         """Forget the average and start it again from ``weights`` (at ``samples`` frames played)."""
@@ -78,7 +91,8 @@ class PolicyAverage:
     def spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The actor spec to save the average with: ``spec`` plus its horizon and the frames it
         reaches (``frames_averaged_to``, where a resumed run goes on from)."""
-        return {**spec, "average_policy_frames": self.frames, "frames_averaged_to": int(self.samples or 0)}
+        return {**spec, "average_policy_frames": self.frames, "average_policy_kind": self.kind,
+                "frames_averaged_to": int(self.samples or 0), "versions_averaged": self.versions}
 
     def load(self, run_dir: Path) -> bool:
         """Go on from ``<run>/average/policy.safetensors`` when there is one (a resumed run); a
@@ -96,4 +110,7 @@ class PolicyAverage:
             return False
         self.weights = dict(tensors)
         self.samples = int(spec.get("frames_averaged_to", 0))
+        versions = spec.get("versions_averaged")
+        # a file from before versions were counted: count it as a long average (the moving share decides)
+        self.versions = int(versions) if isinstance(versions, int) and versions > 0 else 1_000_000
         return True

@@ -159,7 +159,8 @@ class Trainer:
         self.publish_every = int(tc.publish_every_updates or 1)
         self.checkpoint_every_s = float(tc.checkpoint_every_s)
         # the moving average of the published weights, saved to <run>/average/ (0 = none kept)
-        self.average = PolicyAverage(tc.average_policy_frames) if tc.average_policy_frames else None
+        self.average = (PolicyAverage(tc.average_policy_frames, tc.average_policy_kind)
+                        if tc.average_policy_frames else None)
         # greedy test episodes: every N versions one worker (in turn) is asked for some
         self.eval_every_versions = tc.eval_every_versions
         self.eval_episodes = tc.eval_episodes
@@ -498,8 +499,8 @@ class Trainer:
         if self.checkpointer is not None:  # nothing is lost: the weights it trained last, beside the average
             self.checkpointer.save_policy(trained, self.checkpointer.actor_spec(), folder=TRAINED_DIR)
         assert avg is not None
-        log.info("trainer: the run ends on the average of its weights (horizon %s frames, up to %s frames)",
-                 f"{avg.frames:,}", f"{avg.samples or 0:,}")
+        log.info("trainer: the run ends on the average of its weights (%s, horizon %s frames, %s versions up to %s "
+                 "frames)", avg.kind, f"{avg.frames:,}", avg.versions, f"{avg.samples or 0:,}")
         return True
 
     def cool_from_best_policy(self) -> bool:

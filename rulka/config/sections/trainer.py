@@ -11,6 +11,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     field_validator,
+    model_validator,
 )
 
 from rulka.config.sections.common import Section
@@ -80,6 +81,12 @@ class TrainerConfig(Section):
     save it at each checkpoint to ``<run>/average/policy.safetensors`` (``rulka eval RUN --average``);
     never published to workers (0 = none kept). When ``training.lr_cooldown_from_best`` puts the best
     policy back, the average starts again from it."""
+    average_policy_kind: Literal["moving", "mean"] = "moving"
+    """How ``average_policy_frames`` averages: ``moving``, the exponential moving average (each version's
+    share is the frames since the last one over N); ``mean``, every version since the average (re)started
+    counts the same (the n-th gets 1/n) until the moving share is larger: with N at least the cooldown's
+    length (``training.lr_cooldown_fraction`` of the run's budget), the plain mean of the cooldown's
+    versions. Needs ``average_policy_frames`` > 0."""
     verify: bool = False
     """Check that the memory rebuilds exactly what workers saw."""
     device: str = "auto"
@@ -92,6 +99,13 @@ class TrainerConfig(Section):
     ingest_threads: PositiveInt = 1
     """Threads that decompress each batch of received segments (zstd releases the GIL).
     More than 1 pays off with image segments and spare cores (bench/ingest.py)."""
+
+    @model_validator(mode="after")
+    def _average_kind_needs_an_average(self) -> TrainerConfig:
+        if self.average_policy_kind != "moving" and not self.average_policy_frames:
+            raise ValueError("average_policy_kind: mean averages the weights kept with average_policy_frames > 0; "
+                             "set average_policy_frames (or leave the kind moving)")
+        return self
 
     @field_validator("device")
     @classmethod
