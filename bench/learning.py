@@ -124,8 +124,8 @@ def perturbed_races(env: Any, actor: Any, races: int, max_seconds: float,
 
     The simulator repeats a greedy race exactly, and a greedy policy's race time can move by seconds
     between weights a few updates apart (BENCHMARKS.md, readme_frames_1m): the one race from the
-    start line is one draw. The median of races from slightly different starts is the policy's
-    level, what a driver with the game's timing jitter gets."""
+    start line is one draw. The median of races from slightly different starts describes the
+    policy rather than one of its races (a game's races are not exactly repeatable either)."""
     base = getattr(env, "unwrapped", env)
     before = base.start_noise
     base.start_noise = float(noise)
