@@ -139,6 +139,11 @@ def perturbed_races(env: Any, actor: Any, races: int, max_seconds: float,
     return {**_median_race(outcomes), "start_noise": float(noise)}
 
 
+def _beats(race: dict[str, Any], scripted_s: float | None) -> bool:
+    """Whether a (median) race finished faster than the scripted driver's time."""
+    return bool(race["finished"] and scripted_s is not None and race["race_time_s"] < scripted_s)
+
+
 def policy_folder(run_dir: Path, policy: str) -> tuple[Path, dict[str, Any] | None]:
     """Where the policy to evaluate is, and the run's ``best/best.json`` when it is the best one.
     ``policy``: ``best`` (the map cycle's best policy, ``<run>/best``, when the run wrote one; else
@@ -188,11 +193,11 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
         env = wrap_for_blocks(SimTrackEnv(config=cfg, track=track), cfg.environment.n_actions_per_block)
         greedy = greedy_races(env, actor, races, max_seconds)
         scripted = scripted_time_s(track)
-        beats = bool(greedy["finished"] and scripted is not None and greedy["race_time_s"] < scripted)
         row = {"track": track, "trained_on": track in seen, "first_finish": firsts.get(track),
-               "greedy": greedy, "scripted_s": scripted, "beats_scripted": beats}
+               "greedy": greedy, "scripted_s": scripted, "beats_scripted": _beats(greedy, scripted)}
         if perturbed > 0 and row["trained_on"]:
-            row["perturbed"] = perturbed_races(env, actor, perturbed, max_seconds)
+            moved = perturbed_races(env, actor, perturbed, max_seconds)
+            row["perturbed"] = {**moved, "beats_scripted": _beats(moved, scripted)}
         in_run = (best or {}).get("maps", {}).get(track)
         if isinstance(in_run, dict):  # the race that made it the best, driven by a worker in the run
             t = in_run.get("race_time_ms")

@@ -180,11 +180,9 @@ def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] 
                              "beats_scripted": row["beats_scripted"]}
         pert = row.get("perturbed")
         if pert:
-            scripted = row["scripted_s"]
             out[row["track"]].update({
                 "perturbed_s": pert["race_time_s"] if pert["finished"] else None,
-                "perturbed_beats_scripted": bool(pert["finished"] and scripted is not None
-                                                 and pert["race_time_s"] < scripted),
+                "perturbed_beats_scripted": pert["beats_scripted"],
                 "perturbed_times_s": pert["times_s"], "perturbed_start_noise": pert["start_noise"]})
     res = {"policy": result["policy"], "best_policy": result.get("best_policy"), "tracks": out}
     return {**res, "counts": cycle_counts(res)} if gen_seeds is not None else res
@@ -306,13 +304,13 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
 
     late = [r.get("late_candidates", {}).get(track) for r in runs]
     late = [x for x in late if x]
-    kept = ["best", "final", *(w for w in ("average", "trained") if any(w in r for r in runs))]
-    perturbed = [w for w in kept if any("perturbed_s" in r.get(w, {}).get("tracks", {}).get(track, {}) for r in runs)]
+    kept = [w for w in ("average", "trained") if any(w in r for r in runs)]  # average/, trained/ where runs kept them
+    perturbed = [w for w in ("best", "final", *kept)
+                 if any("perturbed_s" in r.get(w, {}).get("tracks", {}).get(track, {}) for r in runs)]
     return {"track": track, "runs": len(runs),
             "best_finished": count("best", "finished"), "best_beats_scripted": count("best", "beats_scripted"),
             "final_finished": count("final", "finished"), "final_beats_scripted": count("final", "beats_scripted"),
-            **{f"{w}_{key}": count(w, key) for w in ("average", "trained") if any(w in r for r in runs)
-               for key in ("finished", "beats_scripted")},
+            **{f"{w}_{key}": count(w, key) for w in kept for key in ("finished", "beats_scripted")},
             **({"late_races": sum(x["races"] for x in late),
                 "late_beats_scripted": sum(x["beats_reference"] for x in late)} if late else {}),
             **{f"{w}_perturbed_beats_scripted": count(w, "perturbed_beats_scripted") for w in perturbed},
