@@ -294,6 +294,12 @@ def test_an_exploring_cycle_asks_for_a_pass_of_the_cycle(tmp_path):
 
 
 # -- through the worker --------------------------------------------------------------------------
+# the weights' actor spec of a greedy CartPole SimpleDQNActor (the worker builds its env from it)
+CARTPOLE_ACTOR = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8,
+                                                    "epsilon_start": 0.0, "epsilon_end": 0.0},
+                  "run_config_json": json.dumps({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}})}
+
+
 def _weights(action: int) -> dict[str, torch.Tensor]:
     """A SimpleDQNActor whose greedy action is always ``action``."""
     w = SimpleDQNActor(4, 2, 8).get_weights()
@@ -308,9 +314,7 @@ def test_the_workers_greedy_entries_drive_the_evaluation_version():
     drives v2, the greedy entry v1, tagged with its version."""
     key = Ed25519PrivateKey.generate()
     hub = LocalHub()
-    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8,
-                                              "epsilon_start": 0.0, "epsilon_end": 0.0},
-            "run_config_json": json.dumps({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}})}
+    spec = dict(CARTPOLE_ACTOR)
     link = hub.trainer_link()
     worker = Worker(None, hub.worker_link("pc1"), weights_decoder=lambda d: decode_weights(d, key.public_key()))
     # both reach the worker (a late joiner would get only the newest, v2)
@@ -339,9 +343,7 @@ def test_a_worker_drives_the_candidates_requested_episodes_with_the_evaluation_v
     episodes, v2 (action 1) is newer: two greedy episodes with v1 tagged with it, then exploring v2."""
     key = Ed25519PrivateKey.generate()
     hub = LocalHub()
-    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8,
-                                              "epsilon_start": 0.0, "epsilon_end": 0.0},
-            "run_config_json": json.dumps({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}})}
+    spec = dict(CARTPOLE_ACTOR)
     link = hub.trainer_link()
     worker = Worker(None, hub.worker_link("pc1"), weights_decoder=lambda d: decode_weights(d, key.public_key()))
     ask = {"eval_policy": True, "eval_policy_episodes": 2, "eval_policy_worker": "pc1"}
@@ -368,13 +370,131 @@ def test_a_worker_drives_the_candidates_requested_episodes_with_the_evaluation_v
 def test_another_workers_candidate_episodes_are_not_driven_here():
     key = Ed25519PrivateKey.generate()
     hub = LocalHub()
-    spec = {"actor": "simple_dqn", "kwargs": {"obs_dim": 4, "n_actions": 2, "hidden": 8,
-                                              "epsilon_start": 0.0, "epsilon_end": 0.0},
-            "run_config_json": json.dumps({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}}),
-            "eval_policy": True, "eval_policy_episodes": 2, "eval_policy_worker": "pc2"}
+    spec = {**CARTPOLE_ACTOR, "eval_policy": True, "eval_policy_episodes": 2, "eval_policy_worker": "pc2"}
     worker = Worker(None, hub.worker_link("pc1"), weights_decoder=lambda d: decode_weights(d, key.public_key()))
     hub.trainer_link().broadcast("weights", encode_weights(WeightsBlob("run", 1, _weights(0), spec), key))
     worker.pump()
     worker.run(max_episodes=1, drain_timeout_s=0)
     assert worker.stats.eval_episodes == 0 and worker.eval_policy_pending == 0
+    worker.close()
+
+
+# -- several races per map: the median decides ---------------------------------------------------
+def test_the_median_race_is_the_lower_middle_finishes_by_time_then_distance():
+    done = lambda t: MapResult(True, t, 617.0, 22_840)  # noqa: E731
+    cut = lambda m: MapResult(False, None, m, 22_840)  # noqa: E731
+    five = [done(24_000), done(22_000), cut(400.0), done(30_000), done(23_000)]
+    med = best_mod.median_race(five)  # 22, 23, [24], 30, cut
+    assert (med.finished, med.race_time_ms) == (True, 24_000)
+    assert med.race_times_ms == (24_000, 22_000, None, 30_000, 23_000)  # every race, in the order driven
+    four = [done(22_000), cut(300.0), cut(500.0), done(25_000)]  # 22, [25], cut at 500 m, cut at 300 m
+    assert best_mod.median_race(four).race_time_ms == 25_000
+    three_cut = [cut(300.0), done(21_000), cut(500.0)]  # 21, [cut at 500 m], cut at 300 m
+    med = best_mod.median_race(three_cut)
+    assert (med.finished, med.progress_m) == (False, 500.0)
+    one = best_mod.median_race([done(20_000)])
+    assert one == done(20_000) and one.race_times_ms == ()  # one race: as before
+
+
+def test_a_candidate_with_one_lucky_race_loses_to_a_steadier_one(tmp_path):
+    """Three races per candidate: v1's fastest race (20 s) is its only good one (median 30 s); v2
+    never drives under 25 s but its median is 26 s: v2 is the best policy."""
+    bp = BestPolicy(["default"], tmp_path / "best", single=True, episodes=3, request_episodes=3, every_frames=10,
+                    start_noise=0.3)
+    assert bp.request("pc1") == {"eval_policy_episodes": 3, "eval_policy_worker": "pc1", "eval_policy_start_noise": 0.3}
+    bp.mark(1, W, {}, 0, 0)
+    assert [bp.add_result(1, "default", True, t, 617.0, 22_840) for t in (20_000, 30_000, 31_000)] == [False, False, True]
+    bp.mark(2, W, {}, 10, 0)
+    assert [bp.add_result(2, "default", True, t, 617.0, 22_840) for t in (25_000, 26_000, 40_000)] == [False, False, True]
+    assert bp.best["version"] == 2 and bp.describe() == "best v2 26.00s"
+    best = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert best["maps"]["default"]["race_times_ms"] == [25_000, 26_000, 40_000]
+    assert best["race_time_total_ms"] == 26_000
+    bp.mark(3, W, {}, 20, 0)
+    assert not any(bp.add_result(3, "default", True, t, 617.0) for t in (19_000, 27_000, 27_000))  # median 27 s
+    lines = (tmp_path / "best" / "candidates.jsonl").read_text().splitlines()
+    assert [json.loads(line)["race_time_total_ms"] for line in lines] == [30_000, 26_000, 27_000]
+    again = BestPolicy(["default"], tmp_path / "best", single=True, episodes=3)  # a resumed run keeps v2's median
+    assert again.best_key == (-1, 0, 26_000.0, -0.0)
+    assert BestPolicy(["default"], None, single=True, request_episodes=1).request("pc1") == {
+        "eval_policy_episodes": 1, "eval_policy_worker": "pc1"}  # no start noise: nothing about it
+
+
+def test_a_simulator_run_asks_for_moved_starts_and_the_config_refuses_them_where_nothing_reads_them(tmp_path):
+    from rulka.errors import ConfigError
+
+    sim = {"environment": {"backend": "sim", "track": "default"},
+           "trainer": {"best_policy_episodes": 5, "best_policy_start_noise": 0.3}}
+    bp = BestPolicy.for_config(config_from_dict(sim), None)
+    assert (bp.episodes, bp.request_episodes, bp.start_noise) == (5, 5, 0.3)
+    refused = {
+        "backend": {"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+                    "trainer": {"best_policy_episodes": 5, "best_policy_start_noise": 0.3}},
+        "one race": {"environment": {"backend": "sim"}, "trainer": {"best_policy_start_noise": 0.3}},
+        "no requests": {"environment": {"backend": "sim"},
+                        "trainer": {"best_policy_every_frames": 0, "best_policy_episodes": 5,
+                                    "best_policy_start_noise": 0.3}},
+        "greedy entries": {"environment": {"backend": "sim"}, "map_cycle": {"entries": [
+            {"short_name": "a", "map_path": "a"}, {"short_name": "a", "map_path": "a", "is_exploration": False}]},
+            "trainer": {"best_policy_episodes": 5, "best_policy_start_noise": 0.3}},
+        "episodes with greedy entries": {"environment": {"backend": "sim"}, "map_cycle": {"entries": [
+            {"short_name": "a", "map_path": "a", "is_exploration": False}]}, "trainer": {"best_policy_episodes": 3}},
+    }
+    for why, cfg in refused.items():
+        with pytest.raises(ConfigError, match="best_policy_"):
+            config_from_dict(cfg)
+        assert why
+
+
+class _ResetLog:
+    """A Gymnasium env that keeps the options of every reset (CartPole ignores them)."""
+
+    def __init__(self) -> None:
+        import gymnasium
+
+        self.env = gymnasium.make("CartPole-v1")
+        self.action_space, self.observation_space = self.env.action_space, self.env.observation_space
+        self.options: list[dict | None] = []
+
+    def reset(self, *, seed=None, options=None):
+        self.options.append(options)
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def test_a_worker_drives_each_candidate_from_the_same_moved_starts():
+    """A candidate asking for 3 episodes with start noise: its races reset with start seeds
+    1000, 1001, 1002 and the noise, the exploring episode after them from the line; the next
+    candidate starts again at 1000; a start noise out of range is not passed on."""
+    key = Ed25519PrivateKey.generate()
+    hub = LocalHub()
+    spec = dict(CARTPOLE_ACTOR)
+    link = hub.trainer_link()
+    env = _ResetLog()
+    worker = Worker(None, hub.worker_link("pc1"), env=env,
+                    weights_decoder=lambda d: decode_weights(d, key.public_key()))
+    ask = {"eval_policy": True, "eval_policy_episodes": 3, "eval_policy_worker": "pc1",
+           "eval_policy_start_noise": 0.3}
+    link.broadcast("weights", encode_weights(WeightsBlob("run", 1, _weights(0), {**spec, **ask}), key))
+    worker.pump()
+    worker.run(max_episodes=4, drain_timeout_s=0)
+    moved = [{"start_noise": 0.3, "start_seed": 1000 + k} for k in range(3)]
+    assert env.options == [*moved, None]
+    link.broadcast("weights", encode_weights(WeightsBlob("run", 2, _weights(0), {**spec, **ask,
+                                                                                   "eval_policy_episodes": 1}), key))
+    worker.pump()
+    worker.run(max_episodes=1, drain_timeout_s=0)
+    assert env.options[-1] == moved[0]  # the next candidate: the same first start
+    assert worker.stats.eval_episodes == 4
+    for version, bad in enumerate((1e9, -1.0, "0.3", True), start=3):
+        link.broadcast("weights", encode_weights(WeightsBlob("run", version, _weights(0), {
+            **spec, **ask, "eval_policy_episodes": 1, "eval_policy_start_noise": bad}), key))
+        worker.pump()
+        worker.run(max_episodes=1, drain_timeout_s=0)
+        assert env.options[-1] is None and worker.stats.eval_episodes == version + 2  # a candidate's race, from the line
     worker.close()

@@ -63,6 +63,38 @@ def test_same_seed_same_episode_different_seed_differs():
     assert not np.array_equal(a[1][0], c[1][0])  # the start pose differs
 
 
+def test_a_reset_option_moves_one_start_from_its_own_seed_and_leaves_the_envs_generator():
+    """The best policy's candidates race from moved starts (trainer.best_policy_start_noise): the
+    same start_seed gives the same start, another seed another one, and the env's own generator
+    (the exploring episodes' draws) is not touched."""
+    def pose(env: SimTrackEnv) -> tuple[float, float, float]:
+        return (env.car.x, env.car.z, env.car.heading)
+
+    env = SimTrackEnv(image=False)
+    env.reset(seed=0)
+    line = pose(env)
+    env.reset(options={"start_noise": 0.3, "start_seed": 1000})
+    a = pose(env)
+    env.reset(options={"start_noise": 0.3, "start_seed": 1001})
+    b = pose(env)
+    env.reset(options={"start_noise": 0.3, "start_seed": 1000})
+    assert pose(env) == a and a != b and a != line
+    x, z, h = env.track.start_pose
+    lateral = math.hypot(a[0] - x, a[1] - z)
+    assert lateral <= 0.3 + 1e-9 and abs(math.degrees(a[2] - h)) <= 0.3 + 1e-9
+    env.reset(options={"start_noise": 0.0, "start_seed": 5})  # no noise: the line itself
+    assert pose(env) == line
+    # the env's generator: the same draw after a seeded-start reset as without it
+    plain = SimTrackEnv(image=False, start_noise=1.0)
+    plain.reset(seed=7)
+    plain.reset()
+    moved = SimTrackEnv(image=False, start_noise=1.0)
+    moved.reset(seed=7)
+    moved.reset(options={"start_noise": 0.3, "start_seed": 1000})
+    moved.reset()
+    assert pose(moved) == pose(plain)
+
+
 def test_scripted_driver_through_env_finishes_with_reward():
     env = SimTrackEnv(image=False)
     env.reset(seed=0)

@@ -419,6 +419,36 @@ def _check_tmnf(cfg: RulkaConfig) -> None:
         )
 
 
+def _check_best_policy(cfg: RulkaConfig) -> None:
+    """The best-policy keys that judge requested episodes are refused where no episode is requested."""
+    tc, cycle = cfg.trainer, cfg.map_cycle
+    greedy = any(not e.is_exploration for e in cycle.entries)
+    requested = cycle.keep_best_policy and not greedy and tc.best_policy_every_frames > 0
+    if tc.best_policy_episodes > 1 and greedy:
+        raise ConfigError(
+            f"config key `trainer.best_policy_episodes` ({tc.best_policy_episodes}) judges the greedy episodes the "
+            "trainer asks for; this map cycle has greedy entries, which are the evaluation episodes (one race per "
+            "entry): repeat the entry (`repeat`) instead, or leave the key at 1"
+        )
+    if tc.best_policy_start_noise > 0:
+        if cfg.environment.backend != "sim":
+            raise ConfigError(
+                "config key `trainer.best_policy_start_noise` moves the simulator's start line; the "
+                f"{cfg.environment.backend} backend has no such start (set it to 0)"
+            )
+        if not requested:
+            raise ConfigError(
+                "config key `trainer.best_policy_start_noise` applies to the greedy episodes the trainer asks for; "
+                "this run asks for none (greedy map-cycle entries, `trainer.best_policy_every_frames: 0` or "
+                "`map_cycle.keep_best_policy: false`): set it to 0"
+            )
+        if tc.best_policy_episodes < 2:
+            raise ConfigError(
+                "config key `trainer.best_policy_start_noise` needs `trainer.best_policy_episodes` > 1: one race "
+                "from one moved start is still one draw (5 gives a median of 5 starts)"
+            )
+
+
 def check_consistency(cfg: RulkaConfig) -> None:
     """Raise ConfigError when values that are each valid contradict each other."""
     env, nn, tr = cfg.environment, cfg.nn, cfg.training
@@ -472,6 +502,7 @@ def check_consistency(cfg: RulkaConfig) -> None:
         )
     if env.backend == "tmnf":
         _check_tmnf(cfg)
+    _check_best_policy(cfg)
     tm_dim = env.float_input_dim + (env.tm2020.lidar_float_inputs if env.backend == "tm2020" else 0)
     if (
         nn.float_input_dim is not None

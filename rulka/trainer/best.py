@@ -27,7 +27,11 @@ evaluation episodes. Without them (a single track, a Gymnasium env, a cycle of e
 only) the trainer asks for them: every ``trainer.best_policy_every_frames`` frames the candidate's
 weights carry ``eval_policy_episodes`` (one pass of the cycle times ``best_policy_episodes``) and
 ``eval_policy_worker`` (the workers in turn), and that worker drives them greedily with the
-candidate (``rulka.worker.worker``), not stored for training.
+candidate (``rulka.worker.worker``), not stored for training. A map's result is the median of its
+``best_policy_episodes`` races (``median_race``): on the simulator, where a race from the start line
+repeats exactly, they start from the line moved by up to ``trainer.best_policy_start_noise`` metres
+and degrees, the k-th start the same for every candidate. One race from the line picks the
+luckiest version more often than the best one (BENCHMARKS.md, readme_frames_1m).
 
 A new candidate is marked when the last one is complete (and, for requested episodes, once
 ``best_policy_every_frames`` frames have been played since the last mark), or when it has waited
@@ -64,6 +68,7 @@ class MapResult:
     progress_m: float
     reference_time_ms: float | None = None
     episode_return: float | None = None  # the mean over the map's episodes (RETURN ranking)
+    race_times_ms: tuple[float | None, ...] = ()  # RACE with several episodes: each race (None: unfinished)
 
     @property
     def beats_reference(self) -> bool:
@@ -102,6 +107,20 @@ class _Candidate:
     marked_t: float
     results: dict[str, MapResult] = dataclasses.field(default_factory=dict)
     returns: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # RETURN: per map, so far
+    races: dict[str, list[MapResult]] = dataclasses.field(default_factory=dict)  # RACE: per map, so far
+
+
+def median_race(races: list[MapResult]) -> MapResult:
+    """The median of a map's races, the lower middle (of 4, the 2nd best): finished races by time,
+    then unfinished ones by distance (further is better); with more than one race, every race's
+    time beside it (``race_times_ms``)."""
+    ranked = sorted(races, key=lambda r: (0, r.race_time_ms, 0.0) if r.finished and r.race_time_ms is not None
+                    else (1, 0.0, -r.progress_m))
+    median = ranked[(len(ranked) - 1) // 2]
+    if len(races) == 1:
+        return median
+    times = tuple(r.race_time_ms if r.finished else None for r in races)
+    return dataclasses.replace(median, race_times_ms=times)
 
 
 class BestPolicy:
@@ -109,15 +128,16 @@ class BestPolicy:
 
     ``maps``: the short names of the map cycle's greedy entries; ``folder``: where the best policy
     goes (None: kept in memory only). ``ranking``: ``RACE`` or ``RETURN``; ``episodes``: greedy
-    episodes per map whose mean return is the map's result (``RETURN``; a race is deterministic,
-    its first result counts). ``request_episodes`` > 0: the trainer asks a worker for that many
-    greedy episodes per candidate, a candidate at most every ``every_frames`` frames; ``single``:
-    every result counts for the one map (a run without a map cycle: the map names episodes carry
-    do not matter)."""
+    episodes per map whose median race (``RACE``) or mean return (``RETURN``) is the map's result.
+    ``request_episodes`` > 0: the trainer asks a worker for that many greedy episodes per
+    candidate, a candidate at most every ``every_frames`` frames, started up to ``start_noise``
+    metres and degrees off the start line (the simulator; the k-th on a map from the k-th start);
+    ``single``: every result counts for the one map (a run without a map cycle: the map names
+    episodes carry do not matter)."""
 
     def __init__(self, maps: Iterable[str], folder: Path | None, clock: Any = time.monotonic, *,
                  ranking: str = RACE, episodes: int = 1, request_episodes: int = 0, every_frames: int = 0,
-                 single: bool = False) -> None:
+                 single: bool = False, start_noise: float = 0.0) -> None:
         self.maps = sorted(set(maps))
         if not self.maps:
             raise ValueError("BestPolicy needs at least one greedy map")
@@ -132,6 +152,7 @@ class BestPolicy:
         self.request_episodes = int(request_episodes)
         self.every_frames = int(every_frames)
         self.single = single
+        self.start_noise = float(start_noise)
         self._last_mark_frames: int | None = None
         self._candidates: OrderedDict[int, _Candidate] = OrderedDict()
         self.best: dict[str, Any] | None = None  # what best.json holds
@@ -159,13 +180,15 @@ class BestPolicy:
         if not tc.best_policy_every_frames:
             return None
         episodes = int(tc.best_policy_episodes)
+        noise = float(tc.best_policy_start_noise)
         if entries:  # exploring entries only: a requested pass of the cycle, each map greedily
             return cls({e.short_name for e in entries}, folder, ranking=ranking, episodes=episodes,
                        request_episodes=episodes * len(cfg.map_cycle.expanded()),
-                       every_frames=tc.best_policy_every_frames)
+                       every_frames=tc.best_policy_every_frames, start_noise=noise)
         env = cfg.environment.gym_id if cfg.environment.backend == "gym" else cfg.environment.track
         return cls([str(env) or cfg.environment.backend], folder, ranking=ranking, episodes=episodes,
-                   request_episodes=episodes, every_frames=tc.best_policy_every_frames, single=True)
+                   request_episodes=episodes, every_frames=tc.best_policy_every_frames, single=True,
+                   start_noise=noise)
 
     def map_key(self, map_name: str) -> str:
         """The map a greedy episode counts for: its own name, or the one map (``single``)."""
@@ -190,7 +213,10 @@ class BestPolicy:
         the map cycle's greedy entries do)."""
         if not self.request_episodes:
             return {}
-        return {"eval_policy_episodes": self.request_episodes, "eval_policy_worker": worker}
+        out: dict[str, Any] = {"eval_policy_episodes": self.request_episodes, "eval_policy_worker": worker}
+        if self.start_noise > 0:
+            out["eval_policy_start_noise"] = self.start_noise
+        return out
 
     def mark(self, version: int, weights: Mapping[str, Any], spec: Mapping[str, Any], frames: int,
              updates: int) -> None:
@@ -209,23 +235,28 @@ class BestPolicy:
     def add_result(self, version: int, map_name: str, finished: bool, race_time_ms: float | None,
                    progress_m: Any, reference_time_ms: Any = None, episode_return: Any = None) -> bool:
         """A greedy episode of candidate ``version`` on ``map_name``; True when it completed the
-        candidate and made it the new best (written to ``folder``). ``RACE``: the first result per
-        map counts (a greedy race of one version is the same race each time); ``RETURN``: the mean
-        return of the first ``episodes`` results. ``progress_m``, ``reference_time_ms`` and
+        candidate and made it the new best (written to ``folder``). ``RACE``: the median race of
+        the first ``episodes`` results per map (``median_race``); ``RETURN``: the mean return of
+        the first ``episodes`` results. ``progress_m``, ``reference_time_ms`` and
         ``episode_return`` come from a worker's episode info: anything but a number is None."""
         cand = self._candidates.get(int(version))
         map_name = self.map_key(map_name)
         if cand is None or map_name not in self.maps or map_name in cand.results:
             return False
-        mean_return = None
+        race = MapResult(bool(finished), None if race_time_ms is None else float(race_time_ms),
+                         _number(progress_m) or 0.0, _number(reference_time_ms))
         if self.ranking == RETURN:
             returns = cand.returns.setdefault(map_name, [])
             returns.append(_number(episode_return) or 0.0)
             if len(returns) < self.episodes:
                 return False
-            mean_return = sum(returns) / len(returns)
-        cand.results[map_name] = MapResult(bool(finished), None if race_time_ms is None else float(race_time_ms),
-                                           _number(progress_m) or 0.0, _number(reference_time_ms), mean_return)
+            cand.results[map_name] = dataclasses.replace(race, episode_return=sum(returns) / len(returns))
+        else:
+            races = cand.races.setdefault(map_name, [])
+            races.append(race)
+            if len(races) < self.episodes:
+                return False
+            cand.results[map_name] = median_race(races)
         if len(cand.results) < len(self.maps):
             return False
         self.completed += 1

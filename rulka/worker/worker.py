@@ -60,6 +60,12 @@ class WorkerStats:
 
 CREDIT_TIMEOUT_S = 60.0  # no credit message for this long: the trainer is gone, stop waiting for it
 HELLO_RESEND_S = 2.0  # a hello without a welcome is sent again this often (the trainer may be away)
+# the best policy's candidate races from moved starts (trainer.best_policy_start_noise): the k-th on
+# a map from the simulator's start seed CANDIDATE_START_SEED + k, apart from the seeds 1..K
+# bench/learning.py's perturbed races use, so the bench judges a best policy on starts it was not
+# picked on; a start noise over MAX_START_NOISE metres (degrees) is refused as corrupt
+CANDIDATE_START_SEED = 1000
+MAX_START_NOISE = 10.0
 
 
 def decode_credit(payload: bytes) -> int:
@@ -260,6 +266,8 @@ class Worker:
         self.eval_version: int | None = None
         self.eval_pending = 0  # greedy test episodes the trainer asked for, not run yet
         self.eval_policy_pending = 0  # greedy episodes of the evaluation version asked for (best policy)
+        self.eval_start_noise = 0.0  # the simulator's start moved this far for those episodes (metres, degrees)
+        self._eval_starts: dict[str, int] = {}  # per map: the evaluation version's moved starts driven so far
         self._pending_lock = threading.Lock()
         self._weights_event = threading.Event()
         self._stop = threading.Event()
@@ -624,6 +632,10 @@ class Worker:
         n, target = spec.get("eval_policy_episodes"), spec.get("eval_policy_worker", "")
         self.eval_policy_pending = (min(n, 100) if isinstance(n, int) and not isinstance(n, bool) and n > 0
                                     and target in ("", self.name) else 0)
+        noise = spec.get("eval_policy_start_noise")
+        self.eval_start_noise = (float(noise) if isinstance(noise, (int, float)) and not isinstance(noise, bool)
+                                 and 0.0 < noise <= MAX_START_NOISE else 0.0)
+        self._eval_starts = {}
 
     def _produce(self, buf: EpisodeBuffer, episode_id: int, index: int, done: bool,
                  info: dict[str, Any], stop_event: threading.Event, test: bool = False,
@@ -741,8 +753,14 @@ class Worker:
                 actor = self.eval_actor
                 keep["eval_policy_version"] = self.eval_version
         self._tell_env_frames_played()
-        if entry is not None:
-            obs, reset_info = self.env.reset(seed=start_id, options=MapCycle.reset_options(entry))
+        options: dict[str, Any] = MapCycle.reset_options(entry) if entry is not None else {}
+        if candidate and self.eval_start_noise > 0.0:
+            # the k-th race on a map from the k-th moved start: the same starts for every candidate
+            k = self._eval_starts.get(options.get("short_name", ""), 0)
+            self._eval_starts[options.get("short_name", "")] = k + 1
+            options.update(start_noise=self.eval_start_noise, start_seed=CANDIDATE_START_SEED + k)
+        if options:
+            obs, reset_info = self.env.reset(seed=start_id, options=options)
         else:
             obs, reset_info = self.env.reset(seed=start_id)
         for a in {id(x): x for x in (self.actor, actor) if x is not None}.values():

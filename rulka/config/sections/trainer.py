@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
@@ -74,8 +75,17 @@ class TrainerConfig(Section):
     it (per map of an exploring cycle), not trained on; the best candidate goes to ``<run>/best``
     (``map_cycle.keep_best_policy``; 0 = no requested episodes, no best policy without greedy entries)."""
     best_policy_episodes: PositiveInt = 1
-    """Greedy episodes per map that judge a best-policy candidate the trainer asks for: a race is
-    deterministic (one is enough); a Gymnasium env is ranked by the mean return of these episodes."""
+    """Greedy episodes per map that judge a best-policy candidate the trainer asks for: a race ranks
+    the candidate by its median race (the lower middle; finished races by time, then unfinished ones
+    by distance), a Gymnasium env by the mean return. On the simulator a race from the start line is
+    exactly repeatable, so more than one needs ``best_policy_start_noise``; a game's races vary."""
+    best_policy_start_noise: NonNegativeFloat = 0.0
+    """Simulator only: the candidate's k-th greedy episode on a map starts from the start line moved
+    up to N metres sideways and turned up to N degrees, the k-th such start the same for every
+    candidate (and not one of the starts ``bench/seeds.py`` judges on); 0 = every race from the line. One race from the line can pick a lucky version:
+    a greedy race time moves by seconds between weights a few updates apart (BENCHMARKS.md,
+    readme_frames_1m). Needs ``best_policy_episodes`` > 1 and requested episodes (no greedy map-cycle
+    entries, ``best_policy_every_frames`` > 0)."""
     average_policy_frames: NonNegativeInt = 0
     """Keep an exponential moving average of the published weights with a horizon of N frames and
     save it at each checkpoint to ``<run>/average/policy.safetensors`` (``rulka eval RUN --average``);

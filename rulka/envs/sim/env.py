@@ -248,7 +248,12 @@ class SimTrackEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Car at standstill on the start line (of a track drawn from ``track`` when several)."""
+        """Car at standstill on the start line (of a track drawn from ``track`` when several).
+
+        ``options``: ``map``/``track``, ``reference_line``, ``short_name`` (a map-cycle entry);
+        ``start_noise`` replaces the env's ``start_noise`` for this episode, and ``start_seed`` draws
+        its offsets from a generator of their own (the same seed, the same start; the env's
+        generator is left as it was): the best policy's candidates race from the same moved starts."""
         super().reset(seed=seed)
         name = self.track_names[0]
         options = options or {}
@@ -262,11 +267,16 @@ class SimTrackEnv(gym.Env):
         if f"{name}|{line_path}" != self._setup_key or short_name and short_name != self.map_name:
             self._select(name, line_path, short_name)
         x, z, h = self.track.start_pose
-        if self.start_noise > 0.0:
-            lateral = float(self.np_random.uniform(-self.start_noise, self.start_noise))
+        noise, rng = self.start_noise, self.np_random
+        if options.get("start_noise") is not None:  # this episode only, its offsets from its own seed
+            noise = float(options["start_noise"])
+            if options.get("start_seed") is not None:
+                rng = np.random.default_rng(int(options["start_seed"]))
+        if noise > 0.0:
+            lateral = float(rng.uniform(-noise, noise))
             x += lateral * math.cos(h)
             z -= lateral * math.sin(h)
-            h += math.radians(float(self.np_random.uniform(-self.start_noise, self.start_noise)))
+            h += math.radians(float(rng.uniform(-noise, noise)))
         self.car.reset(x, z, h)
         float_obs, info = self.pipeline.reset(self.car_state())
         self._done = False
