@@ -427,8 +427,9 @@ def _check_best_policy(cfg: RulkaConfig) -> None:
     if tc.best_policy_episodes > 1 and greedy:
         raise ConfigError(
             f"config key `trainer.best_policy_episodes` ({tc.best_policy_episodes}) judges the greedy episodes the "
-            "trainer asks for; this map cycle has greedy entries, which are the evaluation episodes (one race per "
-            "entry): repeat the entry (`repeat`) instead, or leave the key at 1"
+            "trainer asks for; this map cycle has greedy entries, which are the evaluation episodes (a candidate's "
+            "first race on each map counts): leave the key at 1, or make the entries exploring ones to have the "
+            "trainer ask for the episodes"
         )
     if tc.best_policy_start_noise > 0:
         if cfg.environment.backend != "sim":
