@@ -756,8 +756,9 @@ class Worker:
         options: dict[str, Any] = MapCycle.reset_options(entry) if entry is not None else {}
         if candidate and self.eval_start_noise > 0.0:
             # the k-th race on a map from the k-th moved start: the same starts for every candidate
-            k = self._eval_starts.get(options.get("short_name", ""), 0)
-            self._eval_starts[options.get("short_name", "")] = k + 1
+            on_map = str(options.get("short_name", ""))
+            k = self._eval_starts.get(on_map, 0)
+            self._eval_starts[on_map] = k + 1
             options.update(start_noise=self.eval_start_noise, start_seed=CANDIDATE_START_SEED + k)
         if options:
             obs, reset_info = self.env.reset(seed=start_id, options=options)
