@@ -104,8 +104,9 @@ def greedy_races(env: Any, actor: Any, races: int, max_seconds: float) -> dict[s
 def _median_race(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     """The median of several races (the lower middle: with 4 races, the 2nd best), with
     ``races``, ``finishes``, ``best_s`` and every race's ``times_s`` beside it."""
-    # finished races by time, then unfinished ones by distance driven (further is better)
-    ranked = sorted(outcomes, key=lambda o: (0, o["race_time_s"]) if o["finished"] else (1, -o["progress_m"]))
+    from rulka.trainer.best import race_order  # the order the trainer ranks a candidate's races in
+
+    ranked = sorted(outcomes, key=lambda o: race_order(o["finished"], o["race_time_s"], o["progress_m"]))
     median = ranked[(len(ranked) - 1) // 2]
     times = [o["race_time_s"] for o in outcomes if o["finished"]]
     return {**median, "races": len(outcomes), "finishes": len(times), "best_s": min(times) if times else None,

@@ -110,12 +110,16 @@ class _Candidate:
     races: dict[str, list[MapResult]] = dataclasses.field(default_factory=dict)  # RACE: per map, so far
 
 
+def race_order(finished: bool, race_time: float | None, progress_m: float) -> tuple[int, float, float]:
+    """Sort key of one race, better first: finished races by time, then unfinished ones by distance
+    (further is better)."""
+    return (0, race_time, 0.0) if finished and race_time is not None else (1, 0.0, -progress_m)
+
+
 def median_race(races: list[MapResult]) -> MapResult:
-    """The median of a map's races, the lower middle (of 4, the 2nd best): finished races by time,
-    then unfinished ones by distance (further is better); with more than one race, every race's
-    time beside it (``race_times_ms``)."""
-    ranked = sorted(races, key=lambda r: (0, r.race_time_ms, 0.0) if r.finished and r.race_time_ms is not None
-                    else (1, 0.0, -r.progress_m))
+    """The median of a map's races (``race_order``), the lower middle (of 4, the 2nd best); with
+    more than one race, every race's time beside it (``race_times_ms``)."""
+    ranked = sorted(races, key=lambda r: race_order(r.finished, r.race_time_ms, r.progress_m))
     median = ranked[(len(ranked) - 1) // 2]
     if len(races) == 1:
         return median
