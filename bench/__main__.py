@@ -509,6 +509,9 @@ def run_studies(path: Path) -> list[str]:
                          + _perturbed_text(s)
                          + (f"in-run greedy races of the runs' last fifth: {s['late_beats_scripted']} of "
                             f"{s['late_races']} beat it; " if s.get("late_races") else "")
+                         + (f"final weights no slower than the run's in-run races at {format_number(s['at_minutes'])} "
+                            f"minutes (median of that point's last fifth) in {s.get('final_no_slower_than_at')} of "
+                            f"{s.get('at_minutes_runs')}; " if s.get("at_minutes") else "")
                          + f"diverged: {s.get('diverged')}.")
         if study.get("note"):
             lines += ["", format_number(study["note"])]

@@ -10,7 +10,9 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
   ``td_loss`` and ``grad_norm`` (absolute values), and which of them went over ``bench/recipe.py``'s
   divergence thresholds;
 - the in-run greedy races of the versions in the run's last fifth (``best/candidates.jsonl``): how
-  many beat the scripted driver, of which the final weights are one draw;
+  many beat the scripted driver, of which the final weights are one draw; with ``--at-minutes M``
+  the same for the last fifth of the frames the run had made by minute M (where a run 4x longer
+  stood when the README's run would have stopped), and whether the final weights race no slower;
 - the greedy outcome of the run's best policy (``best/``, what ``rulka eval RUN`` drives) and of its
   final weights (``rulka eval RUN --final``), and of its averaged weights when it kept them
   (``rulka eval RUN --average``, ``trainer.average_policy_frames``) on the five bundled tracks (``bench/learning.py``'s
@@ -36,6 +38,7 @@ another has not been measured in one run.
     python bench/seeds.py --config configs/sim_iqn_cycle.yaml --runs 3 --minutes 30 --gen-random 10 --name map_cycle_runs
     python bench/seeds.py --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475 --q-limit 150
     python bench/seeds.py --config configs/sim_iqn.yaml --runs 3 --frames 2000000 --parallel 3
+    python bench/seeds.py --config configs/sim_iqn.yaml --runs 1 --minutes 80 --at-minutes 20 --name sim_iqn_long
 
 ``--record NOTE`` appends the study to ``bench/run_studies.json`` (BENCHMARKS.md after ``python -m
 bench --rewrite``).
@@ -126,31 +129,31 @@ def summarise_metrics(run_dir: Path, window: int, q_limit: float | None = None) 
     }
 
 
-def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]:
-    """The in-run greedy races (``best/candidates.jsonl``, one per ``trainer.best_policy_every_frames``)
-    of the versions in the last ``late_fraction`` of the run's frames (the shipped cooldown's fifth),
-    per track: races, finished, faster than the track's reference (the scripted driver), median race
-    time (a race not finished counts as slower than any finish). A run's final weights are one draw
-    of these, so their share under the reference says how often the end weights beat it, with ~20
-    races per run where the final weights give one."""
+def _candidate_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The in-run greedy races of ``best/candidates.jsonl``, one row per evaluated version."""
     from rulka.trainer.best import BEST_DIR, CANDIDATES_LOG
 
     path = run_dir / BEST_DIR / CANDIDATES_LOG
     if not path.is_file():
-        return {}
+        return []
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:
             continue  # a line cut off by a kill
-    if not rows:
-        return {}
-    from_frames = math.ceil((1.0 - late_fraction) * max(int(r.get("frames", 0)) for r in rows))
-    late = [r for r in rows if int(r.get("frames", 0)) >= from_frames]
+    return rows
+
+
+def _window_races(rows: list[dict[str, Any]], from_frames: int, to_frames: int | None = None) -> dict[str, Any]:
+    """Per track, the races of the versions from ``from_frames`` (to ``to_frames``): races, finished,
+    faster than the track's reference, median race time (a race not finished counts as slower than
+    any finish)."""
+    window = [r for r in rows if int(r.get("frames", 0)) >= from_frames
+              and (to_frames is None or int(r.get("frames", 0)) <= to_frames)]
     out: dict[str, Any] = {}
-    for track in sorted({t for r in late for t in r.get("maps", {})}):
-        races = [r["maps"][track] for r in late if track in r.get("maps", {})]
+    for track in sorted({t for r in window for t in r.get("maps", {})}):
+        races = [r["maps"][track] for r in window if track in r.get("maps", {})]
         times = sorted(m["race_time_ms"] / 1000 if m.get("finished") and m.get("race_time_ms") is not None
                        else float("inf") for m in races)
         ref = next((m.get("reference_time_ms") for m in races if m.get("reference_time_ms")), None)
@@ -158,8 +161,39 @@ def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]
         out[track] = {"races": len(races), "finished": sum(t != float("inf") for t in times),
                       "beats_reference": sum(ref is not None and t * 1000 < ref for t in times),
                       "median_s": round(median, 2) if median != float("inf") else None,
-                      "from_frames": from_frames}
+                      "from_frames": from_frames, **({"to_frames": to_frames} if to_frames is not None else {})}
     return out
+
+
+def late_candidates(run_dir: Path, late_fraction: float = 0.2) -> dict[str, Any]:
+    """The in-run greedy races (``best/candidates.jsonl``, one per ``trainer.best_policy_every_frames``)
+    of the versions in the last ``late_fraction`` of the run's frames (the shipped cooldown's fifth),
+    per track: races, finished, faster than the track's reference (the scripted driver), median race
+    time (a race not finished counts as slower than any finish). A run's final weights are one draw
+    of these, so their share under the reference says how often the end weights beat it, with ~20
+    races per run where the final weights give one."""
+    rows = _candidate_rows(run_dir)
+    if not rows:
+        return {}
+    return _window_races(rows, math.ceil((1.0 - late_fraction) * max(int(r.get("frames", 0)) for r in rows)))
+
+
+def races_at_minutes(run_dir: Path, minutes: float, late_fraction: float = 0.2) -> dict[str, Any]:
+    """Where a longer run stood at ``minutes`` of its wall time (issue 32: "run 4x longer, the final
+    policy no slower than at 20 minutes"): the frames it had made by then (``metrics.jsonl``) and, per
+    track, the in-run greedy races of the versions in the last ``late_fraction`` of those frames
+    (``late_candidates``' window, as if the run had stopped there). Empty when the run did not last
+    that long or kept no candidates."""
+    from rulka.telemetry.logger import read_metrics
+
+    rows = _candidate_rows(run_dir)
+    records = list(read_metrics(run_dir)) if (run_dir / "metrics.jsonl").is_file() else []
+    if not rows or not records or records[-1].get("wall_time", 0.0) - records[0].get("wall_time", 0.0) < minutes * 60:
+        return {}
+    until = records[0].get("wall_time", 0.0) + minutes * 60
+    frames = max(int(r["step"]) for r in records if r.get("wall_time", 0.0) <= until)
+    tracks = _window_races(rows, math.ceil((1.0 - late_fraction) * frames), frames)
+    return {"minutes": minutes, "frames": frames, "tracks": tracks} if tracks else {}
 
 
 def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] | None = None,
@@ -228,7 +262,8 @@ _EVAL_LOCK = threading.Lock()
 
 def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
             frames: int | None, window: int, max_seconds: float, gym: dict[str, Any] | None = None,
-            q_limit: float | None = None, gen_seeds: list[int] | None = None, perturbed: int = 0) -> dict[str, Any]:
+            q_limit: float | None = None, gen_seeds: list[int] | None = None, perturbed: int = 0,
+            at_minutes: float | None = None) -> dict[str, Any]:
     """``rulka run`` once, then its summary (``rc`` and the stderr tail when it failed)."""
     cmd = [sys.executable, "-m", "rulka.cli", "run", str(config), "--workers", str(workers),
            "--run-dir", str(run_dir), "--set", "logging.wandb.enabled=false", "--set", "logging.progress=never"]
@@ -248,6 +283,9 @@ def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, min
     late = late_candidates(run_dir)
     if late:
         out["late_candidates"] = late
+    at = races_at_minutes(run_dir, at_minutes) if at_minutes else {}
+    if at:
+        out["at_minutes"] = at
     with _EVAL_LOCK:
         out.update(_race_policies(run_dir, max_seconds, gym, gen_seeds, perturbed))
     return out
@@ -304,6 +342,9 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
 
     late = [r.get("late_candidates", {}).get(track) for r in runs]
     late = [x for x in late if x]
+    # a longer run against where it stood at --at-minutes: the final weights' race no slower than the
+    # median of the in-run races then (a race not finished is slower than any finish)
+    at = [(r, r["at_minutes"]["tracks"][track]) for r in runs if track in r.get("at_minutes", {}).get("tracks", {})]
     kept = [w for w in ("average", "trained") if any(w in r for r in runs)]  # average/, trained/ where runs kept them
     perturbed = [w for w in ("best", "final", *kept)
                  if any("perturbed_s" in r.get(w, {}).get("tracks", {}).get(track, {}) for r in runs)]
@@ -314,7 +355,18 @@ def arm_summary(runs: list[dict[str, Any]], track: str | None, cycle: bool = Fal
             **({"late_races": sum(x["races"] for x in late),
                 "late_beats_scripted": sum(x["beats_reference"] for x in late)} if late else {}),
             **{f"{w}_perturbed_beats_scripted": count(w, "perturbed_beats_scripted") for w in perturbed},
+            **({"at_minutes": at[0][0]["at_minutes"]["minutes"], "at_minutes_runs": len(at),
+                "final_no_slower_than_at": sum(_no_slower(r.get("final", {}).get("tracks", {}).get(track), m)
+                                               for r, m in at)} if at else {}),
             "diverged": sum(bool(r.get("health", {}).get("diverged")) for r in runs)}
+
+
+def _no_slower(outcome: dict[str, Any] | None, then: dict[str, Any]) -> bool:
+    """Whether a policy's greedy race (``greedy``'s per-track outcome) is no slower than ``then``'s
+    median in-run race (``_window_races``); a race not finished is slower than any finish."""
+    if not outcome or not outcome.get("finished") or outcome.get("race_time_s") is None:
+        return False
+    return then.get("median_s") is None or float(outcome["race_time_s"]) <= float(then["median_s"])
 
 
 def record(study: dict[str, Any], path: Path = RUN_STUDIES) -> None:
@@ -354,11 +406,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--perturbed-races", type=int, default=5, metavar="K",
                    help="simulator configs: also race each policy K times from starts moved up to 0.3 m and 0.3 degrees "
                         "on the tracks it trained on, and report the median (a policy's level, not one draw; 0: off)")
+    p.add_argument("--at-minutes", type=float, default=None, metavar="M",
+                   help="simulator configs, a run longer than M minutes: also report where it stood at M minutes "
+                        "(the in-run greedy races of the last fifth of its frames by then) and whether its final "
+                        "weights race no slower (issue 32: run 4x longer, final no slower than at 20 minutes)")
     p.add_argument("--q-limit", type=float, default=None,
                    help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator)")
     args = p.parse_args(argv)
     if args.minutes is None and args.frames is None:
         p.error("give --minutes and/or --frames (a run's budget)")
+    if args.at_minutes is not None and (args.minutes is None or args.at_minutes >= args.minutes):
+        p.error("--at-minutes M: for a run with a longer --minutes budget")
     if args.parallel < 1:
         p.error("--parallel: at least 1")
     if args.parallel > 1 and (args.minutes is not None or args.frames is None):
@@ -400,7 +458,8 @@ def main(argv: list[str] | None = None) -> None:
     def run_one(i: int, name: str, overrides: list[str]) -> None:
         run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
         r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
-                    args.window, args.max_seconds, gym, args.q_limit, gen_seeds, args.perturbed_races)
+                    args.window, args.max_seconds, gym, args.q_limit, gen_seeds, args.perturbed_races,
+                    args.at_minutes)
         r["seed"] = i
         with done:
             by_arm[name].append(r)

@@ -225,6 +225,9 @@ RUN_TARGETS = {
     # scripted driver on in each run, generated tracks it finishes in each run, of how many generated)
     "map_cycle_runs": (3, 5, 8, 10),
 }
+# a study of a run longer than the README's (bench/seeds.py --minutes 80 --at-minutes 20): (runs, of
+# which the final weights race no slower than the run's own in-run races at --at-minutes)
+LONG_RUN_TARGETS = {"sim_iqn_long": (1, 1)}
 """Issue 32's goals for studies of repeated `rulka run`s (``bench/run_studies.json``)."""
 
 
@@ -252,12 +255,15 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     latest: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # name -> (study, its as_shipped arm)
     for study in data.get("studies", []) if isinstance(data, dict) else []:
         name = str(study.get("name", "")) if isinstance(study, dict) else ""
-        arm = _shipped_arm(study) if name in RUN_TARGETS else None
+        arm = _shipped_arm(study) if name in RUN_TARGETS or name in LONG_RUN_TARGETS else None
         if arm is not None and (name not in latest or _date(study) >= _date(latest[name][0])):
             latest[name] = (study, arm)
     out = []
     for name, (study, arm) in latest.items():
         s = arm.get("summary") or {}
+        if name in LONG_RUN_TARGETS:
+            out.append(_long_target(study, arm, s, *LONG_RUN_TARGETS[name]))
+            continue
         if s.get("map_cycle"):
             out.append(_cycle_target(study, s, *RUN_TARGETS[name]))
             continue
@@ -327,6 +333,39 @@ def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tup
         return s, ""
     total["average_runs"] = int(s.get("runs", 0))
     return total, f" (pooled: the runs of {', '.join(sorted(used))} and {_date(study)}, the same recipe)"
+
+
+def _long_target(study: dict[str, Any], arm: dict[str, Any], s: dict[str, Any], runs_needed: int,
+                 no_slower_needed: int) -> tuple[str, str, str, str, bool | None]:
+    """A longer run's row (issue 32: "run 4x longer, the final policy no slower than at 20 min"): the
+    final weights' greedy race against the median of the run's own in-run greedy races over the last
+    fifth of the frames it had made by ``--at-minutes``; a study that did not race that point is shown
+    and not judged."""
+    minutes = (study.get("budget") or {}).get("minutes")
+    at = s.get("at_minutes")
+    goal = (f"`{study.get('config', '')}` run longer ({_num(minutes) if minutes else '?'} minutes): in {no_slower_needed} "
+            f"of {runs_needed} runs the final weights race no slower than the run did at "
+            f"{_num(at) if at else 20} minutes, no divergence")
+    if at is None:
+        return ("`bench/seeds.py`", goal, "not judged: the study did not race where the run stood then "
+                "(`bench/seeds.py --at-minutes`)", _date(study), None)
+    track = s.get("track", "")
+    parts = []
+    for run in arm.get("runs", []):
+        then = (run.get("at_minutes") or {}).get("tracks", {}).get(track)
+        final = (run.get("final") or {}).get("tracks", {}).get(track) or {}
+        if not then:
+            continue
+        now = f"{final['race_time_s']:.2f} s" if final.get("finished") else "not finished"
+        was = f"{then['median_s']:.2f} s" if then.get("median_s") is not None else "no finish"
+        parts.append(f"seed {run.get('seed', '?')}: final {now} after {_num(run.get('frames'))} frames, "
+                     f"{was} at {_num(at)} min ({_num(run['at_minutes'].get('frames'))} frames, median of "
+                     f"{then.get('races', 0)} races)")
+    runs, got = int(s.get("at_minutes_runs", 0)), int(s.get("final_no_slower_than_at", 0))
+    shown = "; ".join(parts) + f"; no slower in {got} of {runs}; diverged {s.get('diverged', 0)}"
+    fails = _short_of(got, no_slower_needed, runs, runs_needed) or int(s.get("diverged", 0)) > 0
+    holds: bool | None = False if fails else (True if runs >= runs_needed else None)
+    return ("`bench/seeds.py`", goal, shown, _date(study), holds)
 
 
 def _cycle_target(study: dict[str, Any], s: dict[str, Any], runs_needed: int, beaten_needed: int,

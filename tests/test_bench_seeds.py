@@ -261,3 +261,38 @@ def test_the_median_of_races_from_perturbed_starts_is_counted_and_shown(tmp_path
     assert "| p | 0 | 770,000 | 90,000 | 20.1 | 200,000 | 21.00 s (5 starts: 21.40 s) | 28.70 s (5 starts: 23.90 s) |" in text
     assert "| 22.50 s (5 starts: not finished) |" in text
     assert "median of the races from perturbed starts under it: best 2, final 0; " in text
+
+
+def test_a_longer_run_is_judged_against_where_it_stood_at_the_readme_runs_length(tmp_path):
+    """--at-minutes M (issue 32: run 4x longer, the final policy no slower than at 20 minutes): the
+    frames the run had made by minute M (its metrics' wall time), the in-run races of the last fifth of
+    those frames, and whether the final weights race no slower than their median."""
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    # 80 minutes at 10,000 frames a minute; a version raced every 20,000 frames
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": m * 10_000, "wall_time": 1000.0 + m * 60, "metrics": {}}) + "\n" for m in range(81)))
+
+    def row(frames: int, t: float | None) -> str:
+        race = {"finished": t is not None, "race_time_ms": None if t is None else t * 1000,
+                "reference_time_ms": 22840.0}
+        return json.dumps({"version": frames // 1000, "frames": frames, "maps": {"default": race}})
+
+    # by minute 20: 200,000 frames; the last fifth from 160,000: 160k 25.0, 180k not finished, 200k 23.0
+    times = {160_000: 25.0, 180_000: None, 200_000: 23.0, 140_000: 21.0, 220_000: 20.0, 800_000: 21.5}
+    (run / "best" / "candidates.jsonl").write_text("".join(row(f, t) + "\n" for f, t in sorted(times.items())))
+    at = seeds.races_at_minutes(run, 20)
+    assert at == {"minutes": 20, "frames": 200_000, "tracks": {"default": {
+        "races": 3, "finished": 2, "beats_reference": 0, "median_s": 25.0, "from_frames": 160_000,
+        "to_frames": 200_000}}}
+    assert seeds.races_at_minutes(run, 90) == {}  # the run did not last that long
+    runs = [_run(20.0, 24.9, []), _run(20.0, 25.1, []), _run(20.0, None, [])]
+    for r in runs:
+        r["at_minutes"] = at
+    s = seeds.arm_summary(runs, "default")
+    assert (s["at_minutes"], s["at_minutes_runs"], s["final_no_slower_than_at"]) == (20, 3, 1)
+    assert "no slower than the run's in-run races at 20 minutes (median of that point's last fifth) in 1 of 3" in (
+        _rendered(tmp_path, "long", runs, s))
+    assert "at_minutes" not in seeds.arm_summary([_run(20.0, 21.0, [])], "default")  # a run without the point
+    with pytest.raises(SystemExit):  # a point inside the budget only
+        seeds.main(["--config", "configs/sim_iqn.yaml", "--minutes", "20", "--at-minutes", "20"])

@@ -228,3 +228,28 @@ def test_a_map_cycle_study_holds_only_when_every_run_beats_every_track_and_finis
                                                 "ones; diverged 0 (2 of 3 runs made)")
     assert verdict(3, [5, 5, 5], [4, 5, 5], of=5)[0] is True  # 4 of 5 generated is 8 of 10
     assert verdict(3, [5, 5, 5], [0, 0, 0], of=0)[0] is False  # no generated track raced: not shown to hold
+
+
+def test_a_longer_run_holds_when_its_final_weights_race_no_slower_than_it_did_at_20_minutes(tmp_path: Path) -> None:
+    path = tmp_path / "run_studies.json"
+    at = {"minutes": 20, "frames": 700_000, "tracks": {"default": {"races": 7, "median_s": 23.4}}}
+    run = {"seed": 0, "frames": 3_000_000, "at_minutes": at,
+           "final": {"tracks": {"default": {"finished": True, "race_time_s": 21.52}}}}
+    summary = {"track": "default", "runs": 1, "at_minutes": 20, "at_minutes_runs": 1, "final_no_slower_than_at": 1,
+               "diverged": 0}
+    study = {"name": "sim_iqn_long", "date": "2026-11-29 10:00 UTC", "config": "configs/sim_iqn.yaml",
+             "budget": {"minutes": 80}, "arms": [{"arm": "as_shipped", "runs": [run], "summary": summary}]}
+    path.write_text(json.dumps({"studies": [study]}))
+    (row,) = run_targets(path)
+    assert row[4] is True and "run longer (80 minutes)" in row[1]
+    assert "seed 0: final 21.52 s after 3,000,000 frames, 23.40 s at 20 min (700,000 frames, median of 7 races)" in row[2]
+    summary.update(final_no_slower_than_at=0)
+    path.write_text(json.dumps({"studies": [study]}))
+    assert run_targets(path)[0][4] is False
+    summary.update(final_no_slower_than_at=1, diverged=1)
+    path.write_text(json.dumps({"studies": [study]}))
+    assert run_targets(path)[0][4] is False
+    # a study that did not race the run at 20 minutes is shown, not judged
+    del summary["at_minutes"]
+    path.write_text(json.dumps({"studies": [study]}))
+    assert run_targets(path)[0][4] is None and "not judged" in run_targets(path)[0][2]

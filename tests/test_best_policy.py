@@ -236,6 +236,9 @@ def test_a_gym_candidate_is_the_mean_of_its_episodes(tmp_path):
 
 def test_a_single_track_candidate_is_ranked_by_its_race():
     bp = BestPolicy(["default"], None, single=True, request_episodes=1, every_frames=10)
+    bp.mark(0, W, {}, 0, 0)
+    assert bp.add_result(0, "default", False, None, -1.2)  # backed off the line: shown as no distance
+    assert bp.describe() == "best v0 0m"
     bp.mark(1, W, {}, 0, 0)
     assert bp.add_result(1, "default", False, None, 300.0)  # cut off at 300 m
     assert bp.describe() == "best v1 300m"

@@ -320,7 +320,9 @@ class BestPolicy:
         if self.best["maps_finished"]:
             out += f" {self.best['race_time_total_ms'] / 1000:.2f}s"
         if self.best["maps_finished"] < len(self.maps):  # how far it got where it did not finish
-            metres = sum(float(r.get("progress_m") or 0.0) for r in self.best["maps"].values() if not r.get("finished"))
+            # a car that backed off the line has negative progress: it got nowhere, not -1 m
+            metres = sum(max(float(r.get("progress_m") or 0.0), 0.0)
+                         for r in self.best["maps"].values() if not r.get("finished"))
             out += f" {metres:.0f}m"
         return out
 
