@@ -130,7 +130,9 @@ def summarise_metrics(run_dir: Path, window: int, q_limit: float | None = None) 
 
 
 def _candidate_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """The in-run greedy races of ``best/candidates.jsonl``, one row per evaluated version."""
+    """The in-run greedy races of ``best/candidates.jsonl``, one row per evaluated version of the
+    learner's weights (not the candidates of the run's average inside its cooldown: ``"weights":
+    "average"``, rulka.trainer.best)."""
     from rulka.trainer.best import BEST_DIR, CANDIDATES_LOG
 
     path = run_dir / BEST_DIR / CANDIDATES_LOG
@@ -139,9 +141,11 @@ def _candidate_rows(run_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
             continue  # a line cut off by a kill
+        if isinstance(row, dict) and row.get("weights", "trained") == "trained":
+            rows.append(row)
     return rows
 
 

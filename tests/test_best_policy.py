@@ -153,15 +153,15 @@ def _eval_episode(seq: int, map_name: str, version: int, race_ms: int | None, re
     return Message("segment", "w1", ZstdCompressor().compress(seg))
 
 
-def _trainer(tmp_path, cfg: dict) -> tuple[Trainer, list[WeightsBlob]]:
+def _trainer(tmp_path, cfg: dict, agent: CountingAgent | None = None) -> tuple[Trainer, list[WeightsBlob]]:
     published: list[WeightsBlob] = []
 
     def keep(blob: WeightsBlob) -> bytes:
         published.append(blob)
         return b"weights"
 
-    trainer = Trainer(config_from_dict(cfg), LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(),
-                      weights_encoder=keep, run_dir=tmp_path / "run")
+    trainer = Trainer(config_from_dict(cfg), LocalHub().trainer_link(), agent=agent or CountingAgent(),
+                      memory=ListMemory(), weights_encoder=keep, run_dir=tmp_path / "run")
     return trainer, published
 
 
@@ -501,3 +501,70 @@ def test_a_worker_drives_each_candidate_from_the_same_moved_starts():
         worker.run(max_episodes=1, drain_timeout_s=0)
         assert env.options[-1] is None and worker.stats.eval_episodes == version + 2  # a candidate's race, from the line
     worker.close()
+
+
+class _LoadingAgent(CountingAgent):
+    """CountingAgent that can take published weights back (what ending on the average needs) and
+    has a learning rate to cool."""
+
+    lr_factor = 1.0
+
+    def load_actor_weights(self, weights):
+        with torch.no_grad():
+            self.w.copy_(weights["w"])
+
+
+def test_inside_the_cooldown_of_a_run_that_ends_on_its_average_the_average_is_a_candidate_too(tmp_path):
+    """training.lr_cooldown_end_on_average: the run ends on weights that were never raced, so inside
+    the cooldown every other candidate is the average so far, published as that version; when it
+    races best, best/ holds it and says so. Before the cooldown, and in a run that ends on the
+    weights it trained, candidates are the learner's weights only."""
+    from rulka.trainer.cooldown import LrCooldown
+
+    cfg = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"},
+           "trainer": {"best_policy_every_frames": 100, "best_policy_episodes": 1, "average_policy_frames": 1000,
+                       "average_policy_kind": "mean"},
+           "training": {"lr_cooldown_fraction": 0.5, "lr_cooldown_end_on_average": True}}
+    trainer, published = _trainer(tmp_path, cfg, _LoadingAgent())
+    trainer.lr_cooldown = LrCooldown(0.5, 0.05, budget_samples=1000)
+    trainer.lr_cooldown.start(samples=0)
+    seq = iter(range(100))
+
+    def candidate(w: float, samples: int, ret: float) -> WeightsBlob:
+        """Publish the learner's weights ``w`` at ``samples``; the candidate's race returns ``ret``."""
+        trainer.agent.w.data.fill_(w)
+        trainer.state.samples = samples
+        trainer.publish()
+        blob = published[-1]
+        assert blob.actor_spec.get("eval_policy") is True
+        trainer.ingest([_gym_segment(next(seq), blob.version, ret)])
+        return blob
+
+    # before the cooldown (the last half of 1000 frames): the learner's weights
+    assert candidate(2.0, 100, 50.0).tensors["w"].tolist() == [2.0]
+    assert candidate(4.0, 300, 60.0).tensors["w"].tolist() == [4.0]
+    # inside it: the learner's, then the mean so far of the published versions (2, 4, 6 -> 4), ...
+    assert candidate(6.0, 600, 70.0).tensors["w"].tolist() == [6.0]
+    averaged = candidate(8.0, 700, 90.0)
+    assert averaged.tensors["w"].tolist() == [5.0]  # (2 + 4 + 6 + 8) / 4: the average, not the learner's 8
+    assert trainer.agent.w.item() == 8.0  # the learner trains on: only the published version is the average
+    best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
+    assert (best["version"], best["weights"], best["return_mean"]) == (averaged.version, "average", 90.0)
+    _, tensors, _ = read_policy_file(tmp_path / "run" / "best")
+    assert tensors["w"].tolist() == [5.0]
+    assert trainer.best_policy.describe() == f"best v{averaged.version} (average) return 90.0"
+    # ... then the learner's again; the log says which candidates were averages
+    assert candidate(10.0, 800, 80.0).tensors["w"].tolist() == [10.0]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "best" / "candidates.jsonl").read_text().splitlines()]
+    assert [r.get("weights", "trained") for r in rows] == ["trained"] * 3 + ["average", "trained"]
+    assert trainer.counters["eval_policy_average_versions"] == 1
+    trainer.close()
+
+    # a run that ends on the weights it trained: no average candidates, even while cooling
+    cfg["training"]["lr_cooldown_end_on_average"] = False
+    trainer, published = _trainer(tmp_path / "2", cfg, _LoadingAgent())
+    trainer.lr_cooldown = LrCooldown(0.5, 0.05, budget_samples=1000)
+    trainer.lr_cooldown.start(samples=0)
+    seq = iter(range(100))
+    assert [candidate(w, s, 1.0).tensors["w"].item() for w, s in ((2.0, 600), (4.0, 700), (6.0, 800))] == [2.0, 4.0, 6.0]
+    trainer.close()

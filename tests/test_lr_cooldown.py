@@ -407,6 +407,8 @@ def test_rulka_run_cools_the_learning_rate_over_its_frame_budget(tmp_path):
     floats = [k for k, v in averaged.items() if torch.is_floating_point(v) and k != "exploration"]
     assert floats and [k for k in floats if not torch.equal(final[k], averaged[k])] == []
     assert (run_dir / "trained" / "policy.safetensors").is_file()  # the weights it trained last, kept
+    # inside the cooldown every other best-policy candidate was the average so far (rulka.trainer.best)
+    assert counters.get("eval_policy_average_versions", 0) >= 1, counters
 
 
 def test_the_time_left_is_the_budget_that_ends_first():

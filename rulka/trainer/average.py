@@ -10,7 +10,8 @@ moving average with a horizon of ``F`` frames: at each published version,
     average <- average + w * (weights - average),   w = min(1, frames since the last version / F)
 
 over the floating-point tensors (others, such as the exploration rates, are the latest). It is
-never published: the workers keep driving the learner's weights. Each checkpoint writes it to
+not published (the workers keep driving the learner's weights) but as a best-policy candidate inside
+the cooldown of a run that ends on it (``rulka.trainer.best``). Each checkpoint writes it to
 ``<run>/average/policy.safetensors`` (a policy file like ``weights/``, for ``rulka eval``,
 ``rulka sim render --policy``, ``nn.init_from_pretrained``); a resumed run goes on from that file.
 

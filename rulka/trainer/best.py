@@ -33,6 +33,13 @@ repeats exactly, they start from the line moved by up to ``trainer.best_policy_s
 and degrees, the k-th start the same for every candidate. One race from the line picks the
 luckiest version more often than the best one (BENCHMARKS.md, readme_frames_1m).
 
+A run that ends on the average of its weights (``training.lr_cooldown_end_on_average``) ends on weights
+that were never a candidate, and in 3 of 5 runs they raced faster than the best candidate
+(BENCHMARKS.md, readme_frames_1m_mean). Inside its cooldown every other candidate is therefore the
+average so far (``AVERAGE``; the trainer publishes it as that version, so the workers also act with
+it until the next version, a few hundred frames): ``best/`` holds the average when it races best,
+and ``best.json`` says ``"weights": "average"``.
+
 A new candidate is marked when the last one is complete (and, for requested episodes, once
 ``best_policy_every_frames`` frames have been played since the last mark), or when it has waited
 ``TIMEOUT_S`` (a worker stopped mid-pass).
@@ -59,6 +66,7 @@ TIMEOUT_S = 300.0  # a candidate not complete after this long is replaced (its r
 KEEP_CANDIDATES = 3  # candidates whose results may still arrive (the newest and two before it)
 RACE = "race"  # ranked by finishes, references beaten, race time, metres (TrackMania-like envs)
 RETURN = "return"  # ranked by the mean greedy return (Gymnasium envs)
+AVERAGE = "average"  # a candidate of the run's averaged weights (rulka.trainer.average), not the learner's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +113,7 @@ class _Candidate:
     frames: int
     updates: int
     marked_t: float
+    kind: str = "trained"  # "average": the run's averaged weights (AVERAGE), not the learner's
     results: dict[str, MapResult] = dataclasses.field(default_factory=dict)
     returns: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # RETURN: per map, so far
     races: dict[str, list[MapResult]] = dataclasses.field(default_factory=dict)  # RACE: per map, so far
@@ -223,13 +232,14 @@ class BestPolicy:
         return out
 
     def mark(self, version: int, weights: Mapping[str, Any], spec: Mapping[str, Any], frames: int,
-             updates: int) -> None:
-        """Keep ``weights`` (copied) as the candidate of ``version``."""
+             updates: int, kind: str = "trained") -> None:
+        """Keep ``weights`` (copied) as the candidate of ``version``; ``kind`` ``AVERAGE``: they are the
+        run's averaged weights (``best.json`` and ``candidates.jsonl`` say ``"weights": "average"``)."""
         import torch
 
         copied = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in weights.items()}
         self._candidates[int(version)] = _Candidate(int(version), copied, dict(spec), int(frames), int(updates),
-                                                    self.clock())
+                                                    self.clock(), kind=str(kind))
         self._last_mark_frames = int(frames)
         while len(self._candidates) > KEEP_CANDIDATES:
             _, old = self._candidates.popitem(last=False)
@@ -268,6 +278,7 @@ class BestPolicy:
         summary = {
             "version": cand.version, "frames": cand.frames, "updates": cand.updates,
             "scored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ranking": self.ranking,
+            **({"weights": cand.kind} if cand.kind != "trained" else {}),
             **self._summary(key),
             "maps": {name: dataclasses.asdict(r) for name, r in sorted(cand.results.items())},
         }
@@ -313,8 +324,9 @@ class BestPolicy:
         if self.best is None:
             return ""
         if self.ranking == RETURN:
-            return f"best v{self.best['version']} return {self.best['return_mean']:.1f}"
-        out = f"best v{self.best['version']}"
+            kind = f" ({self.best['weights']})" if self.best.get("weights") else ""
+            return f"best v{self.best['version']}{kind} return {self.best['return_mean']:.1f}"
+        out = f"best v{self.best['version']}" + (f" ({self.best['weights']})" if self.best.get("weights") else "")
         if len(self.maps) > 1:
             out += f" {self.best['maps_finished']}/{len(self.maps)} finished"
         if self.best["maps_finished"]:

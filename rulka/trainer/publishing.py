@@ -1,8 +1,9 @@
 """Publishing the policy: each version of the agent's actor weights is signed and broadcast through
 the server with the actor spec and the config sections a worker needs; every
 ``eval_every_versions`` versions it carries a request for greedy test episodes, and a version the
-best policy wants judged is marked as an evaluation version. A restarted server gets the latest
-weights again."""
+best policy wants judged is marked as an evaluation version (inside the cooldown of a run that ends
+on its average, every other one is the average so far: ``rulka.trainer.best``). A restarted server
+gets the latest weights again."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 from rulka.interfaces import Memory, TrainingAgent
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.average import PolicyAverage
-from rulka.trainer.best import BestPolicy
+from rulka.trainer.best import AVERAGE, BestPolicy
 from rulka.trainer.credit import WorkerBook
 from rulka.trainer.state import RunState
 
@@ -33,7 +34,8 @@ class Publisher:
     def __init__(self, state: RunState, agent: TrainingAgent, memory: Memory, workers: WorkerBook,
                  encode_weights: Callable[[Any], bytes], worker_config: Callable[[], dict[str, Any] | None], *,
                  run_dir: Path | None, eval_every_versions: int, eval_episodes: int,
-                 best_policy: BestPolicy | None, average: PolicyAverage | None = None) -> None:
+                 best_policy: BestPolicy | None, average: PolicyAverage | None = None,
+                 average_candidates: Callable[[int], bool] | None = None) -> None:
         self.state = state
         self.agent = agent
         self.memory = memory
@@ -45,6 +47,9 @@ class Publisher:
         self.eval_episodes = eval_episodes
         self.best_policy = best_policy
         self.average = average  # the moving average of the published weights (rulka.trainer.average)
+        # samples -> whether candidates now alternate with the average (the run ends on it, and cools)
+        self.average_candidates = average_candidates
+        self._last_candidate_kind = AVERAGE  # an average candidate comes after one of the learner's weights
         self.link: Any = None
         self.last_weights: bytes | None = None
         self.was_connected = True  # publish() at start already reaches a connected server
@@ -77,8 +82,17 @@ class Publisher:
         if self.average is not None:
             self.average.update(weights, state.samples)
         if self.best_policy is not None and self.best_policy.wants_candidate(state.samples):
+            kind = "trained"
+            alternate = self.average_candidates is not None and self.average_candidates(state.samples)
+            if (alternate and self._last_candidate_kind != AVERAGE and self.average is not None
+                    and self.average.weights is not None):
+                # the weights the run will end on compete too: this version is the average so far
+                kind, weights = AVERAGE, self.average.weights
+                state.counters["eval_policy_average_versions"] += 1
+            # outside the cooldown as after an average: the next candidate is the learner's weights
+            self._last_candidate_kind = kind if alternate else AVERAGE
             # workers drive the cycle's greedy entries (or the episodes requested) with this version
-            self.best_policy.mark(state.version, weights, self.actor_spec(), state.samples, state.updates)
+            self.best_policy.mark(state.version, weights, self.actor_spec(), state.samples, state.updates, kind)
             spec["eval_policy"] = True
             if self.best_policy.request_episodes:
                 spec.update(self.best_policy.request(self._next_eval_worker("best")))

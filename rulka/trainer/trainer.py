@@ -236,7 +236,8 @@ class Trainer:
         self.publisher = Publisher(self.state, self.agent, self.memory, self.workers, weights_encoder,
                                    self.worker_config, run_dir=self.run_dir,
                                    eval_every_versions=self.eval_every_versions, eval_episodes=self.eval_episodes,
-                                   best_policy=self.best_policy, average=self.average)
+                                   best_policy=self.best_policy, average=self.average,
+                                   average_candidates=self._average_candidates)
         self.learner = LearnerStep(self.state, self.window, self.agent, self.memory, self.limiter, self.publish,
                                    batch_size=self.batch_size, publish_every=self.publish_every,
                                    slice_s=train_slice_s, augment=RandomCrop.for_config(cfg))
@@ -472,6 +473,11 @@ class Trainer:
                     self.end_on_averaged_weights()
                 self.checkpoint()
         return self.summary()
+
+    def _average_candidates(self, samples: int) -> bool:
+        """Whether best-policy candidates alternate with the average now: the run ends on it
+        (``training.lr_cooldown_end_on_average``) and its cooldown has begun (``rulka.trainer.best``)."""
+        return self.end_on_average and self.lr_cooldown is not None and self.lr_cooldown.cooling(samples)
 
     def end_on_averaged_weights(self) -> bool:
         """``training.lr_cooldown_end_on_average``: the run stopped inside its cooldown; put the moving
