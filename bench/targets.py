@@ -225,10 +225,10 @@ RUN_TARGETS = {
     # scripted driver on in each run, generated tracks it finishes in each run, of how many generated)
     "map_cycle_runs": (3, 5, 8, 10),
 }
+"""Issue 32's goals for studies of repeated `rulka run`s (``bench/run_studies.json``)."""
 # a study of a run longer than the README's (bench/seeds.py --minutes 80 --at-minutes 20): (runs, of
 # which the final weights race no slower than the run's own in-run races at --at-minutes)
 LONG_RUN_TARGETS = {"sim_iqn_long": (1, 1)}
-"""Issue 32's goals for studies of repeated `rulka run`s (``bench/run_studies.json``)."""
 
 
 def _short_of(got: int, needed: int, runs: int, runs_needed: int) -> bool:
