@@ -133,7 +133,7 @@ def _candidate_rows(run_dir: Path) -> list[dict[str, Any]]:
     """The in-run greedy races of ``best/candidates.jsonl``, one row per evaluated version of the
     learner's weights (not the candidates of the run's average inside its cooldown: ``"weights":
     "average"``, rulka.trainer.best)."""
-    from rulka.trainer.best import BEST_DIR, CANDIDATES_LOG
+    from rulka.trainer.best import BEST_DIR, CANDIDATES_LOG, TRAINED
 
     path = run_dir / BEST_DIR / CANDIDATES_LOG
     if not path.is_file():
@@ -144,7 +144,7 @@ def _candidate_rows(run_dir: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except ValueError:
             continue  # a line cut off by a kill
-        if isinstance(row, dict) and row.get("weights", "trained") == "trained":
+        if isinstance(row, dict) and row.get("weights", TRAINED) == TRAINED:
             rows.append(row)
     return rows
 

@@ -66,6 +66,7 @@ TIMEOUT_S = 300.0  # a candidate not complete after this long is replaced (its r
 KEEP_CANDIDATES = 3  # candidates whose results may still arrive (the newest and two before it)
 RACE = "race"  # ranked by finishes, references beaten, race time, metres (TrackMania-like envs)
 RETURN = "return"  # ranked by the mean greedy return (Gymnasium envs)
+TRAINED = "trained"  # a candidate of the learner's weights
 AVERAGE = "average"  # a candidate of the run's averaged weights (rulka.trainer.average), not the learner's
 
 
@@ -113,7 +114,7 @@ class _Candidate:
     frames: int
     updates: int
     marked_t: float
-    kind: str = "trained"  # "average": the run's averaged weights (AVERAGE), not the learner's
+    kind: str = TRAINED  # or AVERAGE: the run's averaged weights, not the learner's
     results: dict[str, MapResult] = dataclasses.field(default_factory=dict)
     returns: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # RETURN: per map, so far
     races: dict[str, list[MapResult]] = dataclasses.field(default_factory=dict)  # RACE: per map, so far
@@ -232,7 +233,7 @@ class BestPolicy:
         return out
 
     def mark(self, version: int, weights: Mapping[str, Any], spec: Mapping[str, Any], frames: int,
-             updates: int, kind: str = "trained") -> None:
+             updates: int, kind: str = TRAINED) -> None:
         """Keep ``weights`` (copied) as the candidate of ``version``; ``kind`` ``AVERAGE``: they are the
         run's averaged weights (``best.json`` and ``candidates.jsonl`` say ``"weights": "average"``)."""
         import torch
@@ -278,7 +279,7 @@ class BestPolicy:
         summary = {
             "version": cand.version, "frames": cand.frames, "updates": cand.updates,
             "scored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ranking": self.ranking,
-            **({"weights": cand.kind} if cand.kind != "trained" else {}),
+            **({"weights": cand.kind} if cand.kind != TRAINED else {}),
             **self._summary(key),
             "maps": {name: dataclasses.asdict(r) for name, r in sorted(cand.results.items())},
         }
@@ -323,10 +324,9 @@ class BestPolicy:
         """The best so far in a few words (the progress line): ``best v12 3/5 finished 101.2s``."""
         if self.best is None:
             return ""
-        if self.ranking == RETURN:
-            kind = f" ({self.best['weights']})" if self.best.get("weights") else ""
-            return f"best v{self.best['version']}{kind} return {self.best['return_mean']:.1f}"
         out = f"best v{self.best['version']}" + (f" ({self.best['weights']})" if self.best.get("weights") else "")
+        if self.ranking == RETURN:
+            return f"{out} return {self.best['return_mean']:.1f}"
         if len(self.maps) > 1:
             out += f" {self.best['maps_finished']}/{len(self.maps)} finished"
         if self.best["maps_finished"]:

@@ -15,7 +15,7 @@ from typing import Any
 from rulka.interfaces import Memory, TrainingAgent
 from rulka.trainer import checkpoint as ckpt
 from rulka.trainer.average import PolicyAverage
-from rulka.trainer.best import AVERAGE, BestPolicy
+from rulka.trainer.best import AVERAGE, TRAINED, BestPolicy
 from rulka.trainer.credit import WorkerBook
 from rulka.trainer.state import RunState
 
@@ -49,7 +49,7 @@ class Publisher:
         self.average = average  # the moving average of the published weights (rulka.trainer.average)
         # samples -> whether candidates now alternate with the average (the run ends on it, and cools)
         self.average_candidates = average_candidates
-        self._last_candidate_kind = AVERAGE  # an average candidate comes after one of the learner's weights
+        self._average_next = False  # an average candidate comes after one of the learner's weights
         self.link: Any = None
         self.last_weights: bytes | None = None
         self.was_connected = True  # publish() at start already reaches a connected server
@@ -82,15 +82,14 @@ class Publisher:
         if self.average is not None:
             self.average.update(weights, state.samples)
         if self.best_policy is not None and self.best_policy.wants_candidate(state.samples):
-            kind = "trained"
+            kind = TRAINED
             alternate = self.average_candidates is not None and self.average_candidates(state.samples)
-            if (alternate and self._last_candidate_kind != AVERAGE and self.average is not None
-                    and self.average.weights is not None):
+            if alternate and self._average_next and self.average is not None and self.average.weights is not None:
                 # the weights the run will end on compete too: this version is the average so far
                 kind, weights = AVERAGE, self.average.weights
                 state.counters["eval_policy_average_versions"] += 1
             # outside the cooldown as after an average: the next candidate is the learner's weights
-            self._last_candidate_kind = kind if alternate else AVERAGE
+            self._average_next = alternate and kind == TRAINED
             # workers drive the cycle's greedy entries (or the episodes requested) with this version
             self.best_policy.mark(state.version, weights, self.actor_spec(), state.samples, state.updates, kind)
             spec["eval_policy"] = True
