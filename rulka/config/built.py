@@ -101,6 +101,13 @@ def check_multi_action(cfg: RulkaConfig) -> None:
     ``exploration.multi_action_exploration`` away from its default where it would do nothing (one
     action per decision, or a policy learner, which samples its actions) is refused too."""
     env = cfg.environment
+    z = cfg.exploration.epsilon_z_exponent
+    if z is not None and (env.is_multi_action or str(cfg.trainer.agent) != "iqn"):
+        raise ConfigError(
+            f"config key `exploration.epsilon_z_exponent` ({z}) holds IQN's random actions for several "
+            "decisions; it is built for the iqn learner with one action per decision (learner "
+            f"{str(cfg.trainer.agent)!r}, `environment.rl_action_offsets_ms` {env.rl_action_offsets_ms}): "
+            "remove it")
     if not env.is_multi_action:
         if cfg.exploration.multi_action_exploration != "per_action":
             raise ConfigError(

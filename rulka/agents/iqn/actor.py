@@ -91,6 +91,13 @@ class IQNActor(ActorModule):
     tau_epsilon_boltzmann * N(0, 1)``; otherwise the greedy action. So the shares are exactly
     ``epsilon`` and ``epsilon_boltzmann`` (their sum capped at 1).
 
+    εz-greedy (``epsilon_z_exponent`` set; Dabney, Ostrovski and Barreto, "Temporally-Extended
+    ε-Greedy Exploration", ICLR 2021): when the draw picks a uniformly random action it also draws a
+    duration n from the zeta distribution P(n) = n^-exponent / sum_{k=1..N} k^-exponent on 1..N
+    (N = ``epsilon_z_max_actions``), and that action is taken for n actions in all, the next n - 1
+    without a draw; then the rule above again. The hold ends at ``reset()`` (episode start) and
+    does not apply with ``test=True``. n = 1 always is plain epsilon-greedy.
+
     NoisyNet (a network with noisy layers, ``btr.use_noisy_linear``): exploring, Q comes from the
     heads' sampled weights, drawn from the actor's own generator (each worker its own) at every
     ``reset()`` (episode start) and, with ``noisy_resample_every_actions`` N > 0, every N actions
@@ -119,12 +126,22 @@ class IQNActor(ActorModule):
                  epsilon_boltzmann: float = 0.0, tau_epsilon_boltzmann: float = 0.01,
                  mini_race_actions: int | None = None, seed: int | None = None, device: str = "cpu",
                  numpy_inference: bool = True, noisy_resample_every_actions: int = 0,
-                 multi_action_exploration: str = "per_action") -> None:
+                 multi_action_exploration: str = "per_action", epsilon_z_exponent: float | None = None,
+                 epsilon_z_max_actions: int = 100) -> None:
         if iqn_k % 2:
             raise ValueError("iqn_k must be even")
         if multi_action_exploration not in ("per_action", "per_block"):
             raise ValueError(f"multi_action_exploration must be per_action or per_block, got {multi_action_exploration!r}")
         self.multi_action_exploration = multi_action_exploration
+        if epsilon_z_exponent is not None and (epsilon_z_exponent <= 0 or epsilon_z_max_actions < 1):
+            raise ValueError("epsilon_z_exponent must be > 0 and epsilon_z_max_actions >= 1")
+        # εz-greedy: the zeta distribution's CDF over durations 1..N (None: plain epsilon-greedy)
+        self._duration_cdf: np.ndarray | None = None
+        if epsilon_z_exponent is not None:
+            mass = np.arange(1, int(epsilon_z_max_actions) + 1, dtype=np.float64) ** -float(epsilon_z_exponent)
+            self._duration_cdf = np.cumsum(mass) / mass.sum()
+        self._held_action = 0
+        self._held_left = 0  # actions still to take with _held_action after the current one
         self.spec = IQNNetworkSpec.from_dict(dict(network))
         self.device = torch.device(device)
         self.net = IQNNetwork(self.spec).to(self.device).eval()
@@ -164,8 +181,15 @@ class IQNActor(ActorModule):
         self._actions_since_noise = 0
 
     def reset(self) -> None:
-        """Episode start: a new noise sample (NoisyNet)."""
+        """Episode start: a new noise sample (NoisyNet); an εz-greedy hold ends."""
+        self._held_left = 0
         self.resample_noise()
+
+    def draw_duration(self) -> int:
+        """εz-greedy: how many actions a new random action lasts (1 without ``epsilon_z_exponent``)."""
+        if self._duration_cdf is None:
+            return 1
+        return int(np.searchsorted(self._duration_cdf, self.rng.random(), side="right")) + 1
 
     def _refresh_numpy(self) -> None:
         self._numpy = None
@@ -210,10 +234,15 @@ class IQNActor(ActorModule):
             return block, {"q_values": q, "greedy": greedy}
         greedy_action = int(np.argmax(q))
         action = greedy_action
-        if not test:
+        if not test and self._held_left > 0:
+            self._held_left -= 1
+            action = self._held_action
+        elif not test:
             r = self.rng.random()
             if r < self.epsilon:
                 action = int(self.rng.integers(len(q)))
+                if self._duration_cdf is not None:
+                    self._held_action, self._held_left = action, self.draw_duration() - 1
             elif r < self.epsilon + self.epsilon_boltzmann:
                 action = int(np.argmax(q + self.tau_epsilon_boltzmann * self.rng.standard_normal(len(q))))
         return action, {"q_values": q, "greedy": action == greedy_action}

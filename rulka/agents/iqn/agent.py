@@ -80,6 +80,9 @@ class IQNHyper:
     tau_epsilon_boltzmann: float = _EXPLORATION.tau_epsilon_boltzmann
     multi_action_exploration: str = _EXPLORATION.multi_action_exploration
     """With action branches (multi-action blocks): per_action or per_block epsilon draws (``IQNActor``)."""
+    epsilon_z_exponent: float | None = _EXPLORATION.epsilon_z_exponent
+    """εz-greedy: random actions held for n ~ zeta(exponent) actions (``IQNActor``); None: one action."""
+    epsilon_z_max_actions: int = _EXPLORATION.epsilon_z_max_actions
     noisy_resample_every_actions: int = _BTR.noisy_resample_every_actions
     """NoisyNet actors: a new noise sample at each episode start and, when > 0, every N actions."""
     mini_race_actions: int | None = EnvironmentConfig().temporal_mini_race_duration_actions
@@ -291,7 +294,9 @@ class IQNAgent(TrainingAgent):
             **({"noisy_resample_every_actions": self.hp.noisy_resample_every_actions}
                if self.spec.use_noisy_linear else {}),
             **({"multi_action_exploration": self.hp.multi_action_exploration}
-               if self.spec.n_action_branches > 1 else {})}}
+               if self.spec.n_action_branches > 1 else {}),
+            **({"epsilon_z_exponent": self.hp.epsilon_z_exponent, "epsilon_z_max_actions": self.hp.epsilon_z_max_actions}
+               if self.hp.epsilon_z_exponent is not None else {})}}
 
     def actor_weights(self) -> dict[str, torch.Tensor]:
         """What to publish: the online network's tensors (not copies: the trainer encodes them at

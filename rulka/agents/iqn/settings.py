@@ -115,6 +115,7 @@ def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
         epsilon_schedule=_knots(cfg, "exploration.epsilon_schedule"),
         epsilon_boltzmann_schedule=_knots(cfg, "exploration.epsilon_boltzmann_schedule"),
         tau_epsilon_boltzmann=exp.tau_epsilon_boltzmann, multi_action_exploration=exp.multi_action_exploration,
+        epsilon_z_exponent=exp.epsilon_z_exponent, epsilon_z_max_actions=exp.epsilon_z_max_actions,
         noisy_resample_every_actions=btr.noisy_resample_every_actions,
         mini_race_actions=cfg.temporal_mini_race_duration_actions if uses_mini_races(cfg) else None,
         use_jit=t.use_jit, use_amp=t.use_amp,
