@@ -103,3 +103,5 @@ def test_the_key_reaches_the_workers_actor_and_is_refused_where_it_does_nothing(
                                       "exploration": {"epsilon_z_exponent": 2.0}}))
     with pytest.raises(ConfigError, match="epsilon_z_exponent.*'ppo'"):
         check_built(config_from_dict({"training": {"algorithm": "ppo"}, "exploration": {"epsilon_z_exponent": 2.0}}))
+    with pytest.raises(ConfigError, match="epsilon_z_max_actions.*off"):
+        check_built(config_from_dict({"exploration": {"epsilon_z_max_actions": 20}}))

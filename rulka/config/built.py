@@ -80,6 +80,7 @@ def check_built(cfg: RulkaConfig) -> None:
     if inert:
         raise ConfigError("config: " + "; ".join(inert))
     check_multi_action(cfg)
+    check_temporally_extended(cfg)
     keys = not_built_keys(cfg)
     if not keys:
         return
@@ -88,6 +89,26 @@ def check_built(cfg: RulkaConfig) -> None:
     why = "; ".join(f"{k}: {NOT_BUILT[k]}" for k in keys)
     raise ConfigError(f"{subject} not built yet (documented, but nothing acts on it: {why}); "
                       f"remove it or use the default")
+
+
+def check_temporally_extended(cfg: RulkaConfig) -> None:
+    """``exploration.epsilon_z_exponent`` (εz-greedy) acts in the IQN actor with one action per
+    decision only, and ``exploration.epsilon_z_max_actions`` only with it: refused elsewhere."""
+    exp, env = cfg.exploration, cfg.environment
+    z = exp.epsilon_z_exponent
+    if z is None:
+        if exp.epsilon_z_max_actions != type(exp)().epsilon_z_max_actions:
+            raise ConfigError(
+                f"config key `exploration.epsilon_z_max_actions` ({exp.epsilon_z_max_actions}) caps εz-greedy's "
+                "holds, which are off (`exploration.epsilon_z_exponent` is null): set the exponent (the paper's: 2) "
+                "or remove it")
+        return
+    agent = str(cfg.trainer.agent)
+    if env.is_multi_action or agent != "iqn":
+        raise ConfigError(
+            f"config key `exploration.epsilon_z_exponent` ({z}) holds IQN's random actions for several "
+            f"decisions; it is built for the iqn learner with one action per decision (learner {agent!r}, "
+            f"`environment.rl_action_offsets_ms` {env.rl_action_offsets_ms}): remove it")
 
 
 MULTI_ACTION_LEARNERS = ("iqn", "ppo", "grpo", "dpo")  # learners that take N actions per decision
@@ -101,13 +122,6 @@ def check_multi_action(cfg: RulkaConfig) -> None:
     ``exploration.multi_action_exploration`` away from its default where it would do nothing (one
     action per decision, or a policy learner, which samples its actions) is refused too."""
     env = cfg.environment
-    z = cfg.exploration.epsilon_z_exponent
-    if z is not None and (env.is_multi_action or str(cfg.trainer.agent) != "iqn"):
-        raise ConfigError(
-            f"config key `exploration.epsilon_z_exponent` ({z}) holds IQN's random actions for several "
-            "decisions; it is built for the iqn learner with one action per decision (learner "
-            f"{str(cfg.trainer.agent)!r}, `environment.rl_action_offsets_ms` {env.rl_action_offsets_ms}): "
-            "remove it")
     if not env.is_multi_action:
         if cfg.exploration.multi_action_exploration != "per_action":
             raise ConfigError(
