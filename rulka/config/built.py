@@ -97,7 +97,7 @@ def check_temporally_extended(cfg: RulkaConfig) -> None:
     exp, env = cfg.exploration, cfg.environment
     z = exp.epsilon_z_exponent
     if z is None:
-        if exp.epsilon_z_max_actions != type(exp)().epsilon_z_max_actions:
+        if exp.epsilon_z_max_actions != type(exp).model_fields["epsilon_z_max_actions"].default:
             raise ConfigError(
                 f"config key `exploration.epsilon_z_max_actions` ({exp.epsilon_z_max_actions}) caps εz-greedy's "
                 "holds, which are off (`exploration.epsilon_z_exponent` is null): set the exponent (the paper's: 2) "

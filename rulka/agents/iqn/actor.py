@@ -241,8 +241,7 @@ class IQNActor(ActorModule):
             r = self.rng.random()
             if r < self.epsilon:
                 action = int(self.rng.integers(len(q)))
-                if self._duration_cdf is not None:
-                    self._held_action, self._held_left = action, self.draw_duration() - 1
+                self._held_action, self._held_left = action, self.draw_duration() - 1  # 0 without εz
             elif r < self.epsilon + self.epsilon_boltzmann:
                 action = int(np.argmax(q + self.tau_epsilon_boltzmann * self.rng.standard_normal(len(q))))
         return action, {"q_values": q, "greedy": action == greedy_action}
