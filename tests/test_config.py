@@ -196,6 +196,19 @@ def test_gym_backend_may_set_float_input_dim() -> None:
     assert cfg.float_input_dim == 4
 
 
+
+def test_the_finish_reward_is_read_by_the_mini_race_memory_and_refused_where_nothing_reads_it() -> None:
+    from rulka.agents.iqn.settings import memory_kwargs_from_config
+
+    key = "rewards.finish_reward_per_ms_left_in_mini_race=0.002"
+    cfg = load_config(REPO / "configs" / "sim_iqn.yaml", [key], env_file=None)
+    # per decision (50 ms on the simulator), as the memory counts the window
+    assert memory_kwargs_from_config(cfg)["finish_reward_per_action_left"] == pytest.approx(0.002 * 50)
+    assert memory_kwargs_from_config(config_from_dict({}))["finish_reward_per_action_left"] == 0.0
+    assert "gym env" in _error(path=REPO / "configs" / "cartpole_iqn.yaml", overrides=[key])
+    assert "memory 'ppo'" in _error(path=REPO / "configs" / "sim_ppo.yaml", overrides=[key])
+
+
 # ------------------------------------------------------------------ loading and round trip
 
 

@@ -251,3 +251,18 @@ def test_defaults_are_the_config_models():
                  "oversample_long", "oversample_max_term", "replay_ratio", "prio_alpha", "prio_epsilon", "prio_beta",
                  "min_horizon_prio", "test_ratio"):
         assert getattr(built, name) == getattr(configured, name), name
+
+
+def test_the_finish_reward_reaches_the_sampled_batches():
+    kw = dict(mini_race_duration_actions=20, oversample_long_term_steps=4, oversample_maximum_term_steps=2)
+    plain, paid = memory(**kw), memory(**kw, finish_reward_per_action_left=0.5)
+    for mem in (plain, paid):
+        mem.append(make_segment(t=8, done=True, finished=True, img=False))
+    a, b = plain.sample(256), paid.sample(256)  # same seed: the same slots and times
+    assert np.array_equal(a.slots, b.slots) and np.array_equal(a.time, b.time)
+    ta = paid.train.arrays["terminal_actions"][b.slots]
+    n = paid.train.arrays["n_steps"][b.slots]
+    finished = (ta <= n) & (b.time + ta <= 20)
+    assert finished.any() and (~finished).any()
+    left = np.where(finished, 20 - b.time - ta, 0)
+    np.testing.assert_allclose(b.reward - a.reward, 0.5 * left, atol=1e-5)

@@ -88,3 +88,30 @@ def test_collate_potential_shaping_and_discount():
 def test_collate_without_mini_race_uses_finish_only():
     c = _one(3, None, terminal_actions=3, d=None)
     assert c.time is None and c.terminal[0] and c.reward[0] == pytest.approx(3.0)
+
+
+def _finish(n, time, terminal_actions, c, gamma=1.0, d=140):
+    rewards = np.array([[1.0, 2.0, 3.0]], np.float32)
+    return collate(np.array([n]), rewards, np.array([gamma], np.float32), np.array([terminal_actions]),
+                   np.array([0.0]), np.array([0.0]), np.array([time]), d, finish_reward_per_action_left=c)
+
+
+def test_a_finish_inside_the_window_earns_the_reward_for_each_step_left():
+    # window 140, at time 10 the race finishes 2 steps on: 140 - 10 - 2 = 128 steps left
+    c = _finish(2, 10, 2, c=0.01)
+    assert c.terminal[0] and c.reward[0] == pytest.approx(2.0 + 128 * 0.01)
+    # one step later to the finish: one step fewer left, as a time penalty of 0.01 per step would charge it
+    later = _finish(3, 10, 3, c=0.01)
+    assert later.reward[0] - 3.0 == pytest.approx(127 * 0.01)
+    # discounted as the steps it stands for: k = 2 .. 5 at time 134 (140 - 134 - 2 = 4 steps left)
+    c = _finish(2, 134, 2, c=1.0, gamma=0.5)
+    assert c.reward[0] == pytest.approx(2.0 + 0.5 ** 2 + 0.5 ** 3 + 0.5 ** 4 + 0.5 ** 5)
+
+
+def test_no_finish_reward_without_a_finish_in_the_window():
+    assert _finish(2, 10, 3, c=0.01).reward[0] == pytest.approx(2.0)  # the finish is beyond the n steps
+    assert _finish(2, 10, NO_FINISH, c=0.01).reward[0] == pytest.approx(2.0)
+    past = _finish(3, 138, 3, c=0.01)  # the window ends (140) before the finish (141)
+    assert past.terminal[0] and past.reward[0] == pytest.approx(2.0)
+    at_end = _finish(2, 138, 2, c=0.01)  # the finish falls on the window's last step: nothing left
+    assert at_end.terminal[0] and at_end.reward[0] == pytest.approx(2.0)

@@ -531,6 +531,14 @@ def check_consistency(cfg: RulkaConfig) -> None:
             "target takes a softmax expectation over the next actions, not the max that Double DQN decouples "
             "(M-DQN and BTR use no Double DQN); turn one off"
         )
+    if cfg.rewards.finish_reward_per_ms_left_in_mini_race and (env.backend == "gym" or cfg.trainer.memory != "iqn"):
+        raise ConfigError(
+            "config key `rewards.finish_reward_per_ms_left_in_mini_race` is read by the IQN mini-race memory "
+            "(trainer.memory iqn) on a race backend (sim, tmnf, tm2020); this run "
+            + ("is a gym env, whose episodes end without a finish line" if env.backend == "gym"
+               else f"stores its samples in memory '{cfg.trainer.memory}'")
+            + ": set it to 0"
+        )
     if cfg.rewards.shaped_reward_min_dist_to_cur_vcp > cfg.rewards.shaped_reward_max_dist_to_cur_vcp:
         raise ConfigError(
             "config key `rewards.shaped_reward_min_dist_to_cur_vcp` is larger than `rewards.shaped_reward_max_dist_to_cur_vcp`"

@@ -43,7 +43,8 @@ class Collated:
 
 def collate(n_steps: np.ndarray, rewards: np.ndarray, gamma_per_step: np.ndarray,
             terminal_actions: np.ndarray, state_potential: np.ndarray, next_potential: np.ndarray,
-            time: np.ndarray | None, duration_actions: int | None) -> Collated:
+            time: np.ndarray | None, duration_actions: int | None,
+            finish_reward_per_action_left: float = 0.0) -> Collated:
     """Mini-race collate for a batch.
 
     With ``time`` (mini-race on): next_time = time + n; the window may cut the transition to
@@ -51,6 +52,11 @@ def collate(n_steps: np.ndarray, rewards: np.ndarray, gamma_per_step: np.ndarray
     finished within reach) or ``next_time >= D`` (past the horizon). The reward is the stored
     reward after n' steps plus ``gamma^n' * next_potential`` (only when not terminal) minus
     ``state_potential``; the bootstrap discount is ``gamma^n'``, or 0 when terminal.
+
+    ``finish_reward_per_action_left`` (``rewards.finish_reward_per_ms_left_in_mini_race`` x ms per
+    decision; mini-races only): a transition whose race finishes inside the window, ``f =
+    terminal_actions`` steps from its state, also earns that much for each step of the window left
+    after the finish, discounted as those steps: ``c * sum(gamma^k for k in f .. D - time - 1)``.
     """
     n = n_steps.astype(np.int64)
     if time is not None:
@@ -66,5 +72,14 @@ def collate(n_steps: np.ndarray, rewards: np.ndarray, gamma_per_step: np.ndarray
     disc = np.power(gamma_per_step.astype(np.float64), reduced)
     disc = np.where(terminal, 0.0, disc)
     reward = reward + disc * next_potential - state_potential
+    if finish_reward_per_action_left and time is not None:
+        finished = reduced >= terminal_actions  # the race ends inside the window
+        f = np.minimum(terminal_actions, reduced)
+        left = np.where(finished, np.clip(duration_actions - time - f, 0, None), 0)
+        g = gamma_per_step.astype(np.float64)
+        # sum over k = f .. f + left - 1 of g^k (left steps); g == 1: left
+        safe = np.where(g == 1.0, 0.5, g)
+        geometric = np.power(safe, f) * (1.0 - np.power(safe, left)) / (1.0 - safe)
+        reward = reward + finish_reward_per_action_left * np.where(g == 1.0, left, geometric)
     return Collated(time=time, next_time=next_time, reward=reward.astype(np.float32),
                     gamma=disc.astype(np.float32), terminal=terminal)

@@ -157,7 +157,7 @@ class MiniRaceReplayMemory(Memory):
                  min_horizon_to_update_priority_actions: int | None = None,
                  buffer_test_ratio: float = _MEMORY.buffer_test_ratio, test_every: int = 20,
                  n_actions: int | None = None, n_action_branches: int = 1, max_pending_episodes: int = 256,
-                 seed: int | None = None) -> None:
+                 finish_reward_per_action_left: float = 0.0, seed: int | None = None) -> None:
         if n_steps < 1:
             raise ValueError("n_steps must be >= 1")
         self.batch_size = int(batch_size)
@@ -166,6 +166,7 @@ class MiniRaceReplayMemory(Memory):
         self.gamma_schedule = [tuple(p) for p in gamma_schedule]
         self.discard_non_greedy = bool(discard_non_greedy_actions_in_nsteps)
         self.mini_race = int(mini_race_duration_actions) if mini_race_duration_actions else None
+        self.finish_reward_per_action_left = float(finish_reward_per_action_left)
         self.oversample_long = int(oversample_long_term_steps)
         self.oversample_max_term = int(oversample_maximum_term_steps)
         self.replay_ratio = float(number_times_single_memory_is_used_before_discard)
@@ -427,7 +428,8 @@ class MiniRaceReplayMemory(Memory):
             time = draw_mini_race_times(self.rng, len(slots), self.mini_race, self.oversample_long,
                                         self.oversample_max_term)
         c = collate(ar["n_steps"][slots], ar["rewards"][slots], ar["gamma"][slots],
-                    ar["terminal_actions"][slots], self.potential[s], self.potential[ns], time, self.mini_race)
+                    ar["terminal_actions"][slots], self.potential[s], self.potential[ns], time, self.mini_race,
+                    self.finish_reward_per_action_left)
         if time is not None:
             state_float[:, 0] = c.time
             next_float[:, 0] = c.next_time

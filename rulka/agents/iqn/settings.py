@@ -139,6 +139,8 @@ def memory_kwargs_from_config(cfg: RulkaConfig) -> dict[str, Any]:
         prio_alpha=mem.prio_alpha, prio_epsilon=mem.prio_epsilon, prio_beta=mem.prio_beta,
         min_horizon_to_update_priority_actions=cfg.min_horizon_to_update_priority_actions if mini else None,
         buffer_test_ratio=mem.buffer_test_ratio,
+        finish_reward_per_action_left=(cfg.rewards.finish_reward_per_ms_left_in_mini_race * cfg.environment.ms_per_block
+                                       if mini else 0.0),
     )
 
 

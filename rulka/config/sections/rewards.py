@@ -16,6 +16,15 @@ class RewardsConfig(Section):
     """Time penalty per millisecond."""
     reward_per_m_advanced_along_centerline: float = 5 / 500
     """Progress reward per metre along the reference line."""
+    finish_reward_per_ms_left_in_mini_race: float = Field(default=0.0, ge=0.0)
+    """Reward per ms of the mini-race left when the race finishes inside it (IQN mini-races; 0 = off).
+
+    rulka's own, not in the guide. Discounted as the steps it stands for. Inside a mini-race the
+    progress to the finish line is the same however fast the car gets there, so only the time penalty
+    pays a faster finish, and with a small one the last seconds of a race go slack (BENCHMARKS.md,
+    hairpins_single). A larger ``constant_reward_per_ms`` pays it too but also charges its full value
+    over every window, an offset the network has to learn; this reward is that penalty's finish share
+    alone."""
     final_speed_reward_as_if_duration_s: float = 0.0
     """Speed-gain bonus, valued as this many seconds of progress per m/s (0 = off)."""
     shaped_reward_dist_to_cur_vcp: float = -0.1
