@@ -1,4 +1,5 @@
-"""``rulka sim``: the built-in track simulator: list tracks, drive, set reference times, render."""
+"""``rulka sim``: the built-in track simulator: list tracks, drive, set reference times, render,
+split times against the scripted driver."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def register(subparsers: Any) -> None:
                    help="a reference line (.npy / .json, e.g. from `rulka tm record-line --fake`): the rewards "
                         "follow it and the PNG shows it in white, its real checkpoints as circles")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("splits", help="split times of a policy against the scripted driver",
+                       description=("Drive a saved policy greedily and the scripted driver on the same track from "
+                                    "the same start, and print both times every --every metres along the track, "
+                                    "the policy's gap (positive: behind) and the time it lost or gained in each "
+                                    "sector: where a policy loses its race."))
+    p.add_argument("--policy", required=True, metavar="WEIGHTS_OR_RUN_DIR",
+                   help="a policy.safetensors file, or a run folder (its best policy, else its final weights)")
+    p.add_argument("--track", default=None, help="bundled name, gen:<seed> or a track .json (default: the policy's track)")
+    p.add_argument("--every", type=float, default=50.0, metavar="M", help="metres between marks (default: 50)")
+    p.add_argument("--max-seconds", type=float, default=180.0, help="stop either race after this race time")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_splits)
 
 
 def cmd_tracks(args: argparse.Namespace) -> int:
@@ -183,4 +197,57 @@ def cmd_render(args: argparse.Namespace) -> int:
     for path in paths:
         print(path)
     print(f"{sim.track.name}: {who} {outcome}")
+    return 0
+
+
+def cmd_splits(args: argparse.Namespace) -> int:
+    import math
+
+    from rulka.envs.multi_action import wrap_for_blocks
+    from rulka.envs.sim.env import SimTrackEnv
+    from rulka.envs.sim.policy import load_policy, read_policy_file, spec_config
+    from rulka.envs.sim.splits import drive, splits
+    from rulka.evaluation import policy_file_of
+
+    if not args.every > 0:
+        raise UserError("--every must be > 0")
+    path = policy_file_of(args.policy)
+    config = spec_config(read_policy_file(path)[2])
+    actor, _ = load_policy(path, config)
+    sim = SimTrackEnv(config=config, track=args.track)
+    per_decision = config.environment.n_actions_per_block if config is not None else 1
+    max_steps = math.ceil(args.max_seconds * 1000 / (10 * sim.steps_per_action * per_decision))
+    policy = drive(wrap_for_blocks(sim, per_decision), actor, max_steps)
+    # the driver acts once per action on a plain env of the same track and the same pipeline settings
+    plain = SimTrackEnv(config=config, track=sim.track.name if args.track is None else args.track)
+    reference = drive(plain, _DriverActor(plain), math.ceil(args.max_seconds * 1000 / (10 * plain.steps_per_action)))
+    length = float(plain.pipeline.line.finish_progress)
+    rows = splits(reference, policy, args.every, length)
+
+    def outcome(race: object) -> str:
+        ms = getattr(race, "race_time_ms", None)
+        walls = getattr(race, "wall_hits", 0)
+        return (f"finished in {ms / 1000:.2f} s" if ms is not None else "did not finish") + f", {walls} wall hits"
+
+    if args.json:
+        print(json.dumps({"track": plain.track.name, "policy_file": str(path), "every_m": args.every,
+                          "length_m": round(length, 1), "policy": outcome(policy), "driver": outcome(reference),
+                          "splits": rows}, indent=2))
+        return 0
+    print(f"{plain.track.name}: policy {outcome(policy)}; scripted driver {outcome(reference)}")
+    print(f"{'mark':>8} {'driver':>8} {'policy':>8} {'gap':>7} {'sector':>7} {'v driver':>9} {'v policy':>9}")
+
+    def num(v: object, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, int | float) else "-"
+
+    for r in rows:
+        mark = "finish" if r["finish"] else f"{r['mark_m']:.0f} m"
+        print(f"{mark:>8} {num(r['reference_s'], '8.2f')} {num(r['policy_s'], '8.2f')} {num(r['gap_s'], '+7.2f')} "
+              f"{num(r['sector_s'], '+7.2f')} {num(r['reference_speed'], '9.1f')} {num(r['policy_speed'], '9.1f')}")
+    lost = [r for r in rows if r["sector_s"] is not None]
+    if lost:
+        worst = max(lost, key=lambda r: r["sector_s"])
+        if worst["sector_s"] > 0:
+            where = "the finish" if worst["finish"] else f"{worst['mark_m']:.0f} m"
+            print(f"most time lost in the sector ending at {where}: {worst['sector_s']:+.2f} s")
     return 0
