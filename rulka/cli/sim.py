@@ -206,7 +206,7 @@ def cmd_splits(args: argparse.Namespace) -> int:
     from rulka.envs.multi_action import wrap_for_blocks
     from rulka.envs.sim.env import SimTrackEnv
     from rulka.envs.sim.policy import load_policy, read_policy_file, spec_config
-    from rulka.envs.sim.splits import drive, splits
+    from rulka.envs.sim.splits import Race, drive, splits
     from rulka.evaluation import policy_file_of
 
     if not args.every > 0:
@@ -218,16 +218,16 @@ def cmd_splits(args: argparse.Namespace) -> int:
     per_decision = config.environment.n_actions_per_block if config is not None else 1
     max_steps = math.ceil(args.max_seconds * 1000 / (10 * sim.steps_per_action * per_decision))
     policy = drive(wrap_for_blocks(sim, per_decision), actor, max_steps)
-    # the driver acts once per action on a plain env of the same track and the same pipeline settings
-    plain = SimTrackEnv(config=config, track=sim.track.name if args.track is None else args.track)
+    # the driver acts once per action (50 ms, as its reference time was set) on the same track, with the
+    # policy's pipeline settings unless those split actions into 10 ms blocks
+    plain = SimTrackEnv(config=config if per_decision == 1 else None, track=sim.track.name, image=False)
     reference = drive(plain, _DriverActor(plain), math.ceil(args.max_seconds * 1000 / (10 * plain.steps_per_action)))
     length = float(plain.pipeline.line.finish_progress)
     rows = splits(reference, policy, args.every, length)
 
-    def outcome(race: object) -> str:
-        ms = getattr(race, "race_time_ms", None)
-        walls = getattr(race, "wall_hits", 0)
-        return (f"finished in {ms / 1000:.2f} s" if ms is not None else "did not finish") + f", {walls} wall hits"
+    def outcome(race: Race) -> str:
+        done = f"finished in {race.race_time_ms / 1000:.2f} s" if race.race_time_ms is not None else "did not finish"
+        return f"{done}, {race.wall_hits} wall hits"
 
     if args.json:
         print(json.dumps({"track": plain.track.name, "policy_file": str(path), "every_m": args.every,
