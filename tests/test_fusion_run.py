@@ -28,8 +28,10 @@ CASES = {
     # PPO: an update every 256 steps, each 4 epochs x 8 minibatches (8 updates: 256 steps)
     "fusion_post_concat.yaml": (3000, ["ppo.rollout_steps_per_update=256", "trainer.publish_every_updates=1"],
                                 "losses/policy_loss", ("charts/policy_updates", 8)),
-    # GRPO: a group of 4 races from one start per update, 2 epochs each
-    "fusion_unified.yaml": (3000, ["grpo.grpo_group_size=4", "worker.rollouts_per_start=4",
+    # GRPO: a group of 4 races from one start per update, 2 epochs each. 4500 frames: a group the
+    # trainer has not reached when the frame budget stops the run is not trained, so a loaded machine
+    # trains fewer (12-13 batches from 3000 frames idle, 2026-11-29; 7 in one CI run)
+    "fusion_unified.yaml": (4500, ["grpo.grpo_group_size=4", "worker.rollouts_per_start=4",
                                    "trainer.publish_every_updates=1"],
                             "losses/policy_loss", ("charts/batches_trained", 8)),
 }
