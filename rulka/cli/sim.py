@@ -128,6 +128,13 @@ def cmd_reference(args: argparse.Namespace) -> int:
     return 0
 
 
+def _max_steps(seconds: float, sim: Any, per_decision: int = 1) -> int:
+    """Decisions in ``seconds`` of race time on ``sim`` (10 ms engine steps) with ``per_decision`` actions each."""
+    import math
+
+    return math.ceil(seconds * 1000 / (10 * sim.steps_per_action * per_decision))
+
+
 class _DriverActor:
     """The scripted driver as an actor (it reads the car, not the observation)."""
 
@@ -154,8 +161,6 @@ class _DriverActor:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    import math
-
     from rulka.envs.multi_action import wrap_for_blocks
     from rulka.envs.sim.env import SimTrackEnv
     from rulka.envs.video import EpisodeRecorder, file_stem
@@ -186,8 +191,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     if actor is None:
         actor = _DriverActor(sim)
     recorder = EpisodeRecorder(every=args.every, animate=not args.no_animation)
-    max_steps = math.ceil(args.max_seconds * 1000 / (10 * sim.steps_per_action * per_decision))
-    run_episode(env, actor, seed=0, options=options, max_steps=max_steps, on_reset=recorder.start,
+    run_episode(env, actor, seed=0, options=options, max_steps=_max_steps(args.max_seconds, sim, per_decision),
+                on_reset=recorder.start,
                 on_step=recorder.step)
     who = "policy" if args.policy else "driver"
     outcome = recorder.outcome()
@@ -201,27 +206,22 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_splits(args: argparse.Namespace) -> int:
-    import math
-
     from rulka.envs.multi_action import wrap_for_blocks
     from rulka.envs.sim.env import SimTrackEnv
-    from rulka.envs.sim.policy import load_policy, read_policy_file, spec_config
     from rulka.envs.sim.splits import Race, drive, splits
-    from rulka.evaluation import policy_file_of
+    from rulka.evaluation import load_for_eval
 
     if not args.every > 0:
         raise UserError("--every must be > 0")
-    path = policy_file_of(args.policy)
-    config = spec_config(read_policy_file(path)[2])
-    actor, _ = load_policy(path, config)
+    loaded = load_for_eval(args.policy)
+    config, path = loaded.cfg, loaded.file
     sim = SimTrackEnv(config=config, track=args.track)
-    per_decision = config.environment.n_actions_per_block if config is not None else 1
-    max_steps = math.ceil(args.max_seconds * 1000 / (10 * sim.steps_per_action * per_decision))
-    policy = drive(wrap_for_blocks(sim, per_decision), actor, max_steps)
+    per_decision = config.environment.n_actions_per_block
+    policy = drive(wrap_for_blocks(sim, per_decision), loaded.actor, _max_steps(args.max_seconds, sim, per_decision))
     # the driver acts once per action (50 ms, as its reference time was set) on the same track, with the
     # policy's pipeline settings unless those split actions into 10 ms blocks
     plain = SimTrackEnv(config=config if per_decision == 1 else None, track=sim.track.name, image=False)
-    reference = drive(plain, _DriverActor(plain), math.ceil(args.max_seconds * 1000 / (10 * plain.steps_per_action)))
+    reference = drive(plain, _DriverActor(plain), _max_steps(args.max_seconds, plain))
     length = float(plain.pipeline.line.finish_progress)
     rows = splits(reference, policy, args.every, length)
 

@@ -53,7 +53,7 @@ def time_at(samples: Sequence[Sample], mark_m: float) -> tuple[float, float] | N
     for prev, cur in zip(samples, samples[1:], strict=False):
         if cur.progress_m >= mark_m:
             span = cur.progress_m - prev.progress_m
-            f = (mark_m - prev.progress_m) / span if span > 0 and prev.progress_m < mark_m else 1.0
+            f = (mark_m - prev.progress_m) / span if span > 0 else 1.0  # prev is short of the mark
             return (prev.time_ms + f * (cur.time_ms - prev.time_ms), prev.speed + f * (cur.speed - prev.speed))
     return None
 
