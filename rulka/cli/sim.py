@@ -129,10 +129,12 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
 
 def _max_steps(seconds: float, sim: Any, per_decision: int = 1) -> int:
-    """Decisions in ``seconds`` of race time on ``sim`` (10 ms engine steps) with ``per_decision`` actions each."""
+    """Decisions in ``seconds`` of race time on ``sim`` (engine steps of MS_PER_STEP) with ``per_decision`` actions each."""
     import math
 
-    return math.ceil(seconds * 1000 / (10 * sim.steps_per_action * per_decision))
+    from rulka.envs.sim.physics import MS_PER_STEP
+
+    return math.ceil(seconds * 1000 / (MS_PER_STEP * sim.steps_per_action * per_decision))
 
 
 class _DriverActor:
