@@ -239,9 +239,17 @@ def _short_of(got: int, needed: int, runs: int, runs_needed: int) -> bool:
     return got + max(runs_needed - runs, 0) < needed
 
 
-def _shipped_arm(study: dict[str, Any]) -> dict[str, Any] | None:
-    """The study's ``as_shipped`` arm (the config run as it ships), or None."""
-    return next((a for a in study.get("arms", []) if a.get("arm") == "as_shipped"), None)
+def _shipped_name(study: dict[str, Any]) -> str:
+    """The name of the arm that is the config as it ships: ``as_shipped``, or the arm a study names in
+    ``shipped_arm`` (set when recording it) where the shipped file took that arm's settings after the
+    study (the arm's runs are then the shipped recipe's; the ``as_shipped`` arm was the file before)."""
+    return str(study.get("shipped_arm") or "as_shipped")
+
+
+def _shipped_arm(study: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
+    """The study's arm ``name`` (default: the config run as it ships, ``_shipped_name``), or None."""
+    name = name or _shipped_name(study)
+    return next((a for a in study.get("arms", []) if a.get("arm") == name), None)
 
 
 def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
@@ -288,8 +296,10 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             # the in-run greedy races of the runs' last fifth: how often an end version beats the driver
             late = (f"; in-run races of the last fifth {int(s['late_beats_scripted'])}/{int(s['late_races'])}"
                     if s.get("late_races") else "")
+            adopted = (f"; arm `{_shipped_name(study)}`, the settings the file took after these runs"
+                       if study.get("shipped_arm") else "")
             shown = (f"best {best}/{runs}, final {final}/{runs}{averaged} runs on `{s.get('track', '')}`, "
-                     f"diverged {s.get('diverged', 0)}" + made + late + pooled)
+                     f"diverged {s.get('diverged', 0)}" + made + late + pooled + adopted)
         # decided once the runs that are missing could no longer change the verdict; more runs than the
         # goal names are held to its shares (best in 5 of 5 runs: in every run of 7)
         missing = max(runs_needed - runs, 0)
@@ -321,7 +331,7 @@ def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tup
         if (not isinstance(other, dict) or other is study or other.get("name") != study.get("name")
                 or _date(other) not in dates):
             continue
-        arm = _shipped_arm(other)
+        arm = _shipped_arm(other, _shipped_name(study))  # the same recipe: the arm of the same name
         if arm is None:
             continue
         used.append(_date(other))

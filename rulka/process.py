@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rulka.errors import UserError
 
@@ -184,3 +185,21 @@ def setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+
+
+def log_to_file(path: str | os.PathLike[str], verbose: bool = False) -> logging.Handler:
+    """Also write this process's log records to ``path`` (appended, UTF-8, dated timestamps: a run
+    lasts hours and is resumed on later days), beside the terminal; the folder is made. Returns the
+    handler (``logging.getLogger().removeHandler`` it to stop). A role's run folder keeps what it said
+    (the learning-rate cooldown, the best policy put back, warnings) after the terminal is gone."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.setLevel(logging.DEBUG if verbose else logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s",
+                                           datefmt="%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level > handler.level:
+        root.setLevel(handler.level)
+    return handler

@@ -207,6 +207,36 @@ def test_a_study_of_the_same_recipe_as_earlier_ones_is_judged_on_all_their_runs(
     assert judged("2026-11-27 20:17 UTC")[0].startswith("best 5/5, final 4/5")  # itself: counted once
 
 
+def test_a_study_whose_other_arm_the_file_took_is_judged_on_that_arm_and_its_earlier_runs(tmp_path: Path) -> None:
+    """shipped_arm: the config took a compared arm's settings after the study; the goal is then judged
+    on that arm (pooled with the same-named arm of the studies it names), not on the file it replaced."""
+    path = tmp_path / "run_studies.json"
+    earlier = _study("2026-11-28 21:24 UTC", 5, 5, 5)
+    earlier["arms"][0]["arm"] = "ez_greedy"  # a study of the other settings alone
+    paired = _study("2026-11-29 07:00 UTC", 3, 3, 2, diverged=1)  # the file before: one run diverged
+    paired["arms"].append({"arm": "ez_greedy", "summary": {"track": "default", "runs": 3, "best_beats_scripted": 3,
+                                                           "final_beats_scripted": 3, "diverged": 0}})
+
+    def judged(**fields: object) -> tuple:
+        study = {**paired, **fields}
+        path.write_text(json.dumps({"studies": [earlier, study]}))
+        (row,) = run_targets(path)
+        return row[2], row[4]
+
+    shown, holds = judged()  # as recorded without it: the as-shipped arm's divergence decides
+    assert holds is False and shown.startswith("best 3/3, final 2/3 runs on `default`, diverged 1")
+    shown, holds = judged(shipped_arm="ez_greedy")
+    assert holds is None and shown.startswith("best 3/3, final 3/3 runs on `default`, diverged 0 (3 of 5 runs made)")
+    assert shown.endswith("; arm `ez_greedy`, the settings the file took after these runs")
+    shown, holds = judged(shipped_arm="ez_greedy", same_recipe_as=["2026-11-28 21:24 UTC"])
+    assert holds is True and shown.startswith("best 8/8, final 8/8 runs on `default`, diverged 0")
+    assert "(pooled: the runs of 2026-11-28 21:24 UTC and 2026-11-29 07:00 UTC, the same recipe)" in shown
+    earlier["arms"][0]["summary"].update(diverged=1)
+    assert judged(shipped_arm="ez_greedy", same_recipe_as=["2026-11-28 21:24 UTC"])[1] is False
+    path.write_text(json.dumps({"studies": [earlier, {**paired, "shipped_arm": "no_such_arm"}]}))
+    assert run_targets(path) == []  # an arm the study does not have: nothing judged
+
+
 def test_a_map_cycle_study_holds_only_when_every_run_beats_every_track_and_finishes_the_generated_ones(
         tmp_path: Path) -> None:
     path = tmp_path / "run_studies.json"

@@ -30,12 +30,13 @@ def test_rulka_run_then_resume(tmp_path):
     assert "3000 frames received, stopping" in out.stderr
     assert f"outputs in {run_dir}" in out.stderr
     for name in ("config.resolved.yaml", "metrics.jsonl", "accepted.log", "checkpoints/latest.json",
-                 "logs/worker0.log", "logs/worker1.log", "keys/trainer.key"):
+                 "logs/worker0.log", "logs/worker1.log", "logs/trainer.log", "keys/trainer.key"):
         assert (run_dir / name).exists(), name
     accepted = (run_dir / "accepted.log").read_text().split("\n")
     assert {line.split()[0] for line in accepted if line} == {"worker0", "worker1"}
     assert "resumed from" not in out.stderr
     first = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["number"]
+    run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
 
     # continue the same run (same keys, same run id), then stop it the way a user does: Ctrl-C
     lines_before = len(accepted)
@@ -59,6 +60,10 @@ def test_rulka_run_then_resume(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert "stopping" in err and f"--resume {run_dir}" in err
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["number"] > first
+    # the trainer's own log, both invocations, in the run folder
+    said = (run_dir / "logs" / "trainer.log").read_text(encoding="utf-8")
+    assert said.count(f"trainer: run {run_id} in {run_dir}") == 2, said[-3000:]
+    assert said.count(" updates, weights v") == 2, said[-3000:]
 
 
 def descendants(pid: int) -> dict[int, tuple[int, str]]:

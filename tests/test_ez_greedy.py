@@ -95,7 +95,8 @@ def test_the_key_reaches_the_workers_actor_and_is_refused_where_it_does_nothing(
     assert spec["kwargs"]["epsilon_z_exponent"] == 2.0 and spec["kwargs"]["epsilon_z_max_actions"] == 40
     actor = build_plugin("actor", spec["actor"], spec["kwargs"], cfg)  # as a worker builds it
     assert actor._duration_cdf is not None and len(actor._duration_cdf) == 40
-    plain = make_agent(load_config("configs/sim_iqn.yaml", ["logging.wandb.enabled=false"], env_file=None),
+    plain = make_agent(load_config("configs/sim_iqn.yaml", ["exploration.epsilon_z_exponent=null",
+                                                             "logging.wandb.enabled=false"], env_file=None),
                        device="cpu", seed=0)
     assert "epsilon_z_exponent" not in plain.actor_spec()["kwargs"]
     with pytest.raises(ConfigError, match="epsilon_z_exponent.*one action per decision"):

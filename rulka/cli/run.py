@@ -3,7 +3,8 @@
 The same three commands a user would start on three machines (``rulka-server``,
 ``rulka-trainer``, ``rulka-worker``), on loopback with real TLS: throwaway keys are generated in
 the run folder unless ``--keys`` names a folder from ``rulka keys generate``. The trainer's
-progress line is shown; workers and server log to ``<run>/logs/``. Each role runs in its own
+progress line is shown; workers and server log to ``<run>/logs/``, and the trainer writes what
+it logs to ``<run>/logs/trainer.log`` too (``rulka-trainer`` does so wherever it runs). Each role runs in its own
 session, so a Ctrl-C reaches only ``rulka run``, which stops them in order. Ctrl-C, SIGTERM (or
 ``--minutes``) stops the workers, lets the trainer write its final checkpoint, then stops the
 server. The stop is bounded: a role still running when ``--stop-timeout`` seconds have passed

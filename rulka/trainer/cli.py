@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rulka.errors import UserError
-from rulka.process import follow_launcher, run_main, setup_logging, stop_on_ctrl_c
+from rulka.process import follow_launcher, log_to_file, run_main, setup_logging, stop_on_ctrl_c
 
 if TYPE_CHECKING:
     from rulka.config import RulkaConfig
@@ -72,8 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from rulka.config import load_config
     from rulka.config.built import check_startable
-    from rulka.net.keys import load_credentials
-    from rulka.plugins import network_settings, parse_address
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -93,6 +91,28 @@ def _run(args: argparse.Namespace) -> int:
         run_dir = default_run_dir(cfg)
     if resume and not (run_dir / "checkpoints").is_dir() and not (run_dir / "journal").is_dir():
         raise UserError(f"nothing to resume in {run_dir} (no checkpoints/ or journal/)")
+    # what the trainer says stays in its run folder (<run>/logs/trainer.log), also once the terminal is gone
+    handler = log_to_file(run_dir / "logs" / "trainer.log", args.verbose)
+    try:
+        return _train(args, cfg, run_dir, resume, stop)
+    except UserError as exc:
+        log.error("trainer stopped: %s", exc)
+        raise
+    except KeyboardInterrupt:
+        log.info("trainer interrupted")
+        raise
+    except BaseException:
+        log.exception("trainer stopped by an unexpected error")
+        raise
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def _train(args: argparse.Namespace, cfg: RulkaConfig, run_dir: Path, resume: bool, stop: threading.Event) -> int:
+    from rulka.net.keys import load_credentials
+    from rulka.plugins import network_settings, parse_address
+
     host, port = parse_address(args.server) if args.server else (None, None)
     keys = Path(args.keys or cfg.network.credentials_dir).expanduser()
     creds = load_credentials(keys, "trainer")
@@ -135,9 +155,9 @@ def _run(args: argparse.Namespace) -> int:
                               budget_samples=args.budget_frames)
     finally:
         trainer.close()
-    print(f"trainer: {summary['samples']} samples, {summary['updates']} updates, weights v{summary['version']}; "
-          f"run folder {run_dir} (resume with: rulka-trainer --config {args.config} --resume {run_dir})",
-          file=sys.stderr)
+    done = (f"{summary['samples']} samples, {summary['updates']} updates, weights v{summary['version']}; "
+            f"run folder {run_dir} (resume with: rulka-trainer --config {args.config} --resume {run_dir})")
+    log.info("%s", done)
     return 0
 
 
