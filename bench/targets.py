@@ -241,14 +241,15 @@ def _short_of(got: int, needed: int, runs: int, runs_needed: int) -> bool:
 
 def _shipped_name(study: dict[str, Any]) -> str:
     """The name of the arm that is the config as it ships: ``as_shipped``, or the arm a study names in
-    ``shipped_arm`` (set when recording it) where the shipped file took that arm's settings after the
-    study (the arm's runs are then the shipped recipe's; the ``as_shipped`` arm was the file before)."""
+    ``shipped_arm`` where the shipped file took that arm's settings after the study (set on the study
+    that decided it and on the earlier studies of that arm: its runs are the shipped recipe's, the
+    ``as_shipped`` arm was the file before; studies pooled with ``same_recipe_as`` give theirs)."""
     return str(study.get("shipped_arm") or "as_shipped")
 
 
-def _shipped_arm(study: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
-    """The study's arm ``name`` (default: the config run as it ships, ``_shipped_name``), or None."""
-    name = name or _shipped_name(study)
+def _shipped_arm(study: dict[str, Any]) -> dict[str, Any] | None:
+    """The study's arm that is the config as it ships (``_shipped_name``), or None."""
+    name = _shipped_name(study)
     return next((a for a in study.get("arms", []) if a.get("arm") == name), None)
 
 
@@ -331,7 +332,7 @@ def _pooled(studies: list[Any], study: dict[str, Any], s: dict[str, Any]) -> tup
         if (not isinstance(other, dict) or other is study or other.get("name") != study.get("name")
                 or _date(other) not in dates):
             continue
-        arm = _shipped_arm(other, _shipped_name(study))  # the same recipe: the arm of the same name
+        arm = _shipped_arm(other)  # its runs of the recipe that ships now (its shipped_arm, if it names one)
         if arm is None:
             continue
         used.append(_date(other))

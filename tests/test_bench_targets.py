@@ -212,7 +212,8 @@ def test_a_study_whose_other_arm_the_file_took_is_judged_on_that_arm_and_its_ear
     on that arm (pooled with the same-named arm of the studies it names), not on the file it replaced."""
     path = tmp_path / "run_studies.json"
     earlier = _study("2026-11-28 21:24 UTC", 5, 5, 5)
-    earlier["arms"][0]["arm"] = "ez_greedy"  # a study of the other settings alone
+    earlier["arms"][0]["arm"] = "ez_greedy"  # a study of the other settings alone, named as shipped now
+    earlier["shipped_arm"] = "ez_greedy"
     paired = _study("2026-11-29 07:00 UTC", 3, 3, 2, diverged=1)  # the file before: one run diverged
     paired["arms"].append({"arm": "ez_greedy", "summary": {"track": "default", "runs": 3, "best_beats_scripted": 3,
                                                            "final_beats_scripted": 3, "diverged": 0}})
@@ -233,8 +234,19 @@ def test_a_study_whose_other_arm_the_file_took_is_judged_on_that_arm_and_its_ear
     assert "(pooled: the runs of 2026-11-28 21:24 UTC and 2026-11-29 07:00 UTC, the same recipe)" in shown
     earlier["arms"][0]["summary"].update(diverged=1)
     assert judged(shipped_arm="ez_greedy", same_recipe_as=["2026-11-28 21:24 UTC"])[1] is False
+    # a later plain study of the file pools each earlier study's own shipped arm, never the file it replaced
+    later = _study("2026-11-30 07:00 UTC", 2, 2, 2)
+    later["same_recipe_as"] = ["2026-11-28 21:24 UTC", "2026-11-29 07:00 UTC"]
+    earlier["arms"][0]["summary"].update(diverged=0)
+    path.write_text(json.dumps({"studies": [earlier, {**paired, "shipped_arm": "ez_greedy"}, later]}))
+    (row,) = run_targets(path)
+    assert row[4] is True and row[2].startswith("best 10/10, final 10/10 runs on `default`, diverged 0")
+    path.write_text(json.dumps({"studies": [earlier, paired, later]}))  # the paired study as first recorded
+    (row,) = run_targets(path)
+    assert row[4] is False and row[2].startswith("best 10/10, final 9/10 runs on `default`, diverged 1")
     path.write_text(json.dumps({"studies": [earlier, {**paired, "shipped_arm": "no_such_arm"}]}))
-    assert run_targets(path) == []  # an arm the study does not have: nothing judged
+    # an arm the study does not have: it judges nothing, the latest study that has one does
+    assert [row[3] for row in run_targets(path)] == ["2026-11-28 21:24 UTC"]
 
 
 def test_a_map_cycle_study_holds_only_when_every_run_beats_every_track_and_finishes_the_generated_ones(
