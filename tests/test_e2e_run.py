@@ -63,7 +63,7 @@ def test_rulka_run_then_resume(tmp_path):
     # the trainer's own log, both invocations, in the run folder
     said = (run_dir / "logs" / "trainer.log").read_text(encoding="utf-8")
     assert said.count(f"trainer: run {run_id} in {run_dir}") == 2, said[-3000:]
-    assert said.count(" updates, weights v") == 2, said[-3000:]
+    assert said.count("rulka.trainer: trainer: ") >= 2 and said.count(" updates, weights v") == 2, said[-3000:]
 
 
 def descendants(pid: int) -> dict[int, tuple[int, str]]:

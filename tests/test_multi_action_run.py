@@ -25,7 +25,8 @@ RULKA = [sys.executable, "-c", "import sys; from rulka.cli import main; sys.exit
 # config: (overrides, loss key, (counter, least value)): a few hundred IQN updates; PPO an update
 # every 256 blocks, 4 epochs x 8 minibatches each
 CASES = {
-    "sim_iqn.yaml": (["exploration.multi_action_exploration=per_block", "memory.memory_size_schedule=[[0,[20000,500]]]",
+    "sim_iqn.yaml": (["exploration.multi_action_exploration=per_block", "exploration.epsilon_z_exponent=null",
+                     "memory.memory_size_schedule=[[0,[20000,500]]]",
                       "trainer.publish_every_updates=20"], "losses/td_loss", ("charts/batches_trained", 200)),
     "sim_ppo.yaml": (["ppo.rollout_steps_per_update=256", "trainer.publish_every_updates=1"],
                      "losses/policy_loss", ("charts/policy_updates", 8)),

@@ -93,23 +93,34 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"nothing to resume in {run_dir} (no checkpoints/ or journal/)")
     # what the trainer says stays in its run folder (<run>/logs/trainer.log), also once the terminal is gone
     handler = log_to_file(run_dir / "logs" / "trainer.log", args.verbose)
+
+    def file_only(level: int, msg: str, exc_info: bool = False) -> None:
+        """A line for the file alone: the terminal gets it from run_main or Python already."""
+        handler.handle(log.makeRecord(log.name, level, __file__, 0, msg, None,
+                                      sys.exc_info() if exc_info else None))
+
     try:
-        return _train(args, cfg, run_dir, resume, stop)
+        done = _train(args, cfg, run_dir, resume, stop)
     except UserError as exc:
-        log.error("trainer stopped: %s", exc)
+        file_only(logging.ERROR, f"trainer stopped: {exc}")
         raise
     except KeyboardInterrupt:
-        log.info("trainer interrupted")
+        file_only(logging.INFO, "trainer interrupted")
         raise
     except BaseException:
-        log.exception("trainer stopped by an unexpected error")
+        file_only(logging.ERROR, "trainer stopped by an unexpected error", exc_info=True)
         raise
+    else:
+        print(done, file=sys.stderr)
+        file_only(logging.INFO, done)
+        return 0
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
 
 
-def _train(args: argparse.Namespace, cfg: RulkaConfig, run_dir: Path, resume: bool, stop: threading.Event) -> int:
+def _train(args: argparse.Namespace, cfg: RulkaConfig, run_dir: Path, resume: bool, stop: threading.Event) -> str:
+    """The run itself; returns its closing line (samples, updates, version, how to resume)."""
     from rulka.net.keys import load_credentials
     from rulka.plugins import network_settings, parse_address
 
@@ -155,10 +166,8 @@ def _train(args: argparse.Namespace, cfg: RulkaConfig, run_dir: Path, resume: bo
                               budget_samples=args.budget_frames)
     finally:
         trainer.close()
-    done = (f"{summary['samples']} samples, {summary['updates']} updates, weights v{summary['version']}; "
+    return (f"trainer: {summary['samples']} samples, {summary['updates']} updates, weights v{summary['version']}; "
             f"run folder {run_dir} (resume with: rulka-trainer --config {args.config} --resume {run_dir})")
-    log.info("%s", done)
-    return 0
 
 
 if __name__ == "__main__":
