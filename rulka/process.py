@@ -179,12 +179,11 @@ def keep_on_cores(text: str | None) -> None:
         logging.getLogger("rulka").warning("--cpu-cores %s: this OS cannot keep a process on given cores", text)
 
 
+LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"  # the terminal's and the log files'
+
+
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
 
 
 def log_to_file(path: str | os.PathLike[str], verbose: bool = False) -> logging.Handler:
@@ -196,8 +195,7 @@ def log_to_file(path: str | os.PathLike[str], verbose: bool = False) -> logging.
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setLevel(logging.DEBUG if verbose else logging.INFO)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s",
-                                           datefmt="%Y-%m-%d %H:%M:%S"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
     root = logging.getLogger()
     root.addHandler(handler)
     if root.level > handler.level:
