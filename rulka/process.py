@@ -7,13 +7,15 @@ role and no command."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import logging
+import logging.handlers
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rulka.errors import UserError
@@ -186,14 +188,21 @@ def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
 
 
-def log_to_file(path: str | os.PathLike[str], verbose: bool = False) -> logging.Handler:
+def log_to_file(path: str | os.PathLike[str], verbose: bool = False,
+                max_bytes: int | None = None, backups: int = 2) -> logging.Handler:
     """Also write this process's log records to ``path`` (appended, UTF-8, dated timestamps: a run
     lasts hours and is resumed on later days), beside the terminal; the folder is made. Returns the
     handler (``logging.getLogger().removeHandler`` it to stop). A role's run folder keeps what it said
-    (the learning-rate cooldown, the best policy put back, warnings) after the terminal is gone."""
+    (the learning-rate cooldown, the best policy put back, warnings) after the terminal is gone.
+    ``max_bytes``: a file kept across runs (a worker's state folder) is rolled over at that size,
+    keeping ``backups`` older ones (``worker.log.1``, ...), so that months of runs stay bounded."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    if max_bytes:
+        handler: logging.Handler = logging.handlers.RotatingFileHandler(
+            path, mode="a", maxBytes=int(max_bytes), backupCount=int(backups), encoding="utf-8")
+    else:
+        handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setLevel(logging.DEBUG if verbose else logging.INFO)
     handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
     root = logging.getLogger()
@@ -201,3 +210,33 @@ def log_to_file(path: str | os.PathLike[str], verbose: bool = False) -> logging.
     if root.level > handler.level:
         root.setLevel(handler.level)
     return handler
+
+
+@contextlib.contextmanager
+def role_log_file(path: str | os.PathLike[str], logger: logging.Logger, role: str, verbose: bool = False,
+                  max_bytes: int | None = None, backups: int = 2) -> Iterator[Callable[..., None]]:
+    """A role's log file for the length of its run (``log_to_file``), and how the run ended: a
+    ``UserError`` ("<role> stopped: ..."), Ctrl-C, or an unexpected error with its traceback. Those
+    lines go to the file alone: the terminal already gets them from ``run_main`` or Python. Yields
+    ``file_only(level, msg)``, for a line the role prints itself (its closing line)."""
+    handler = log_to_file(path, verbose, max_bytes=max_bytes, backups=backups)
+
+    def file_only(level: int, msg: str, exc_info: bool = False) -> None:
+        handler.handle(logger.makeRecord(logger.name, level, __file__, 0, msg, None,
+                                         sys.exc_info() if exc_info else None))
+
+    try:
+        yield file_only
+    except UserError as exc:
+        said = str(exc)  # a role's own "<role> stopped: why" is not prefixed twice
+        file_only(logging.ERROR, said if said.startswith(f"{role} stopped") else f"{role} stopped: {said}")
+        raise
+    except KeyboardInterrupt:
+        file_only(logging.INFO, f"{role} interrupted")
+        raise
+    except BaseException:
+        file_only(logging.ERROR, f"{role} stopped by an unexpected error", exc_info=True)
+        raise
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()

@@ -64,6 +64,9 @@ def test_rulka_run_then_resume(tmp_path):
     said = (run_dir / "logs" / "trainer.log").read_text(encoding="utf-8")
     assert said.count(f"trainer: run {run_id} in {run_dir}") == 2, said[-3000:]
     assert said.count("rulka.trainer: trainer: ") >= 2 and said.count(" updates, weights v") == 2, said[-3000:]
+    # each worker's lines are in logs/<name>.log once: rulka run turns the state folder's worker.log off
+    assert "episodes" in (run_dir / "logs" / "worker0.log").read_text(encoding="utf-8")
+    assert not list((run_dir / "workers").glob("*/worker.log*"))
 
 
 def descendants(pid: int) -> dict[int, tuple[int, str]]:

@@ -5,6 +5,7 @@ line and exit 2 on every role; removing an operator's key closes its open connec
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -319,3 +320,10 @@ def test_a_worker_whose_network_process_died_stops_within_seconds_and_says_why(t
     [line] = error_lines(text)
     assert "network process exited" in line and "start the worker again" in line, line
     assert any("network process exited" in x and " E " in x for x in text.splitlines())  # logged when it happened
+    # a worker started by hand keeps its log, dated, in its state folder: the terminal may be gone
+    kept = (tmp_path / "state" / "worker.log").read_text(encoding="utf-8").splitlines()
+    assert any(re.match(r"^\d{4}-\d{2}-\d{2} \d\d:\d\d:\d\d I rulka\.worker: worker w1 -> localhost:", x)
+               for x in kept), kept
+    assert any("network process exited" in x and " E " in x for x in kept), kept
+    [stopped] = [x for x in kept if "stopped:" in x]  # how it ended, once, not prefixed twice
+    assert " E rulka.worker: worker w1 stopped: " in stopped and stopped.count("stopped:") == 1, stopped

@@ -7,7 +7,11 @@ from __future__ import annotations
 import logging
 import re
 
-from rulka.process import log_to_file
+import pytest
+
+from rulka.errors import UserError
+from rulka.process import log_to_file, role_log_file
+from rulka.worker.cli import build_parser, log_file_path
 
 
 def test_log_records_go_to_the_file_with_dates_and_append_across_handlers(tmp_path):
@@ -53,3 +57,58 @@ def test_verbose_keeps_debug_records(tmp_path):
         handler.close()
         root.setLevel(level)
     assert "D rulka.trainer.test_log_file_verbose: a debug line" in path.read_text(encoding="utf-8")
+
+
+def _lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_a_role_log_file_says_how_the_run_ended_once_and_lets_the_error_through(tmp_path):
+    log = logging.getLogger("rulka.worker.test_role_log_end")
+    path = tmp_path / "w.log"
+    handlers = list(logging.getLogger().handlers)
+    with pytest.raises(UserError), role_log_file(path, log, "worker w1"):
+        log.info("worker w1 -> relay:55555")
+        raise UserError("worker w1 stopped: the server refused this worker for good: revoked")
+    with pytest.raises(UserError), role_log_file(path, log, "worker w1"):
+        raise UserError("bad key file")
+    with pytest.raises(KeyboardInterrupt), role_log_file(path, log, "worker w1"):
+        raise KeyboardInterrupt
+    with pytest.raises(ZeroDivisionError), role_log_file(path, log, "worker w1"):
+        1 / 0  # noqa: B018
+    with role_log_file(path, log, "worker w1") as file_only:
+        file_only(logging.INFO, "worker w1: 3 episodes")
+    log.info("not kept: the file is closed")
+    assert logging.getLogger().handlers == handlers  # every handler it added is gone
+    text = path.read_text(encoding="utf-8")
+    lines = [x for x in text.splitlines() if re.match(r"^\d{4}-", x)]
+    said = [x.split(": ", 1)[1] for x in lines]
+    assert said == ["worker w1 -> relay:55555",
+                    "worker w1 stopped: the server refused this worker for good: revoked",
+                    "worker w1 stopped: bad key file",
+                    "worker w1 interrupted",
+                    "worker w1 stopped by an unexpected error",
+                    "worker w1: 3 episodes"], said
+    assert " E rulka.worker.test_role_log_end: worker w1 stopped: bad key file" in text
+    assert "Traceback" in text and "ZeroDivisionError" in text  # the unexpected one keeps its traceback
+
+
+def test_a_log_kept_across_runs_is_rolled_over_and_bounded(tmp_path):
+    log = logging.getLogger("rulka.worker.test_role_log_roll")
+    path = tmp_path / "worker.log"
+    for run in range(6):  # six worker runs, each saying more than the size limit allows for two
+        with role_log_file(path, log, "worker", max_bytes=2000, backups=2):
+            for i in range(20):
+                log.info("run %d line %02d %s", run, i, "x" * 40)
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["worker.log", "worker.log.1", "worker.log.2"], kept
+    assert all(p.stat().st_size <= 2000 for p in tmp_path.iterdir())
+    assert "run 5 line 19" in _lines(path)[-1]  # the newest is in worker.log
+
+
+def test_a_worker_keeps_its_log_in_its_state_folder_unless_told(tmp_path):
+    state = tmp_path / "state"
+    assert build_parser().parse_args(["--server", "h:1", "--keys", "k"]).log_file is None
+    assert log_file_path(None, state) == state / "worker.log"
+    assert log_file_path("none", state) is None and log_file_path("None", state) is None
+    assert log_file_path(str(tmp_path / "elsewhere.log"), state) == tmp_path / "elsewhere.log"

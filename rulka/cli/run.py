@@ -276,7 +276,8 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
             procs[name] = subprocess.Popen(
                 _python_cmd("rulka.worker.cli") + ["--server", address, "--keys", str(keys / "bundles" / name),
                                                    "--state-dir", str(run_dir / "workers" / name),
-                                                   "--priority", worker_priority, *pin_args, *worker_args],
+                                                   "--priority", worker_priority, "--log-file", "none",  # logs/<name>.log has it
+                                                   *pin_args, *worker_args],
                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                 **_followed({"PYTHONUNBUFFERED": "1"}))
             started.append(procs[name])

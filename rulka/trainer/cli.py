@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rulka.errors import UserError
-from rulka.process import follow_launcher, log_to_file, run_main, setup_logging, stop_on_ctrl_c
+from rulka.process import follow_launcher, role_log_file, run_main, setup_logging, stop_on_ctrl_c
 
 if TYPE_CHECKING:
     from rulka.config import RulkaConfig
@@ -92,31 +92,11 @@ def _run(args: argparse.Namespace) -> int:
     if resume and not (run_dir / "checkpoints").is_dir() and not (run_dir / "journal").is_dir():
         raise UserError(f"nothing to resume in {run_dir} (no checkpoints/ or journal/)")
     # what the trainer says stays in its run folder (<run>/logs/trainer.log), also once the terminal is gone
-    handler = log_to_file(run_dir / "logs" / "trainer.log", args.verbose)
-
-    def file_only(level: int, msg: str, exc_info: bool = False) -> None:
-        """A line for the file alone: the terminal gets it from run_main or Python already."""
-        handler.handle(log.makeRecord(log.name, level, __file__, 0, msg, None,
-                                      sys.exc_info() if exc_info else None))
-
-    try:
+    with role_log_file(run_dir / "logs" / "trainer.log", log, "trainer", args.verbose) as file_only:
         done = _train(args, cfg, run_dir, resume, stop)
-    except UserError as exc:
-        file_only(logging.ERROR, f"trainer stopped: {exc}")
-        raise
-    except KeyboardInterrupt:
-        file_only(logging.INFO, "trainer interrupted")
-        raise
-    except BaseException:
-        file_only(logging.ERROR, "trainer stopped by an unexpected error", exc_info=True)
-        raise
-    else:
         print(done, file=sys.stderr)
         file_only(logging.INFO, done)
-        return 0
-    finally:
-        logging.getLogger().removeHandler(handler)
-        handler.close()
+    return 0
 
 
 def _train(args: argparse.Namespace, cfg: RulkaConfig, run_dir: Path, resume: bool, stop: threading.Event) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -15,6 +16,7 @@ from rulka.process import (
     PRIORITIES,
     follow_launcher,
     keep_on_cores,
+    role_log_file,
     run_main,
     set_process_priority,
     setup_logging,
@@ -61,8 +63,27 @@ def build_parser() -> argparse.ArgumentParser:
                              "workers off the trainer's cores)")
     parser.add_argument("--produced-log", default=None, metavar="FILE",
                         help="append the sequence number of every segment produced to FILE (audits)")
+    parser.add_argument("--log-file", default=None, metavar="FILE",
+                        help="also keep the log here, with dates (default: worker.log in the state folder, "
+                             f"rolled over at {WORKER_LOG_BYTES // 2**20} MB keeping {WORKER_LOG_BACKUPS} older; "
+                             "'none': the terminal only)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
+
+
+WORKER_LOG_BYTES = 5 * 2**20
+WORKER_LOG_BACKUPS = 2
+
+
+def log_file_path(option: str | None, state_dir: Path) -> Path | None:
+    """Where a worker keeps its log: ``--log-file``, else ``worker.log`` in its state folder (kept
+    across runs, like its unsent segments: a gaming PC's terminal may be closed by the time
+    someone asks why it stopped); ``none`` keeps it on the terminal only."""
+    if option is None:
+        return state_dir / "worker.log"
+    if option.strip().lower() == "none":
+        return None
+    return Path(option).expanduser()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,34 +140,41 @@ def _run(args: argparse.Namespace) -> int:
     local = as_config(cfg)
     state_dir = Path(args.state_dir or local.worker.spill_dir or Path.home() / ".rulka" / "worker" / name)
 
-    limit_inference_threads(local.worker.torch_threads)
-    from rulka.net.tls import connect_worker
-    from rulka.net.weights import decode_weights
-    from rulka.worker.worker import Worker
+    log_file = log_file_path(args.log_file, state_dir)
+    kept_log = (role_log_file(log_file, log, f"worker {name}", args.verbose,
+                              max_bytes=WORKER_LOG_BYTES, backups=WORKER_LOG_BACKUPS)
+                if log_file is not None else contextlib.nullcontext(lambda *_, **__: None))
+    with kept_log as file_only:
+        limit_inference_threads(local.worker.torch_threads)
+        from rulka.net.tls import connect_worker
+        from rulka.net.weights import decode_weights
+        from rulka.worker.worker import Worker
 
-    link = connect_worker(network_settings(cfg, host=host, port=port), args.keys, name)
-    try:
-        worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
-                        act_before_weights="random" if args.random_until_weights else "wait",
-                        produced_log=args.produced_log, max_steps_per_s=args.max_steps_per_s,
-                        weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
-    except BaseException:
-        link.close()  # a worker that cannot start must not stay connected in its name
-        raise
-    fatal: list[str] = []
-    monitor = threading.Thread(target=_show_progress, args=(worker, stop, local.logging.progress, fatal), daemon=True)
-    monitor.start()
-    log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
-    try:
-        stats = worker.run(max_episodes=args.episodes, stop_event=stop, drain_timeout_s=30.0)
-    finally:
-        stop.set()
-        worker.close()
-    if fatal:
-        raise UserError(f"worker {name} stopped: {fatal[0]}")
-    left = len(worker.outbox)
-    print(f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}"
-          + (f", {left} segments kept for the next run in {state_dir}" if left else ""), file=sys.stderr)
+        link = connect_worker(network_settings(cfg, host=host, port=port), args.keys, name)
+        try:
+            worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
+                            act_before_weights="random" if args.random_until_weights else "wait",
+                            produced_log=args.produced_log, max_steps_per_s=args.max_steps_per_s,
+                            weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
+        except BaseException:
+            link.close()  # a worker that cannot start must not stay connected in its name
+            raise
+        fatal: list[str] = []
+        monitor = threading.Thread(target=_show_progress, args=(worker, stop, local.logging.progress, fatal), daemon=True)
+        monitor.start()
+        log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
+        try:
+            stats = worker.run(max_episodes=args.episodes, stop_event=stop, drain_timeout_s=30.0)
+        finally:
+            stop.set()
+            worker.close()
+        if fatal:
+            raise UserError(f"worker {name} stopped: {fatal[0]}")
+        left = len(worker.outbox)
+        done = (f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}"
+                + (f", {left} segments kept for the next run in {state_dir}" if left else ""))
+        print(done, file=sys.stderr)
+        file_only(logging.INFO, done)
     return 0
 
 
