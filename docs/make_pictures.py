@@ -56,6 +56,8 @@ def main() -> int:
     parser.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "readme_pictures")
     parser.add_argument("--reuse", action="store_true", help="draw from the run folder as it is")
     parser.add_argument("--episodes", type=int, default=3, help="greedy episodes for the eval (default 3)")
+    parser.add_argument("--describe", default=None, metavar="TEXT",
+                        help="with --reuse: what the run was, for the caption (default: 'an existing run folder')")
     args = parser.parse_args()
     run_dir = args.run_dir.resolve()
     machine = _machine()
@@ -87,10 +89,13 @@ def main() -> int:
     else:
         did = f"did not finish in {overall['episodes']} greedy tries (return {overall['return_mean']:.1f})"
     flags = ("" if args.minutes == 20 else f" --minutes {args.minutes:g}") + (f" --frames {args.frames}" if args.frames else "")
-    run_text = ("an existing run folder" if args.reuse else f"`rulka run {CONFIG} --workers 2{flags or ' --minutes 20'}`")
-    caption = (f"Made by `python docs/make_pictures.py{flags}` "
+    run_text = ((args.describe or "an existing run folder") if args.reuse
+                else f"`rulka run {CONFIG} --workers 2{flags or ' --minutes 20'}`")
+    again = flags + (" --reuse" if args.reuse else "")
+    caption = (f"Made by `python docs/make_pictures.py{again}` "
                f"on {started:%Y-%m-%d} ({machine}): {run_text}, "
-               f"{int(samples or 0):,} frames received. The greedy policy {did}. Left: the first greedy "
+               f"{int(samples or 0):,} frames received. Its best policy (`best/`, what `rulka eval RUN` drives) "
+               f"{did}. Left: the first greedy "
                f"episode's line, coloured by speed. Right: return and race time per episode of the "
                f"exploring workers against frames and wall time (rulka plot).")
     block = (f"{BEGIN}\n<img src=\"docs/pictures/learned_line.png\" width=\"45%\"> "
