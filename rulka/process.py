@@ -213,12 +213,16 @@ def log_to_file(path: str | os.PathLike[str], verbose: bool = False,
 
 
 @contextlib.contextmanager
-def role_log_file(path: str | os.PathLike[str], logger: logging.Logger, role: str, verbose: bool = False,
+def role_log_file(path: str | os.PathLike[str] | None, logger: logging.Logger, role: str, verbose: bool = False,
                   max_bytes: int | None = None, backups: int = 2) -> Iterator[Callable[..., None]]:
     """A role's log file for the length of its run (``log_to_file``), and how the run ended: a
     ``UserError`` ("<role> stopped: ..."), Ctrl-C, or an unexpected error with its traceback. Those
     lines go to the file alone: the terminal already gets them from ``run_main`` or Python. Yields
-    ``file_only(level, msg)``, for a line the role prints itself (its closing line)."""
+    ``file_only(level, msg)``, for a line the role prints itself (its closing line). ``path`` None:
+    no file (``file_only`` does nothing)."""
+    if path is None:
+        yield lambda *_, **__: None
+        return
     handler = log_to_file(path, verbose, max_bytes=max_bytes, backups=backups)
 
     def file_only(level: int, msg: str, exc_info: bool = False) -> None:

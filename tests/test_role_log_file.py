@@ -112,3 +112,13 @@ def test_a_worker_keeps_its_log_in_its_state_folder_unless_told(tmp_path):
     assert log_file_path(None, state) == state / "worker.log"
     assert log_file_path("none", state) is None and log_file_path("None", state) is None
     assert log_file_path(str(tmp_path / "elsewhere.log"), state) == tmp_path / "elsewhere.log"
+
+
+def test_no_path_keeps_no_file_and_lets_the_error_through(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    handlers = list(logging.getLogger().handlers)
+    log = logging.getLogger("rulka.worker.test_role_log_none")
+    with pytest.raises(UserError), role_log_file(None, log, "worker") as file_only:
+        file_only(logging.INFO, "worker w1: 0 episodes")
+        raise UserError("bad key file")
+    assert logging.getLogger().handlers == handlers and list(tmp_path.iterdir()) == []

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rulka.errors import UserError
 from rulka.process import (
@@ -22,6 +22,10 @@ from rulka.process import (
     setup_logging,
     stop_on_ctrl_c,
 )
+
+if TYPE_CHECKING:
+    from rulka.config import RulkaConfig
+    from rulka.net.keys import Credentials
 
 log = logging.getLogger("rulka.worker")
 
@@ -117,7 +121,7 @@ def limit_inference_threads(threads: int) -> None:
 def _run(args: argparse.Namespace) -> int:
     from rulka.config import as_config
     from rulka.net.keys import load_credentials
-    from rulka.plugins import network_settings, parse_address
+    from rulka.plugins import parse_address
 
     # from the very start: a stop request during the (slow) start-up must stop cleanly too
     stop = threading.Event()
@@ -140,42 +144,47 @@ def _run(args: argparse.Namespace) -> int:
     local = as_config(cfg)
     state_dir = Path(args.state_dir or local.worker.spill_dir or Path.home() / ".rulka" / "worker" / name)
 
-    log_file = log_file_path(args.log_file, state_dir)
-    kept_log = (role_log_file(log_file, log, f"worker {name}", args.verbose,
-                              max_bytes=WORKER_LOG_BYTES, backups=WORKER_LOG_BACKUPS)
-                if log_file is not None else contextlib.nullcontext(lambda *_, **__: None))
-    with kept_log as file_only:
-        limit_inference_threads(local.worker.torch_threads)
-        from rulka.net.tls import connect_worker
-        from rulka.net.weights import decode_weights
-        from rulka.worker.worker import Worker
-
-        link = connect_worker(network_settings(cfg, host=host, port=port), args.keys, name)
-        try:
-            worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
-                            act_before_weights="random" if args.random_until_weights else "wait",
-                            produced_log=args.produced_log, max_steps_per_s=args.max_steps_per_s,
-                            weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
-        except BaseException:
-            link.close()  # a worker that cannot start must not stay connected in its name
-            raise
-        fatal: list[str] = []
-        monitor = threading.Thread(target=_show_progress, args=(worker, stop, local.logging.progress, fatal), daemon=True)
-        monitor.start()
-        log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
-        try:
-            stats = worker.run(max_episodes=args.episodes, stop_event=stop, drain_timeout_s=30.0)
-        finally:
-            stop.set()
-            worker.close()
-        if fatal:
-            raise UserError(f"worker {name} stopped: {fatal[0]}")
-        left = len(worker.outbox)
-        done = (f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}"
-                + (f", {left} segments kept for the next run in {state_dir}" if left else ""))
+    with role_log_file(log_file_path(args.log_file, state_dir), log, f"worker {name}", args.verbose,
+                       max_bytes=WORKER_LOG_BYTES, backups=WORKER_LOG_BACKUPS) as file_only:
+        done = _work(args, cfg, local, creds, (host, port), state_dir, stop)
         print(done, file=sys.stderr)
         file_only(logging.INFO, done)
     return 0
+
+
+def _work(args: argparse.Namespace, cfg: RulkaConfig | None, local: RulkaConfig, creds: Credentials,
+          address: tuple[str, int], state_dir: Path, stop: threading.Event) -> str:
+    """The worker's run itself: connect, play until told to stop; returns its closing line."""
+    from rulka.net.tls import connect_worker
+    from rulka.net.weights import decode_weights
+    from rulka.plugins import network_settings
+    from rulka.worker.worker import Worker
+
+    name, (host, port) = creds.identity, address
+    limit_inference_threads(local.worker.torch_threads)
+    link = connect_worker(network_settings(cfg, host=host, port=port), args.keys, name)
+    try:
+        worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
+                        act_before_weights="random" if args.random_until_weights else "wait",
+                        produced_log=args.produced_log, max_steps_per_s=args.max_steps_per_s,
+                        weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
+    except BaseException:
+        link.close()  # a worker that cannot start must not stay connected in its name
+        raise
+    fatal: list[str] = []
+    monitor = threading.Thread(target=_show_progress, args=(worker, stop, local.logging.progress, fatal), daemon=True)
+    monitor.start()
+    log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
+    try:
+        stats = worker.run(max_episodes=args.episodes, stop_event=stop, drain_timeout_s=30.0)
+    finally:
+        stop.set()
+        worker.close()
+    if fatal:
+        raise UserError(f"worker {name} stopped: {fatal[0]}")
+    left = len(worker.outbox)
+    return (f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}"
+            + (f", {left} segments kept for the next run in {state_dir}" if left else ""))
 
 
 def _show_progress(worker: object, stop: threading.Event, progress_mode: str, fatal: list[str]) -> None:
