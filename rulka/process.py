@@ -212,6 +212,22 @@ def log_to_file(path: str | os.PathLike[str], verbose: bool = False,
     return handler
 
 
+# a log file kept across runs (a worker's state folder, a relay host) rolls over at this size,
+# keeping this many older files: months of runs stay bounded
+KEPT_LOG_BYTES = 5 * 2**20
+KEPT_LOG_BACKUPS = 2
+
+
+def log_file_option(option: str | None, default: Path | None) -> Path | None:
+    """The path a role's ``--log-file`` option names: ``default`` when not given, ``None`` (the
+    terminal only) for ``none``, else the path given."""
+    if option is None:
+        return default
+    if option.strip().lower() == "none":
+        return None
+    return Path(option).expanduser()
+
+
 @contextlib.contextmanager
 def role_log_file(path: str | os.PathLike[str] | None, logger: logging.Logger, role: str, verbose: bool = False,
                   max_bytes: int | None = None, backups: int = 2) -> Iterator[Callable[..., None]]:

@@ -148,7 +148,8 @@ class Lab:
 
     def start_all(self) -> None:
         server = f"{self.address('server')}:{PORT}"
-        self.start("server", "rulka.server.cli", "--keys", str(self.keys), "--host", "0.0.0.0", "--port", str(PORT))
+        self.start("server", "rulka.server.cli", "--keys", str(self.keys), "--host", "0.0.0.0", "--port", str(PORT),
+                   "--log-file", "none")
         self.start("trainer", "rulka.trainer.cli", "--config", str(CONFIG), *[a for s in SETS for a in ("--set", s)],
                    "--keys", str(self.keys), "--server", server, "--run-dir", str(self.run_dir))
         for name in WORKERS:

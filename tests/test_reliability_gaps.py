@@ -163,7 +163,8 @@ def test_a_server_key_of_another_certificate_is_named(key_folders, tmp_path):
 
 def _role_command(role: str, keys: Path, tmp_path: Path) -> list[str]:
     if role == "server":
-        return ["rulka.server.cli", "--keys", str(keys), "--port", "0", "--host", "127.0.0.1"]
+        return ["rulka.server.cli", "--keys", str(keys), "--port", "0", "--host", "127.0.0.1",
+                "--log-file", str(tmp_path / "server.log")]
     if role == "trainer":
         return ["rulka.trainer.cli", "--config", str(TESTS.parent / "configs" / "cartpole_simple.yaml"), "--keys",
                 str(keys), "--server", "127.0.0.1:9", "--run-dir", str(tmp_path / "run"), "--minutes", "0.05"]

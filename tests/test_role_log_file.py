@@ -114,6 +114,22 @@ def test_a_worker_keeps_its_log_in_its_state_folder_unless_told(tmp_path):
     assert log_file_path(str(tmp_path / "elsewhere.log"), state) == tmp_path / "elsewhere.log"
 
 
+def test_a_relay_started_by_hand_keeps_its_log_in_the_home_folder_unless_told(tmp_path, monkeypatch):
+    from rulka.server.cli import build_parser as server_parser
+    from rulka.server.cli import log_file_path as server_log_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("USERPROFILE", str(tmp_path))
+    by_hand = server_parser().parse_args(["--keys", "k"])
+    assert server_log_path(by_hand) == tmp_path / ".rulka" / "server" / "server.log"
+    told = server_parser().parse_args(["--keys", "k", "--log-file", str(tmp_path / "relay.log")])
+    assert server_log_path(told) == tmp_path / "relay.log"
+    assert server_log_path(server_parser().parse_args(["--log-file", "NONE"])) is None
+    # started by Server.start (its settings as JSON): the parent's terminal has its log
+    child = server_parser().parse_args(["--keys", "k", "--settings-json", "{}"])
+    assert server_log_path(child) is None
+
+
 def test_no_path_keeps_no_file_and_lets_the_error_through(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     handlers = list(logging.getLogger().handlers)

@@ -34,8 +34,14 @@ def test_config_and_set_reach_the_transport_settings(tmp_path):
 
 
 def test_unknown_key_is_one_line_error(tmp_path):
+    log_file = tmp_path / "logs" / "server.log"
     proc = subprocess.run([sys.executable, "-m", "rulka.server.cli", "--set", "network.chunk_byte=5",
-                           "--keys", str(tmp_path)], capture_output=True, text=True, timeout=60)
+                           "--keys", str(tmp_path), "--log-file", str(log_file)], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1].startswith("error:")
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("error:")
     assert "Traceback" not in proc.stderr
+    # the relay's log file keeps why it stopped, dated, once
+    [line] = log_file.read_text(encoding="utf-8").splitlines()
+    assert line.endswith("rulka-server stopped: " + error.removeprefix("error: ")), line

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
 import socket
 import ssl
 import subprocess
@@ -245,9 +247,11 @@ def test_server_restart_clients_reconnect(keys, tmp_path):
            "--port", str(port), "--set", "network.chunk_bytes=65536"]
     cfg = {"host": "localhost", "port": port, "heartbeat_s": 0.3, "reconnect_backoff_s": 0.2,
            "reconnect_backoff_max_s": 1.0}
+    home = tmp_path / "home"  # a relay started by hand keeps its log in ~/.rulka/server/
+    env = {**os.environ, "HOME": str(home), "USERPROFILE": str(home)}
 
     def start():
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         assert p.stdout.readline().startswith("listening on")
         return p
 
@@ -267,6 +271,12 @@ def test_server_restart_clients_reconnect(keys, tmp_path):
         worker.send("segment", b"after restart")
         got = receive_until(trainer, lambda g: any(m.payload == b"after restart" for m in g))
         assert [m.sender for m in got if m.payload == b"after restart"] == ["w1"]
+        # both lives of the relay in one dated file: who connected, and the clean stop between
+        log = (home / ".rulka" / "server" / "server.log").read_text(encoding="utf-8")
+        assert log.count("rulka-server listening on 127.0.0.1:") == 2, log
+        assert log.count("rulka-server stopped") == 1, log
+        assert log.count("w1 connected from") == 2 and log.count("trainer connected from") == 2, log
+        assert re.match(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} I ", log), log
     finally:
         worker.close()
         trainer.close()

@@ -138,8 +138,9 @@ class ServerProcess:
 
     def __init__(self, keys: Path, log_file: Any, allow_plain_tcp: bool = False, timeout: float = 60.0,
                  extra_args: Sequence[str] = ()) -> None:
+        # its log goes to logs/server.log through stderr, not to this user's ~/.rulka/server/
         cmd = _python_cmd("rulka.server.cli") + ["--keys", str(keys), "--host", "127.0.0.1", "--port", "0",
-                                                  *extra_args]
+                                                  "--log-file", "none", *extra_args]
         if allow_plain_tcp:
             cmd += ["--set", "network.allow_plain_tcp=true"]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, start_new_session=True,

@@ -9,7 +9,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rulka.process import follow_launcher, keep_on_cores, run_main, setup_logging, stop_on_ctrl_c
+from rulka.process import (
+    KEPT_LOG_BACKUPS,
+    KEPT_LOG_BYTES,
+    follow_launcher,
+    keep_on_cores,
+    log_file_option,
+    role_log_file,
+    run_main,
+    setup_logging,
+    stop_on_ctrl_c,
+)
 
 log = logging.getLogger("rulka.server")
 
@@ -34,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keys folder (default: network.credentials_dir, ~/.rulka/keys)")
     parser.add_argument("--cpu-cores", default=None, metavar="LIST",
                         help="keep the relay on these CPU cores, e.g. 1 or 2-3 (default: any)")
+    parser.add_argument("--log-file", default=None, metavar="FILE",
+                        help="also keep the log here, with dates: who connected, who was turned away, bad "
+                             "input (default: ~/.rulka/server/server.log, rolled over at "
+                             f"{KEPT_LOG_BYTES // 2**20} MB keeping {KEPT_LOG_BACKUPS} older; 'none': the "
+                             "terminal only; a relay started by `rulka run` logs to its terminal only)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     # used by Server.start(): the transport settings as JSON, instead of --config/--set
     parser.add_argument("--settings-json", default=None, help=argparse.SUPPRESS)
@@ -54,6 +69,14 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Path]:
     return settings, keys.expanduser()
 
 
+def log_file_path(args: argparse.Namespace) -> Path | None:
+    """Where the relay keeps its log: ``--log-file``, else ``~/.rulka/server/server.log`` when started
+    by hand (a relay host runs for weeks, and its terminal is rarely kept); a relay started by
+    ``rulka run`` or ``Server.start`` (``--settings-json``) logs to its parent's terminal only."""
+    default = None if args.settings_json is not None else Path.home() / ".rulka" / "server" / "server.log"
+    return log_file_option(args.log_file, default)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
@@ -66,8 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         from rulka.server.server import Server
 
-        settings, keys = resolve(args)
-        Server(settings, keys, bind_host=args.host, port=args.port).serve_forever()
+        with role_log_file(log_file_path(args), log, "rulka-server", args.verbose,
+                           max_bytes=KEPT_LOG_BYTES, backups=KEPT_LOG_BACKUPS):
+            settings, keys = resolve(args)  # a config error is kept in the file too
+            Server(settings, keys, bind_host=args.host, port=args.port).serve_forever()
         return 0
 
     return run_main(body)

@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING
 
 from rulka.errors import UserError
 from rulka.process import (
+    KEPT_LOG_BACKUPS,
+    KEPT_LOG_BYTES,
     PRIORITIES,
     follow_launcher,
     keep_on_cores,
+    log_file_option,
     role_log_file,
     run_main,
     set_process_priority,
@@ -75,19 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-WORKER_LOG_BYTES = 5 * 2**20
-WORKER_LOG_BACKUPS = 2
+WORKER_LOG_BYTES = KEPT_LOG_BYTES
+WORKER_LOG_BACKUPS = KEPT_LOG_BACKUPS
 
 
 def log_file_path(option: str | None, state_dir: Path) -> Path | None:
     """Where a worker keeps its log: ``--log-file``, else ``worker.log`` in its state folder (kept
     across runs, like its unsent segments: a gaming PC's terminal may be closed by the time
     someone asks why it stopped); ``none`` keeps it on the terminal only."""
-    if option is None:
-        return state_dir / "worker.log"
-    if option.strip().lower() == "none":
-        return None
-    return Path(option).expanduser()
+    return log_file_option(option, state_dir / "worker.log")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
