@@ -5,8 +5,9 @@ loopback), as a user starts it with ``rulka run``.
   ``rulka run configs/pendulum_sac.yaml --workers 1``; the policy the trainer saved must average
   -200 or better over 10 greedy episodes. BENCHMARKS.md (``sac_pendulum``) has the time to -200
   of the same command beside TMRL's pipeline.
-- The simulator's default track with analog control (extended): ``configs/sim_sac.yaml``; the
-  saved policy must finish the track greedily.
+- The simulator's default track with analog control (extended): ``configs/sim_sac.yaml`` (SAC) and
+  ``configs/sim_redq.yaml`` (REDQ, sized for a CPU learner); the saved policy must finish the track
+  greedily.
 """
 
 from __future__ import annotations
@@ -70,5 +71,15 @@ def test_sac_pendulum_through_rulka_run(tmp_path):
 @pytest.mark.timeout(SIM_MINUTES * 60 + 900)
 def test_sac_analog_finishes_the_default_track(tmp_path):
     run_dir = _rulka_run(tmp_path, "sim_sac.yaml", 2, SIM_MINUTES)
+    results = greedy_sim_results(run_dir)
+    assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(SIM_MINUTES * 60 + 900)
+def test_redq_analog_finishes_the_default_track(tmp_path):
+    run_dir = _rulka_run(tmp_path, "sim_redq.yaml", 2, SIM_MINUTES)
     results = greedy_sim_results(run_dir)
     assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
