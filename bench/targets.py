@@ -175,8 +175,11 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
 def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     """Each extended learning test's latest run that measured something (rows whose outcome is
-    'not run' are skipped): (source, goal, last measured, date, holds)."""
+    'not run' are skipped): (source, goal, last measured, date, holds). A row may name in
+    ``supersedes`` the recorded runs it replaces (a recipe's "(no test yet)" runs, once a test runs
+    that recipe): those older than it leave the table (they stay in the extended runs' section)."""
     latest: dict[str, dict[str, Any]] = {}
+    replaced: dict[str, str] = {}  # test name -> the date of the newest row that supersedes it
     for row in _read_rows(path):
         outcome = str(row.get("outcome", ""))
         if outcome.startswith("not run"):
@@ -184,6 +187,10 @@ def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]
         test = str(row.get("test", ""))
         if test not in latest or _date(row) >= _date(latest[test]):
             latest[test] = row
+        if row.get("supersedes"):
+            name = str(row["supersedes"])
+            replaced[name] = max(replaced.get(name, ""), _date(row))
+    latest = {test: row for test, row in latest.items() if not (test in replaced and _date(row) <= replaced[test])}
     out = []
     for test, row in sorted(latest.items()):
         if "::" in test:

@@ -63,6 +63,15 @@ def test_learning_rows_take_each_tests_latest_measured_run(tmp_path: Path) -> No
         ("`configs/z.yaml`", "recorded learning run (no test yet)", "not finished", "2026-01-01 00:00 UTC", False),
         ("`tests/test_a.py`", "a learns", "pass (y)", "2026-01-02 10:00 UTC", True),
     ]
+    # once a test runs that recipe, its row replaces the recorded run (a later recorded run would show again)
+    rows = json.loads(path.read_text())
+    rows.append({"test": "tests/test_z.py::test_z_finishes", "outcome": "fail: slow", "date": "2026-01-04 00:00 UTC",
+                 "supersedes": "configs/z.yaml (no test yet)"})
+    path.write_text(json.dumps(rows))
+    assert [r[0] for r in extended_targets(path)] == ["`tests/test_a.py`", "`tests/test_z.py`"]
+    rows.append({"test": "configs/z.yaml (no test yet)", "outcome": "finished", "date": "2026-01-05 00:00 UTC"})
+    path.write_text(json.dumps(rows))
+    assert [r[0] for r in extended_targets(path)] == ["`configs/z.yaml`", "`tests/test_a.py`", "`tests/test_z.py`"]
     studies = tmp_path / "recipe_studies.json"
     studies.write_text(json.dumps([
         {"config": "c.yaml", "overrides": "-", "target": "475", "reached": "3/4", "frames": "200000", "date": "1"},
