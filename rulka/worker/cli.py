@@ -72,14 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="append the sequence number of every segment produced to FILE (audits)")
     parser.add_argument("--log-file", default=None, metavar="FILE",
                         help="also keep the log here, with dates (default: worker.log in the state folder, "
-                             f"rolled over at {WORKER_LOG_BYTES // 2**20} MB keeping {WORKER_LOG_BACKUPS} older; "
+                             f"rolled over at {KEPT_LOG_BYTES // 2**20} MB keeping {KEPT_LOG_BACKUPS} older; "
                              "'none': the terminal only)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
-
-
-WORKER_LOG_BYTES = KEPT_LOG_BYTES
-WORKER_LOG_BACKUPS = KEPT_LOG_BACKUPS
 
 
 def log_file_path(option: str | None, state_dir: Path) -> Path | None:
@@ -144,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir or local.worker.spill_dir or Path.home() / ".rulka" / "worker" / name)
 
     with role_log_file(log_file_path(args.log_file, state_dir), log, f"worker {name}", args.verbose,
-                       max_bytes=WORKER_LOG_BYTES, backups=WORKER_LOG_BACKUPS) as file_only:
+                       max_bytes=KEPT_LOG_BYTES, backups=KEPT_LOG_BACKUPS) as file_only:
         done = _work(args, cfg, local, creds, (host, port), state_dir, stop)
         print(done, file=sys.stderr)
         file_only(logging.INFO, done)
