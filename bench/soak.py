@@ -82,7 +82,7 @@ class Soak:
 
     def start_server(self) -> None:
         self.server = self._spawn("server", ["rulka.server.cli", "--keys", str(self.keys), "--host", "127.0.0.1",
-                                             "--port", str(self.port),
+                                             "--port", str(self.port), "--log-file", "none",
                                              "--set", f"network.server_queue_bytes={RELAY_QUEUE_MB << 20}"])
 
     def start_trainer(self, resume: bool = False) -> None:

@@ -17,7 +17,7 @@ def test_help_explains_itself(capsys):
 
 
 def test_missing_keys_folder_is_one_line_error(tmp_path, capsys):
-    assert main(["--keys", str(tmp_path / "nope"), "--port", "0"]) == 2
+    assert main(["--keys", str(tmp_path / "nope"), "--port", "0", "--log-file", str(tmp_path / "server.log")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: keys folder") and "rulka keys generate" in err[-1]
 
