@@ -70,9 +70,7 @@ def test_sac_pendulum_through_rulka_run(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(SIM_MINUTES * 60 + 900)
 def test_sac_analog_finishes_the_default_track(tmp_path):
-    run_dir = _rulka_run(tmp_path, "sim_sac.yaml", 2, SIM_MINUTES)
-    results = greedy_sim_results(run_dir)
-    assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
+    _saved_policy_finishes_the_default_track(tmp_path, "sim_sac.yaml")
 
 
 @pytest.mark.extended
@@ -80,6 +78,10 @@ def test_sac_analog_finishes_the_default_track(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(SIM_MINUTES * 60 + 900)
 def test_redq_analog_finishes_the_default_track(tmp_path):
-    run_dir = _rulka_run(tmp_path, "sim_redq.yaml", 2, SIM_MINUTES)
+    _saved_policy_finishes_the_default_track(tmp_path, "sim_redq.yaml")
+
+
+def _saved_policy_finishes_the_default_track(tmp_path: Path, config: str) -> None:
+    run_dir = _rulka_run(tmp_path, config, 2, SIM_MINUTES)
     results = greedy_sim_results(run_dir)
     assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
