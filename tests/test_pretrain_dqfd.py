@@ -135,6 +135,19 @@ def test_run_config_adds_the_demo_loss_to_every_update(tmp_path, episodes):
                                                      strict=True))
 
 
+def test_the_trainer_builds_the_demo_loss_for_a_run_without_a_seed(tmp_path, episodes):
+    """`rulka run` builds the agent from the config alone, and training.seed is null (random) unless a
+    user sets it: demonstrations must load then too (they once failed with int(None))."""
+    from rulka.plugins import build_plugin
+
+    cfg = load_config(write_config(tmp_path, pretrain={"demo_episodes": str(episodes[0].parent)}))
+    assert cfg.training.seed is None
+    agent = build_plugin("agent", "iqn", cfg=cfg)
+    assert isinstance(agent.auxiliary_loss, DemoLoss)
+    assert len(agent.auxiliary_loss.memory) == len(load_steps(episodes, with_images=False))
+    assert agent.auxiliary_loss.memory.sample(8).action.shape == (8,)
+
+
 def test_demo_episodes_is_refused_for_learners_that_do_not_read_it(tmp_path, episodes):
     from rulka.config.built import check_built
 

@@ -31,7 +31,7 @@ def margin_loss(q: torch.Tensor, expert_action: torch.Tensor, margin: float) -> 
 
 
 def load_demo_memory(cfg: Any, sources: Iterable[str | Path], *, make_memory: Callable[..., Any],
-                     seed: int = 0) -> Any:
+                     seed: int | None = 0) -> Any:
     """A ``MiniRaceReplayMemory`` (``make_memory``: ``rulka.agents.iqn.settings.make_memory``, the
     run's n-step, mini-race and discount settings) holding every transition of the episode files in
     ``sources`` (files or folders), sized so that none is ever overwritten and none held out."""
@@ -79,8 +79,9 @@ class DemoLoss:
                        "charts/demo_expert_action_top": (q_mean.detach().argmax(1) == expert).float().mean()}
 
 
-def demo_loss_from_config(cfg: Any, *, make_memory: Callable[..., Any], seed: int = 0) -> DemoLoss | None:
-    """The run's ``DemoLoss`` from ``pretrain.*`` (None when ``pretrain.demo_episodes`` is empty)."""
+def demo_loss_from_config(cfg: Any, *, make_memory: Callable[..., Any], seed: int | None = 0) -> DemoLoss | None:
+    """The run's ``DemoLoss`` from ``pretrain.*`` (None when ``pretrain.demo_episodes`` is empty); ``seed``
+    None draws the demonstration batches from a random seed, as ``training.seed: null`` asks."""
     p = cfg.pretrain
     if not str(p.demo_episodes).strip():
         return None

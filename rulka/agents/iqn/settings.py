@@ -163,7 +163,7 @@ def make_agent(cfg: ConfigLike = None, device: str | None = None, seed: int | No
         from rulka.agents.iqn.demos import demo_loss_from_config
 
         agent.auxiliary_loss = demo_loss_from_config(cfg, make_memory=make_memory,
-                                                     seed=int(cfg.training.seed if seed is None else seed))
+                                                     seed=seed if seed is not None else cfg.training.seed)
     return agent
 
 
