@@ -10,10 +10,10 @@ import pytest
 from test_eval import ReplayActor  # noqa: F401 - the policy files below name it
 
 from rulka.cli import main
-from rulka.envs.actions import flags_to_discrete
+from rulka.envs.actions import discrete_to_flags, flags_to_discrete
 from rulka.envs.sim.env import SimTrackEnv
 from rulka.envs.sim.policy import save_policy
-from rulka.envs.sim.splits import Race, Sample, splits, time_at
+from rulka.envs.sim.splits import Race, Sample, sector_driving, splits, time_at
 
 COAST = flags_to_discrete(np.zeros(4, np.float32))  # no key pressed
 
@@ -82,3 +82,35 @@ def test_a_late_start_shows_as_a_gap_from_the_first_sector(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "slalom: policy" in text and "most time lost in the sector ending at 40 m" in text
     assert main(["sim", "splits", "--policy", str(path), "--every", "0"]) != 0  # a clear error, not a hang
+
+
+def test_sector_driving_counts_the_actions_that_ended_inside_the_sector():
+    samples = [Sample(0, 0, 0), Sample(50, 5, 10, brake=False, gear=1), Sample(100, 10, 8, brake=True, sliding=True, gear=2),
+               Sample(150, 15, 6, brake=True, gear=1), Sample(200, 20, 9, sliding=True, gear=2)]
+    # (5, 15]: the actions that ended at 10 m and 15 m; the start mark belongs to the sector before
+    assert sector_driving(samples, 5, 15) == {"actions": 2, "brake_actions": 2, "sliding_share": 0.5,
+                                              "min_speed": 6, "min_gear": 1}
+    assert sector_driving(samples, 15, None) == {"actions": 1, "brake_actions": 0, "sliding_share": 1.0,
+                                                 "min_speed": 9, "min_gear": 2}
+    assert sector_driving(samples, 20, None) is None
+
+
+def test_the_sectors_say_where_each_race_braked_and_slid(tmp_path, capsys):
+    actions = _driver_actions("hairpins")
+    path = _policy(tmp_path / "policy.safetensors", actions, track="hairpins")
+    out = _splits_json(capsys, "--policy", str(path), "--every", "50")
+    rows = out["splits"]
+    assert all(r["policy_driving"] == r["reference_driving"] for r in rows)
+    brakes = sum(1 for a in actions if discrete_to_flags(a)[1] > 0.5)
+    assert brakes > 0 and sum(r["policy_driving"]["brake_actions"] for r in rows) == brakes
+    assert sum(r["policy_driving"]["actions"] for r in rows) == len(actions)
+    # a race that skips the brakes (brake actions driven as coasting) shows none there, and is faster at the mark
+    coast = _policy(tmp_path / "coast.safetensors",
+                    [COAST if discrete_to_flags(a)[1] > 0.5 else a for a in actions], track="hairpins")
+    out = _splits_json(capsys, "--policy", str(coast), "--every", "50")
+    first_braking = next(r for r in out["splits"] if r["reference_driving"]["brake_actions"])
+    assert first_braking["policy_driving"]["brake_actions"] == 0
+    assert first_braking["policy_speed"] > first_braking["reference_speed"]
+    assert main(["sim", "splits", "--policy", str(path), "--every", "50"]) == 0
+    text = capsys.readouterr().out
+    assert "brake actions, % of actions sliding, lowest speed (m/s), lowest gear" in text

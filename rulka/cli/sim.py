@@ -237,15 +237,24 @@ def cmd_splits(args: argparse.Namespace) -> int:
                           "splits": rows}, indent=2))
         return 0
     print(f"{plain.track.name}: policy {outcome(policy)}; scripted driver {outcome(reference)}")
-    print(f"{'mark':>8} {'driver':>8} {'policy':>8} {'gap':>7} {'sector':>7} {'v driver':>9} {'v policy':>9}")
+    print("sector columns, driver/policy: brake actions, % of actions sliding, lowest speed (m/s), lowest gear")
+    print(f"{'mark':>8} {'driver':>8} {'policy':>8} {'gap':>7} {'sector':>7} {'v driver':>9} {'v policy':>9} "
+          f"{'brakes':>7} {'slide %':>9} {'v min':>11} {'gear':>5}")
 
     def num(v: object, fmt: str) -> str:
         return format(v, fmt) if isinstance(v, int | float) else "-"
 
+    def pair(r: dict[str, Any], key: str, fmt: str, scale: float = 1.0) -> str:
+        ref, pol = r["reference_driving"], r["policy_driving"]
+        return "/".join(num(d[key] if scale == 1.0 else d[key] * scale, fmt) if d is not None else "-"
+                        for d in (ref, pol))
+
     for r in rows:
         mark = "finish" if r["finish"] else f"{r['mark_m']:.0f} m"
         print(f"{mark:>8} {num(r['reference_s'], '8.2f')} {num(r['policy_s'], '8.2f')} {num(r['gap_s'], '+7.2f')} "
-              f"{num(r['sector_s'], '+7.2f')} {num(r['reference_speed'], '9.1f')} {num(r['policy_speed'], '9.1f')}")
+              f"{num(r['sector_s'], '+7.2f')} {num(r['reference_speed'], '9.1f')} {num(r['policy_speed'], '9.1f')} "
+              f"{pair(r, 'brake_actions', 'd'):>7} {pair(r, 'sliding_share', '.0f', 100):>9} "
+              f"{pair(r, 'min_speed', '.1f'):>11} {pair(r, 'min_gear', 'd'):>5}")
     lost = [r for r in rows if r["sector_s"] is not None]
     if lost:
         worst = max(lost, key=lambda r: r["sector_s"])
