@@ -59,8 +59,8 @@ def drive(env: Any, actor: Any, max_steps: int, options: dict[str, Any] | None =
 
 
 class _BrakeRecorder:
-    """The actor, passed through, noting whether each action it takes holds the brake (any action of
-    a multi-action block)."""
+    """The actor, passed through, noting whether each action it takes holds the brake: the brake key,
+    an analog brake over half, or the brake in any action of a multi-action block."""
 
     def __init__(self, actor: Any, action_space: Any) -> None:
         from gymnasium import spaces
