@@ -281,6 +281,28 @@ def test_a_map_cycle_study_holds_only_when_every_run_beats_every_track_and_finis
     assert verdict(3, [5, 5, 5], [0, 0, 0], of=0)[0] is False  # no generated track raced: not shown to hold
 
 
+def test_a_map_cycle_row_names_the_tracks_each_run_lost_and_by_how_much(tmp_path: Path) -> None:
+    path = tmp_path / "run_studies.json"
+
+    def race(t: float | None, ref: float) -> dict:
+        return {"finished": t is not None, "race_time_s": t, "scripted_s": ref,
+                "beats_scripted": t is not None and t < ref}
+
+    runs = [{"seed": 0, "best": {"tracks": {"default": race(22.0, 22.84), "hairpins": race(23.35, 21.08),
+                                            "gen:5": race(None, 18.0)}}},
+            {"seed": 1, "best": {"tracks": {"default": race(None, 22.84), "hairpins": race(21.0, 21.08)}}},
+            {"seed": 2, "best": {"tracks": {"default": race(20.0, 22.84), "hairpins": race(20.5, 21.08)}}}]
+    summary = {"map_cycle": True, "runs": 3, "bundled": 5, "gen": 1, "best_beats_scripted": [1, 1, 2],
+               "best_gen_finished": [0, 1, 1], "diverged": 0}
+    path.write_text(json.dumps({"studies": [{"name": "map_cycle_runs", "config": "configs/sim_iqn_cycle.yaml",
+                                             "date": "2026-11-29", "arms": [{"arm": "as_shipped", "runs": runs,
+                                                                             "summary": summary}]}]}))
+    (row,) = run_targets(path)
+    # a generated track is not a bundled one; a run that beat every bundled track names none
+    assert row[2].endswith("diverged 0; lost: seed 0: hairpins +2.27 s; seed 1: default not finished")
+    assert row[4] is False
+
+
 def test_a_longer_run_holds_when_its_final_weights_race_no_slower_than_it_did_at_20_minutes(tmp_path: Path) -> None:
     path = tmp_path / "run_studies.json"
     at = {"minutes": 20, "frames": 700_000, "tracks": {"default": {"races": 7, "median_s": 23.4}}}
