@@ -364,6 +364,7 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
     lines += run_studies(BENCH_DIR / "run_studies.json")
     lines += issue_studies(BENCH_DIR / "issue_studies.json")
     lines += track_results(BENCH_DIR / "track_results.json")
+    lines += cuda_runs(BENCH_DIR / "cuda_runs.json")
     lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
     return "\n".join(lines)
 
@@ -654,6 +655,16 @@ def track_results(path: Path) -> list[str]:
                        "quantile fractions and repeated races of one policy differed by up to 10 s: rows "
                        "marked 'median of 5' raced each track 5 times (unfinished races rank last). Since "
                        "then it averages fixed midpoints and one greedy race is reproducible.")
+
+
+def cuda_runs(path: Path) -> list[str]:
+    """What a session lent a GPU machine measured there, from ``bench/cuda_runs.json`` (rows added
+    by hand from ``bash bench/cuda_check.sh``'s output; ``raw`` keeps the scripts' JSON)."""
+    return _json_table(path, ("check", "result", "date", "machine", "command", "note"),
+                       "CUDA (a lent GPU machine)",
+                       "Checks run on a GPU machine lent to a session for minutes (`bench/cuda_check.sh` runs "
+                       "them in one call). CI and this file's other sections run on the 2-core CPU machine; "
+                       "the figures here are from another machine and compare only with each other.")
 
 
 def _json_table(path: Path, keys: tuple[str, ...], title: str, intro: str) -> list[str]:

@@ -9,7 +9,14 @@ publishing signed weights), its batches/s over the bare learner's just before. P
 object per device (CPU always, CUDA when available: AMP on, so the trainer path exercises it).
 
     python bench/learner.py [--seconds 20] [--batch-size 512] [--threads N] [--no-trainer-path]
+    python bench/learner.py --devices cuda --compile --prefetch   # a GPU machine's rows (bench/cuda_check.sh)
     python bench/learner.py --topologies [--networks vit_none_48x36,...]   # the fusion catalogue
+
+On CUDA, ``--compile`` adds rows with torch.compile on (what ``nn.training.use_jit`` gives the
+trainer there) beside the AMP-only ones, and ``--prefetch`` rows where a second thread samples and
+collates the next batch while the device trains on this one (what ``trainer.prefetch_batches``
+gives the trainer); with it the trainer path is measured twice, prefetch on (auto's choice on
+CUDA) and off. ``--devices`` picks the devices (default: CPU, and CUDA when torch sees one).
 
 ``--topologies`` measures the guide's network catalogue instead (``TOPOLOGIES``: the ViT stem,
 each fusion mode, the token layouts; 48x36 frames, dense 256, the bare learner only).
@@ -83,10 +90,11 @@ def filled_memory(h: int, w: int, batch_size: int, transitions: int = 6000, seed
     return mem
 
 
-def build_agent(net_kw: dict[str, Any], device: str) -> IQNAgent:
-    """The benchmark's IQN agent for a ``NETWORKS`` entry (AMP on CUDA, no torch.compile)."""
+def build_agent(net_kw: dict[str, Any], device: str, compile_net: bool = False) -> IQNAgent:
+    """The benchmark's IQN agent for a ``NETWORKS`` entry (AMP on CUDA; torch.compile with
+    ``compile_net``, which the agent honours on CUDA only)."""
     spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **net_kw)
-    return IQNAgent(spec, IQNHyper(use_amp=device == "cuda", use_jit=False), device=device, seed=0)
+    return IQNAgent(spec, IQNHyper(use_amp=device == "cuda", use_jit=compile_net), device=device, seed=0)
 
 
 def _segments(h: int, w: int, count: int, seed: int, t: int = 200, worker: str = "w0") -> list[Segment]:
@@ -101,7 +109,7 @@ def _segments(h: int, w: int, count: int, seed: int, t: int = 200, worker: str =
 
 
 def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float,
-                         bare_batches_per_s: float) -> dict[str, Any]:
+                         bare_batches_per_s: float, prefetch: str = "auto") -> dict[str, Any]:
     """The same learner through ``Trainer.run``: segments arrive as zstd payloads on an in-process
     link (a worker's messages, queued before the timed window), are decoded, deduplicated and
     stored under the rate limiter (the memory's 32 samples per insert), batches are sampled by
@@ -125,7 +133,8 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
     segments = _segments(spec.image_height, spec.image_width, max(transitions // 200, batch_size // 200) + 4, seed=1)
     hub = LocalHub(queue_size=len(segments) + 16)
     trainer = Trainer({"training": {"batch_size": batch_size}, "worker": {"segment_max_steps": 200},
-                       "trainer": {"rate_limit": {"max_deferred_segments": len(segments)}}},
+                       "trainer": {"rate_limit": {"max_deferred_segments": len(segments)},
+                                   "prefetch_batches": prefetch}},
                       hub.trainer_link(), agent=agent, memory=mem, signing_key=Ed25519PrivateKey.generate())
     worker = hub.worker_link("w0")
     codec = ZstdCompressor()
@@ -144,7 +153,8 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
             "batches_per_s": round(n / elapsed, 3), "samples_per_s": round(n * batch_size / elapsed, 1),
             "over_bare": round(n / elapsed / bare_batches_per_s, 3) if bare_batches_per_s else None,
             "segments_stored": trainer.segments - trainer.deferred_segments,
-            "weights_published": trainer.version, "limiter_dropped": trainer.counters["limiter_dropped"]}
+            "weights_published": trainer.version, "limiter_dropped": trainer.counters["limiter_dropped"],
+            "prefetch": trainer.learner.prefetch}
 
 
 def train_for(agent: Any, memory: Any, batch_size: int, seconds: float, min_updates: int = 0,
@@ -164,9 +174,36 @@ def train_for(agent: Any, memory: Any, batch_size: int, seconds: float, min_upda
     return n, time.perf_counter() - t0
 
 
-def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float) -> dict[str, Any]:
+def train_for_prefetched(agent: Any, memory: Any, batch_size: int, seconds: float, min_updates: int = 0,
+                         cuda: bool = False) -> tuple[int, float]:
+    """``train_for`` with the next batch sampled on a second thread while this one trains (the
+    memory is not written meanwhile, so the two threads never touch it at once here)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(memory.sample, batch_size)
+        if cuda:
+            torch.cuda.synchronize()
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < seconds or n < min_updates:
+            batch = pending.result()
+            pending = pool.submit(memory.sample, batch_size)
+            agent.train(batch)
+            n += 1
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        pending.result()
+    return n, elapsed
+
+
+def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float,
+            compile_net: bool = False, prefetch: bool = False) -> dict[str, Any]:
     cuda = device == "cuda"
-    agent = build_agent(net_kw, device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t_build = time.perf_counter()
+    agent = build_agent(net_kw, device, compile_net)
     spec = agent.spec
     mem = filled_memory(spec.image_height, spec.image_width, batch_size)
     # sampling alone
@@ -175,13 +212,22 @@ def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, sec
         mem.sample(batch_size)
         n += 1
     sample_s = (time.perf_counter() - t0) / n
-    for _ in range(2):  # warm-up (allocations, cudnn autotune)
+    for _ in range(3):  # warm-up (allocations, cudnn autotune, torch.compile's first graphs)
         agent.train(mem.sample(batch_size))
-    n, elapsed = train_for(agent, mem, batch_size, seconds, min_updates=3, cuda=cuda)
-    return {"network": name, "device": device, "batch_size": batch_size, "batches": n,
-            "batches_per_s": round(n / elapsed, 3), "samples_per_s": round(n * batch_size / elapsed, 1),
-            "sample_collate_ms": round(1000 * sample_s, 2),
-            "parameters": sum(p.numel() for p in agent.online.parameters())}
+    if cuda:
+        torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - t_build
+    loop = train_for_prefetched if prefetch else train_for
+    n, elapsed = loop(agent, mem, batch_size, seconds, min_updates=3, cuda=cuda)
+    row = {"network": name, "device": device, "batch_size": batch_size, "batches": n,
+           "batches_per_s": round(n / elapsed, 3), "samples_per_s": round(n * batch_size / elapsed, 1),
+           "sample_collate_ms": round(1000 * sample_s, 2),
+           "parameters": sum(p.numel() for p in agent.online.parameters())}
+    if cuda:
+        row.update(amp=agent.amp, compiled=bool(compile_net), prefetch=prefetch,
+                   build_and_warmup_s=round(warmup_s, 1), step_ms=round(1000 * elapsed / n, 2),
+                   peak_gpu_mb=round(torch.cuda.max_memory_allocated() / 2**20))
+    return row
 
 
 def main() -> None:
@@ -195,6 +241,12 @@ def main() -> None:
                              + ", ".join(TOPOLOGIES) + ")")
     parser.add_argument("--no-trainer-path", action="store_true",
                         help="skip the same learner through Trainer.run (ingest, rate limiter, publishing)")
+    parser.add_argument("--devices", default="",
+                        help="comma-separated devices (default: cpu, and cuda when torch sees one)")
+    parser.add_argument("--compile", action="store_true",
+                        help="on CUDA, also rows with torch.compile on (nn.training.use_jit)")
+    parser.add_argument("--prefetch", action="store_true",
+                        help="on CUDA, also rows with the next batch sampled on a second thread")
     parser.add_argument("--topologies", action="store_true",
                         help="measure the fusion catalogue (TOPOLOGIES) with the bare learner instead")
     args = parser.parse_args()
@@ -210,13 +262,29 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if args.devices:
+        devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+        if "cuda" in devices and not torch.cuda.is_available():
+            parser.error("--devices names cuda but torch sees no CUDA device")
     for device in devices:
         results, trainer_path = [], []
         for n in args.networks.split(","):
             results.append(measure(n, networks[n], device, args.batch_size, args.seconds))
+            if device == "cuda" and args.prefetch:
+                results.append(measure(n, networks[n], device, args.batch_size, args.seconds, prefetch=True))
+            if device == "cuda" and args.compile:
+                results.append(measure(n, networks[n], device, args.batch_size, args.seconds, compile_net=True))
+                if args.prefetch:
+                    results.append(measure(n, networks[n], device, args.batch_size, args.seconds,
+                                           compile_net=True, prefetch=True))
             if not args.no_trainer_path:
+                bare = next(r for r in results if r["network"] == n and not r.get("compiled")
+                            and not r.get("prefetch"))
                 trainer_path.append(measure_trainer_path(n, networks[n], device, args.batch_size, args.seconds,
-                                                         results[-1]["batches_per_s"]))
+                                                         bare["batches_per_s"]))
+                if device == "cuda" and args.prefetch:  # auto is on there: the same without it
+                    trainer_path.append(measure_trainer_path(n, networks[n], device, args.batch_size, args.seconds,
+                                                             bare["batches_per_s"], prefetch="off"))
         print(json.dumps({"bench": "learner", "device": device, "torch": torch.__version__,
                           "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),
                           "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,

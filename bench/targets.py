@@ -203,6 +203,22 @@ def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]
     return out
 
 
+def cuda_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
+    """The goals checked on a lent GPU machine (``bench/cuda_runs.json`` rows with ``target``): the
+    latest row of each check."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in _read_rows(path):
+        if row.get("target") and _date(row) >= _date(latest.get(str(row.get("check")), {})):
+            latest[str(row.get("check"))] = row
+    out = []
+    for check, row in sorted(latest.items()):
+        result = str(row.get("result", ""))
+        short = result if len(result) <= 160 else result[:157] + "..."
+        holds = row.get("holds")
+        out.append(("`bench/cuda_check.sh`", check, short, _date(row), holds if isinstance(holds, bool) else None))
+    return out
+
+
 def recipe_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     """Each shipped recipe's latest seed study (no overrides): reached in every seed or not."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
@@ -445,6 +461,7 @@ def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Pa
     rows += extended_targets(bench_dir / "extended_runs.json")
     rows += recipe_targets(bench_dir / "recipe_studies.json")
     rows += run_targets(bench_dir / "run_studies.json")
+    rows += cuda_targets(bench_dir / "cuda_runs.json")
     # the learner-fix studies are comparisons between arms at small budgets, not goals: their rows
     # (study_targets) are in their own section below, never counted as targets that fail
     held = sum(1 for r in rows if r[4] is True)

@@ -91,6 +91,12 @@ class Memory(ABC):
     start_learning_size: int = 0
     """Transitions stored before training starts."""
 
+    sample_while_training: bool = False
+    """Whether ``sample`` may run on another thread while the agent trains on the previous batch
+    (the trainer's ``trainer.prefetch_batches``). Set it only if nothing the agent calls during
+    ``train`` (e.g. a batch's priority callback) writes what ``sample`` reads, or both take a lock.
+    ``append`` and every other call still come from one thread, never during a prefetch."""
+
     @property
     def held_out_transitions(self) -> int:
         """Transitions appended so far (cumulative, counted in ``append``'s return) that are

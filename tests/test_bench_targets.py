@@ -326,3 +326,26 @@ def test_a_longer_run_holds_when_its_final_weights_race_no_slower_than_it_did_at
     del summary["at_minutes"]
     path.write_text(json.dumps({"studies": [study]}))
     assert run_targets(path)[0][4] is None and "not judged" in run_targets(path)[0][2]
+
+
+def test_gpu_checks_give_a_target_row_per_check_from_its_latest_run_and_their_own_section(tmp_path: Path) -> None:
+    from bench.__main__ import cuda_runs
+    from bench.targets import cuda_targets
+
+    rows = [
+        {"check": "image network finishes on a GPU", "target": True, "result": "fail: 0 of 3", "holds": False,
+         "date": "2026-01-01 00:00 UTC"},
+        {"check": "image network finishes on a GPU", "target": True, "result": "pass: 3 of 3", "holds": True,
+         "date": "2026-01-02 00:00 UTC"},
+        {"check": "learner batches/s", "result": "77.4 batches/s", "date": "2026-01-02 00:00 UTC"},
+    ]
+    path = tmp_path / "cuda_runs.json"
+    path.write_text(json.dumps(rows))
+    assert cuda_targets(path) == [("`bench/cuda_check.sh`", "image network finishes on a GPU", "pass: 3 of 3",
+                                   "2026-01-02 00:00 UTC", True)]
+    section = "\n".join(cuda_runs(path))
+    assert "## CUDA (a lent GPU machine)" in section and "77.4 batches/s" in section and "fail: 0 of 3" in section
+    (tmp_path / "extended_runs.json").write_text("[]")
+    text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
+    assert "| `bench/cuda_check.sh` | image network finishes on a GPU | pass: 3 of 3 |" in text
+    assert cuda_targets(tmp_path / "missing.json") == []

@@ -191,6 +191,8 @@ class UniformReplayMemory(Memory):
     def _obs(self, serials: np.ndarray) -> dict[str, np.ndarray]:
         return {k[4:]: self.frames.get(k, serials) for k in self.frames.fields if k != POTENTIAL}
 
+    sample_while_training = True  # nothing an agent calls during train() writes this memory
+
     def sample(self, batch_size: int | None = None) -> TransitionBatch:
         """A uniformly drawn batch (counts toward the update rate)."""
         n = len(self)

@@ -240,7 +240,8 @@ class Trainer:
                                    average_candidates=self._average_candidates)
         self.learner = LearnerStep(self.state, self.window, self.agent, self.memory, self.limiter, self.publish,
                                    batch_size=self.batch_size, publish_every=self.publish_every,
-                                   slice_s=train_slice_s, augment=RandomCrop.for_config(cfg))
+                                   slice_s=train_slice_s, augment=RandomCrop.for_config(cfg),
+                                   prefetch=self._prefetch_batches(tc.prefetch_batches))
         self.reporter = Reporter(self.state, self.window, self.workers, self.intake, self.learner, self.memory,
                                  self.limiter, self.best_policy, batch_size=self.batch_size,
                                  log_every_s=float(log_every_s if log_every_s is not None else cfg.logging.log_every_s),
@@ -538,8 +539,15 @@ class Trainer:
                  (best.best or {}).get("frames"))
         return True
 
+    def _prefetch_batches(self, setting: str) -> bool:
+        """``trainer.prefetch_batches``: on, off, or auto (on where the agent trains on CUDA)."""
+        if setting == "auto":
+            return str(getattr(self.agent, "device", "cpu")).startswith("cuda")
+        return setting == "on"
+
     def close(self) -> None:
-        """Close files, metrics, the decode threads and the link."""
+        """Close files, metrics, the prefetch and decode threads and the link."""
+        self.learner.close()
         journal_open = self.intake.journal is not None
         self.intake.close()
         if journal_open and self.link is not None:

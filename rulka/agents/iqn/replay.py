@@ -27,6 +27,7 @@ a ``test_batch`` on which the agent reports ``losses/test_loss``.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,9 @@ class MiniRaceReplayMemory(Memory):
         self.n_action_branches = int(n_action_branches)
         self.max_pending = int(max_pending_episodes)
         self.rng = np.random.default_rng(seed)
+        # sample() may run on the trainer's prefetch thread while the agent trains; the PER
+        # priority callback the agent calls then (update_priorities) takes the same lock
+        self._sample_lock = threading.Lock()
 
         size, _ = self._size_now(0)
         self.train = _TransitionRing(size, self.n_max, self.n_action_branches)
@@ -439,8 +443,14 @@ class MiniRaceReplayMemory(Memory):
             next_img=None if self.img is None else self.img[ns], next_float=next_float,
             gamma=c.gamma, weights=weights, slots=slots, time=time, frames_played=self.frames_played)
 
+    sample_while_training = True  # sample() and update_priorities() hold one lock
+
     def sample(self, batch_size: int | None = None) -> ReplayBatch:
         """A training batch (counts toward the replay ratio)."""
+        with self._sample_lock:
+            return self._sample(batch_size)
+
+    def _sample(self, batch_size: int | None) -> ReplayBatch:
         bs = int(batch_size or self.batch_size)
         slots, weights = self._pick(self.train, bs, prioritized=True)
         batch = self._make_batch(self.train, slots, weights)
@@ -461,6 +471,12 @@ class MiniRaceReplayMemory(Memory):
         """PER: priority = (|td| + prio_epsilon) ** prio_alpha, only for items whose mini-race
         time is below ``min_horizon_to_update_priority_actions`` (every item when it is None: no
         mini-race, or one of 40 actions or fewer)."""
+        if self.tree is None:
+            return
+        with self._sample_lock:
+            self._update_priorities(slots, td_errors, time)
+
+    def _update_priorities(self, slots: np.ndarray, td_errors: np.ndarray, time: np.ndarray | None) -> None:
         if self.tree is None:
             return
         td = np.abs(np.asarray(td_errors, np.float64))

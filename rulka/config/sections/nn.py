@@ -295,7 +295,9 @@ class NnTrainingConfig(Section):
     """Optimiser-adjacent IQN knobs (nn.training, not the top-level training section)."""
 
     use_jit: bool = True
-    """Compile networks with TorchScript / torch.compile where supported."""
+    """Compile networks with TorchScript / torch.compile where supported.
+    IQN compiles on CUDA only; on an H200 the compiled learner was slower than eager in every paired
+    row of bench/learner.py --compile (docs/performance.md), so the shipped configs turn it off."""
     use_ddqn: bool = False
     """Double DQN targets: online net picks the action, target net evaluates it."""
     target_action: Literal["quantile_max", "mean_argmax"] = "quantile_max"
