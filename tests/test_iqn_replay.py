@@ -186,6 +186,29 @@ def test_td_errors_reported_by_batch_update_priorities():
     assert np.allclose(mem.tree.get(b.slots), 1.0)
 
 
+def test_td_errors_reach_only_transitions_still_stored_where_they_are_now():
+    """A batch trained on after more data arrived (the trainer's batch prefetch): transitions
+    overwritten since it was sampled keep their entry priority; after the ring grew, the others'
+    priorities land at their new slots."""
+    mem = memory(prio_alpha=1.0, prio_epsilon=0.0, memory_size_schedule=[[0, (8, 1)], [100, (32, 1)]])
+    mem.append(make_segment(t=8, done=True))  # 8 transitions: logical 0..7 fill the ring
+    b = mem.sample(64)
+    logical = mem.train.logical_of(b.slots)
+    mem.append(make_segment(episode=1, t=3, done=True))  # overwrites logical 0..2 (slots 0..2)
+    b.report_td_errors(np.full(64, 5.0))
+    overwritten = np.isin(b.slots, [0, 1, 2]) & (logical < 3)
+    assert overwritten.any() and (~overwritten).any()
+    assert np.all(mem.tree.get(np.array([0, 1, 2])) == 1.0)  # the new transitions, at their entry priority
+    assert np.all(mem.tree.get(np.unique(b.slots[~overwritten])) == 5.0)
+    # a batch sampled before the ring grows reports after: priorities follow their transitions
+    b2 = mem.sample(64)
+    lg2 = mem.train.logical_of(b2.slots)
+    mem.set_frames_played(200)  # capacity 8 -> 32, transitions re-laid by logical index
+    assert mem.train.capacity == 32
+    b2.report_td_errors(np.full(64, 9.0))
+    assert np.all(mem.tree.get(np.unique(lg2 % 32)) == 9.0)
+
+
 def test_test_split_and_test_batch():
     mem = memory(buffer_test_ratio=0.5, test_every=2)
     mem.append(make_segment(t=200, done=True))

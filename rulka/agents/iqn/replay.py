@@ -112,6 +112,18 @@ class _TransitionRing:
     def valid_slots(self) -> np.ndarray:
         return self.slots_back(np.arange(self.size))
 
+    def logical_of(self, slots: np.ndarray) -> np.ndarray:
+        """The logical index (write number) of the transition now in each slot."""
+        newest = self.count - 1
+        return newest - (newest - np.asarray(slots, dtype=np.int64)) % self.capacity
+
+    def slots_still_holding(self, logical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask, slots) for transitions known by logical index: which are still stored (not
+        overwritten since) and where they are now (the ring may have grown and re-laid them)."""
+        logical = np.asarray(logical, dtype=np.int64)
+        mask = logical >= self.count - self.size
+        return mask, logical % self.capacity
+
     def grow(self, capacity: int) -> bool:
         if capacity <= self.capacity:
             return False
@@ -456,7 +468,10 @@ class MiniRaceReplayMemory(Memory):
         batch = self._make_batch(self.train, slots, weights)
         self.batches_sampled += 1
         if self.tree is not None:
-            batch.report_td_errors = lambda td, b=batch: self.update_priorities(b.slots, td, b.time)
+            # by logical index: a batch sampled ahead (trainer.prefetch_batches) is trained on after
+            # the next intake, which may have overwritten or (growing the ring) moved its slots
+            logical = self.train.logical_of(slots)
+            batch.report_td_errors = lambda td, b=batch, lg=logical: self._update_priorities_logical(lg, td, b.time)
         if self.test_every > 0 and self.batches_sampled % self.test_every == 0 and len(self.test) > 0:
             batch.test_batch = self.sample_test(bs)
         return batch
@@ -475,6 +490,20 @@ class MiniRaceReplayMemory(Memory):
             return
         with self._sample_lock:
             self._update_priorities(slots, td_errors, time)
+
+    def _update_priorities_logical(self, logical: np.ndarray, td_errors: np.ndarray,
+                                   time: np.ndarray | None) -> None:
+        """``update_priorities`` for a batch's transitions known by logical index: those overwritten
+        since the batch was sampled keep the priority they entered with."""
+        if self.tree is None:
+            return
+        with self._sample_lock:
+            kept, slots = self.train.slots_still_holding(logical)
+            if kept.all():
+                self._update_priorities(slots, td_errors, time)
+            elif kept.any():
+                self._update_priorities(slots[kept], np.asarray(td_errors)[kept],
+                                        None if time is None else np.asarray(time)[kept])
 
     def _update_priorities(self, slots: np.ndarray, td_errors: np.ndarray, time: np.ndarray | None) -> None:
         if self.tree is None:
