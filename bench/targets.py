@@ -436,7 +436,9 @@ def _cycle_target(study: dict[str, Any], s: dict[str, Any], runs_needed: int, be
     shown = (f"best beats {', '.join(map(str, beaten)) or '-'} of {s.get('bundled', 5)} bundled tracks, finishes "
              f"{', '.join(map(str, gen)) or '-'} of {s.get('gen', 0)} generated ones; diverged {s.get('diverged', 0)}"
              + (f" ({n_runs} of {runs_needed} runs made)" if n_runs < runs_needed else "")
-             + (f"; lost: {lost}" if lost else ""))
+             + (f"; lost: {lost}" if lost else "")
+             + (f"; arm `{_shipped_name(study)}`, the settings the file took after these runs"
+                if study.get("shipped_arm") else ""))
     # a generated count out of fewer tracks than the goal's is scaled up to it
     gen_share = [g * gen_of / s["gen"] if s.get("gen") else 0 for g in gen]
     fails = (any(b < beaten_needed for b in beaten) or any(g < gen_needed for g in gen_share)
