@@ -8,7 +8,8 @@
 #                      `rulka run` of the guide-size image network (160x120 frames, float MLP 256,
 #                      dense 1024, batch 512, torch.compile and AMP on) on the GPU with $WORKERS
 #                      simulator workers for $MINUTES minutes, then `rulka eval` of its best policy
-#                      and of its final weights
+#                      and of its final weights (torch.compile is on here to exercise that path end to
+#                      end, though the learner rows measured it slower than eager: docs/performance.md)
 # Packages the machine lacks travel as wheels in .whl/ (see the device tool's notes); on a machine
 # with rulka installed none are needed (WHEELS=none skips them). Knobs: WORKERS (12), MINUTES (2.5), SECONDS_PER_ROW (6),
 # DEVICE (cuda; cpu makes a dry run of the same commands on a machine without a GPU).
