@@ -174,27 +174,32 @@ def train_for(agent: Any, memory: Any, batch_size: int, seconds: float, min_upda
     return n, time.perf_counter() - t0
 
 
+class _SampledAhead:
+    """A memory whose ``sample`` hands out the batch a second thread drew during the previous
+    update and starts drawing the next (the memory is not written meanwhile here, so the two
+    threads never touch it at once); ``train_for`` over it is the prefetching learner."""
+
+    def __init__(self, memory: Any, batch_size: int, pool: Any) -> None:
+        self.memory, self.batch_size, self.pool = memory, batch_size, pool
+        self.pending = pool.submit(memory.sample, batch_size)
+
+    def sample(self, batch_size: int) -> Any:
+        batch = self.pending.result()
+        self.pending = self.pool.submit(self.memory.sample, batch_size)
+        return batch
+
+
 def train_for_prefetched(agent: Any, memory: Any, batch_size: int, seconds: float, min_updates: int = 0,
                          cuda: bool = False) -> tuple[int, float]:
-    """``train_for`` with the next batch sampled on a second thread while this one trains (the
-    memory is not written meanwhile, so the two threads never touch it at once here)."""
+    """``train_for`` with the next batch sampled on a second thread while this one trains."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(memory.sample, batch_size)
-        if cuda:
-            torch.cuda.synchronize()
-        t0, n = time.perf_counter(), 0
-        while time.perf_counter() - t0 < seconds or n < min_updates:
-            batch = pending.result()
-            pending = pool.submit(memory.sample, batch_size)
-            agent.train(batch)
-            n += 1
-        if cuda:
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        pending.result()
-    return n, elapsed
+        ahead = _SampledAhead(memory, batch_size, pool)
+        ahead.pending.result()  # the first batch is drawn before the clock starts
+        result = train_for(agent, ahead, batch_size, seconds, min_updates=min_updates, cuda=cuda)
+        ahead.pending.result()
+    return result
 
 
 def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, seconds: float,

@@ -161,6 +161,11 @@ TARGETS: list[Target] = [
 ]
 
 
+def _short(text: str) -> str:
+    """A learning row's outcome as the targets table shows it (160 characters at most)."""
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def _date(row: dict[str, Any]) -> str:
     return str(row.get("date", ""))
 
@@ -198,8 +203,7 @@ def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]
         else:  # a recorded run of a recipe without a test yet: "configs/x.yaml (no test yet)"
             source, goal = test.partition(" (")[0], "recorded learning run (no test yet)"
         outcome = str(row.get("outcome", ""))
-        short = outcome if len(outcome) <= 160 else outcome[:157] + "..."
-        out.append((f"`{source}`", goal, short, _date(row), outcome.startswith("pass")))
+        out.append((f"`{source}`", goal, _short(outcome), _date(row), outcome.startswith("pass")))
     return out
 
 
@@ -212,10 +216,9 @@ def cuda_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             latest[str(row.get("check"))] = row
     out = []
     for check, row in sorted(latest.items()):
-        result = str(row.get("result", ""))
-        short = result if len(result) <= 160 else result[:157] + "..."
         holds = row.get("holds")
-        out.append(("`bench/cuda_check.sh`", check, short, _date(row), holds if isinstance(holds, bool) else None))
+        out.append(("`bench/cuda_check.sh`", check, _short(str(row.get("result", ""))), _date(row),
+                    holds if isinstance(holds, bool) else None))
     return out
 
 
