@@ -1,6 +1,7 @@
 """The pluggable interfaces shared by the three roles.
 
-A run names its plugins in YAML by registry name or ``module:Class`` (see ``rulka.registry``):
+A run names its plugins in YAML by registry name, or ``module:Class`` from a module the command line
+allows (``--allow-plugin``; see ``rulka.registry`` and ``rulka.trust``):
 
 - worker side: the env, the ``ActorModule`` (the policy a worker runs) and the
   ``SampleCompressor`` (segment -> bytes);
@@ -162,7 +163,8 @@ class TrainingAgent(ABC):
     @abstractmethod
     def actor_spec(self) -> dict[str, Any]:
         """Plain data a worker needs to build the matching ActorModule
-        (``{"actor": "<registry name or module:Class>", "kwargs": {...}}``); sent with the weights."""
+        (``{"actor": "<registry name>", "kwargs": {...}}``, plain data); sent with the weights. A
+        ``module:Class`` actor is built by a worker only when its command line allows the module."""
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:

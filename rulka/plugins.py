@@ -36,16 +36,59 @@ def build_plugin(kind: str, name: str, kwargs: Mapping[str, Any] | None = None, 
     if its signature takes one)."""
     factory = resolve(kind, name)
     kw = dict(kwargs or {})
+    check_plain_kwargs(kind, name, kw)
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if params and not takes_any:
+        named = {n for n, p in params.items()
+                 if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+        unknown = sorted(set(kw) - named)
+        if unknown:  # refused before anything is constructed
+            raise UserError(f"{kind} plugin '{name}' takes no argument {', '.join(repr(u[:60]) for u in unknown[:5])} "
+                            f"(it takes {', '.join(sorted(named)) or 'none'})")
     if "cfg" in params and "cfg" not in kw:
         kw["cfg"] = cfg
     try:
         return factory(**kw)
     except TypeError as exc:
         raise UserError(f"{kind} plugin '{name}' cannot be built with {sorted(kw)}: {exc}") from exc
+
+
+_PLAIN_SCALARS = (str, int, float, bool, type(None))
+
+
+def check_plain_kwargs(kind: str, name: str, kwargs: Mapping[str, Any], limit: int = 100_000) -> None:
+    """A plugin's arguments from a file are plain data (strings, numbers, booleans, null, lists and
+    string-keyed mappings of them; at most ``limit`` values in all), or a one-line UserError."""
+    count = 0
+    stack: list[Any] = [kwargs]
+    while stack:
+        value = stack.pop()
+        count += 1
+        if count > limit:
+            raise UserError(f"{kind} plugin '{name}': its arguments hold over {limit:,} values")
+        if isinstance(value, Mapping):
+            if not all(isinstance(k, str) for k in value):
+                raise UserError(f"{kind} plugin '{name}': its arguments have a key that is not a string")
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif not isinstance(value, _PLAIN_SCALARS):
+            raise UserError(f"{kind} plugin '{name}': argument of type {type(value).__name__} is not plain data")
+
+
+def check_gym_id(gym_id: str, key: str = "environment.gym_id") -> None:
+    """A gym id ``module:EnvId`` makes gymnasium import ``module``: only rulka's own or one the command
+    line allowed (``--allow-plugin``)."""
+    from rulka import trust
+
+    module, sep, _ = gym_id.partition(":")
+    if sep and module and not trust.module_allowed(module):
+        raise UserError(f"config key `{key}`: {gym_id[:120]!r} names a module to import, and a file cannot choose "
+                        f"code to run: add '{trust.ALLOW_PLUGIN_FLAG} {module[:80]}' to the command line if you trust it")
 
 
 def make_env(cfg: ConfigLike, render_mode: str | None = None) -> Any:
@@ -69,6 +112,7 @@ def _make_env(cfg: RulkaConfig, render_mode: str | None) -> Any:
 
         if not env_cfg.gym_id:
             raise UserError("environment.backend is 'gym' but environment.gym_id is not set")
+        check_gym_id(env_cfg.gym_id)
         try:
             return gymnasium.make(env_cfg.gym_id, **env_cfg.gym_kwargs, **extra)
         except gymnasium.error.Error as exc:

@@ -22,3 +22,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "extended" in item.keywords:
             item.add_marker(skip)
+
+
+# the tests' own plugins (tests/roles_helpers.py and a few test modules name actors, memories and
+# compressors as 'module:Class'): allowed in the test process as a user allows theirs with
+# --allow-plugin; every test starts from exactly these allowances (rulka.trust is per process)
+TEST_PLUGIN_MODULES = ("roles_helpers", "test_eval", "test_render_sim")
+
+
+@pytest.fixture(autouse=True)
+def _test_plugin_allowances():
+    from rulka import trust
+
+    trust.reset()
+    trust.allow_plugin_modules(TEST_PLUGIN_MODULES)
+    yield
+    trust.reset()

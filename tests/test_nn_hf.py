@@ -101,7 +101,11 @@ def test_hf_vision_and_fusion_train_load_hub_weights_and_rebuild_on_a_worker(hub
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_trust_remote_code_is_passed_through_and_off_by_default(hub, monkeypatch):
+def test_trust_remote_code_needs_the_command_line_and_is_off_by_default(hub, monkeypatch):
+    """A config's trust_remote_code reaches transformers only when this process was started with
+    --trust-remote-code (rulka.trust); without it the config is refused, naming the key."""
+    from rulka import trust
+
     seen = []
     real = transformers.AutoConfig.from_pretrained
 
@@ -116,6 +120,10 @@ def test_trust_remote_code_is_passed_through_and_off_by_default(hub, monkeypatch
     nn["vis"]["transformer"]["trust_remote_code"] = True
     nn["encoder"]["hf_embedding"]["trust_remote_code"] = True
     seen.clear()
+    with pytest.raises(ConfigError, match=r"`nn.vis.transformer.trust_remote_code`.*--trust-remote-code"):
+        topology_from_config(config_from_dict({"nn": nn}))
+    assert seen == []
+    trust.allow_remote_code(True)
     topology_from_config(config_from_dict({"nn": nn}))
     assert seen == [True, True]
 

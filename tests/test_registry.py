@@ -1,4 +1,5 @@
-"""Plugins are named by registry name or module:Class."""
+"""Plugins are named by registry name, installed entry point, or module:Class from a module the
+command line allowed (--allow-plugin)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,17 @@ import collections
 
 import pytest
 
-from rulka import registry
+from rulka import registry, trust
 from rulka.errors import UserError
 
 
-def test_module_colon_class_resolves() -> None:
+def test_module_colon_class_resolves_only_from_an_allowed_module() -> None:
+    with pytest.raises(UserError, match="--allow-plugin collections"):
+        registry.resolve("memory", "collections:OrderedDict")
+    assert not registry.is_known("memory", "collections:OrderedDict")
+    trust.allow_plugin_modules(["collections"])
     assert registry.resolve("memory", "collections:OrderedDict") is collections.OrderedDict
+    assert registry.is_known("memory", "collections:OrderedDict")
 
 
 def test_registered_string_target_is_imported_lazily() -> None:
@@ -28,5 +34,6 @@ def test_registered_string_target_is_imported_lazily() -> None:
      ("collections:NoSuchThing", "no attribute")],
 )
 def test_unknown_plugins_give_a_clear_error(name: str, match: str) -> None:
+    trust.allow_plugin_modules(["no_such_module_xyz", "collections"])
     with pytest.raises(UserError, match=match):
         registry.resolve("memory", name)

@@ -28,14 +28,15 @@ def error_lines(text: str) -> list[str]:
 
 
 class MemoryProcs(Procs):
-    """Procs whose trainer takes extra ``--set``s and finds the test plugins (``roles_helpers``)."""
+    """Procs whose trainer takes extra ``--set``s and finds the test plugins (``roles_helpers``,
+    allowed on its command line as a user allows their own plugins)."""
 
     def start_trainer(self, resume=False, extra=()):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
         sets = [a for s in [*SETS, *extra] for a in ("--set", s)]
         cmd = [sys.executable, "-m", "rulka.trainer.cli", "--config",
                str(TESTS.parent / "configs" / "cartpole_simple.yaml"), *sets, "--keys", str(self.keys),
-               "--server", f"127.0.0.1:{self.port}"]
+               "--server", f"127.0.0.1:{self.port}", "--allow-plugin", "roles_helpers"]
         cmd += ["--resume", str(self.run_dir)] if resume else ["--run-dir", str(self.run_dir)]
         self.trainer = subprocess.Popen(cmd, stdout=self._log("trainer"), stderr=subprocess.STDOUT,
                                         start_new_session=True, env=env)

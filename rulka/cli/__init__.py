@@ -56,7 +56,23 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # sub-command not built yet
             raise
         module.register(sub)
+    _add_trust_to_commands(parser)
     return parser
+
+
+def _add_trust_to_commands(parser: argparse.ArgumentParser) -> None:
+    """``--allow-plugin`` and ``--trust-remote-code`` on every command that runs something (each
+    leaf of the sub-command tree): what a file alone cannot allow, the command line can."""
+    from rulka.trust import add_trust_arguments
+
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        if parser.get_default("func") is not None and "allow_plugin" not in {a.dest for a in parser._actions}:
+            add_trust_arguments(parser)
+        return
+    for action in subs:
+        for child in {id(c): c for c in action.choices.values()}.values():
+            _add_trust_to_commands(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    from rulka.trust import apply_trust_arguments
+
+    apply_trust_arguments(args)
     return run_main(lambda: args.func(args))
 
 

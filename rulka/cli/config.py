@@ -41,7 +41,8 @@ def summary(cfg: RulkaConfig) -> str:
     env = cfg.environment
     parts = [f"algorithm {cfg.training.algorithm}"]
     if env.backend == "gym":
-        parts.append(f"gym env {env.gym_id}")
+        gym_id = env.gym_id or ""
+        parts.append(f"gym env {gym_id if len(gym_id) <= 80 else gym_id[:77] + '...'}")
     else:
         image = "no image" if cfg.nn.vis.no_image else f"image {cfg.w_downsized}x{cfg.h_downsized}"
         parts += [

@@ -260,8 +260,10 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     sets = [a for o in overrides for a in ("--set", o)]
     started: list[subprocess.Popen] = []
     try:
+        from rulka.trust import trust_argv
+
         trainer_cmd = _python_cmd("rulka.trainer.cli") + ["--config", str(config), *sets, "--keys", str(keys),
-                                                           "--server", address]
+                                                           "--server", address, *trust_argv()]
         trainer_cmd += ["--resume", str(run_dir)] if resume else ["--run-dir", str(run_dir)]
         if budget_minutes is not None:
             trainer_cmd += ["--budget-minutes", repr(float(budget_minutes))]
@@ -278,7 +280,7 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
                 _python_cmd("rulka.worker.cli") + ["--server", address, "--keys", str(keys / "bundles" / name),
                                                    "--state-dir", str(run_dir / "workers" / name),
                                                    "--priority", worker_priority, "--log-file", "none",  # logs/<name>.log has it
-                                                   *pin_args, *worker_args],
+                                                   *pin_args, *trust_argv(), *worker_args],
                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                 **_followed({"PYTHONUNBUFFERED": "1"}))
             started.append(procs[name])

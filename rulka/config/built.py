@@ -159,9 +159,24 @@ def check_startable(cfg: RulkaConfig, import_plugins: bool = False, replay: bool
     from rulka.config.resources import check_resources
 
     check_built(cfg)
+    check_remote_code_keys(cfg)
     plugins = check_plugins(cfg, import_plugins=import_plugins)
     check_resources(cfg, replay=replay)
     return plugins
+
+
+def check_remote_code_keys(cfg: RulkaConfig) -> None:
+    """Any ``trust_remote_code`` the config turns on (a Hugging Face model slot) needs
+    ``--trust-remote-code`` on this command line (``rulka.trust``): a ConfigError naming the key
+    otherwise; with it, a warning line names the model whose code will run."""
+    from rulka.trust import check_remote_code
+
+    vis, enc = cfg.nn.vis.transformer, cfg.nn.encoder
+    slots = [("nn.vis.transformer", vis), ("nn.encoder.transformer", enc.transformer),
+             ("nn.encoder.hf_embedding", enc.hf_embedding)]
+    for key, slot in slots:
+        if slot is not None and slot.trust_remote_code:
+            check_remote_code(True, f"{key}.trust_remote_code", str(slot.model_name_or_path))
 
 
 def check_plugins(cfg: RulkaConfig, import_plugins: bool = False) -> list[str]:
@@ -179,6 +194,10 @@ def check_plugins(cfg: RulkaConfig, import_plugins: bool = False) -> list[str]:
     ]
     if cfg.environment.backend != "gym":  # gym envs come from gymnasium.make, not a plugin
         wanted.append(("environment.backend", "env", cfg.environment.backend))
+    else:
+        from rulka.plugins import check_gym_id
+
+        check_gym_id(cfg.environment.gym_id or "")
     # names the guide documents, which a later version builds
     documented = {
         "env": {str(v) for v in typing.get_args(EnvironmentConfig.model_fields["backend"].annotation)},
@@ -191,9 +210,7 @@ def check_plugins(cfg: RulkaConfig, import_plugins: bool = False) -> list[str]:
         if not registry.is_known(kind, name):
             if name in documented.get(kind, set()):
                 raise ConfigError(f"config key `{key}`: {name} is not built yet (built {kind} plugins: {built})")
-            raise ConfigError(
-                f"config key `{key}`: unknown {kind} plugin '{name}' (registered: {built}; or give 'module:Class')"
-            )
+            raise ConfigError(f"config key `{key}`: {registry.refusal(kind, name)}")
         if import_plugins:
             try:
                 registry.resolve(kind, name)

@@ -10,7 +10,11 @@
   output: the mean of ``last_hidden_state``.
 
 ``model_name_or_path`` is a local folder or a hub id, resolved as transformers resolves it;
-``trust_remote_code`` is passed through (off by default). The model's config (``config.json``)
+weights are read from safetensors only (``use_safetensors=True``: a folder holding only a pickle
+``pytorch_model.bin`` is refused, naming the file). ``trust_remote_code`` in a config asks to run
+the model folder's own Python files; it takes effect only when this process's command line says
+``--trust-remote-code`` (:mod:`rulka.trust`; a warning line names the folder), on the trainer and on
+each worker alike, so a config file or the trainer's network description alone never runs code. The model's config (``config.json``)
 is read once by the trainer and travels inside the network topology, so a worker builds the same
 architecture with ``from_config`` and gets the weights from the trainer: workers never download.
 The trainer loads the pretrained weights (``from_pretrained``) when it builds its learner
@@ -55,14 +59,44 @@ def require_transformers(what: str = "a Hugging Face backbone") -> Any:
     return transformers
 
 
+VIS_KEY = "nn.vis.transformer.trust_remote_code"
+FUSION_KEYS = ("nn.encoder.hf_embedding.trust_remote_code", "nn.encoder.transformer.trust_remote_code")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def remote_code(requested: bool, path: str, key: str = VIS_KEY) -> bool:
+    """``trust_remote_code`` for transformers: what the config asks, allowed only by the command line
+    (``rulka.trust.check_remote_code``: a ConfigError without ``--trust-remote-code``)."""
+    from rulka.trust import check_remote_code
+
+    return check_remote_code(bool(requested), key, path)
+
+
+def check_safetensors_folder(path: str, what: str) -> None:
+    """A local model folder must hold safetensors weights: one holding only pickle files
+    (``pytorch_model.bin``, ``*.pt``, ``*.ckpt``) is refused, naming the file (nothing is unpickled)."""
+    folder = Path(path)
+    if not folder.is_dir() or any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl") for p in folder.glob(pattern))
+    if pickles:
+        raise ConfigError(f"{what}: {folder / pickles[0]} holds pickle weights, which rulka never loads; "
+                          f"save the model with safetensors (model.save_pretrained(folder, safe_serialization=True))")
+
+
 def read_hf_config(path: str, trust_remote_code: bool = False, hidden_dropout_prob: float | None = None,
-                   what: str = "a Hugging Face backbone") -> dict[str, Any]:
+                   what: str = "a Hugging Face backbone", key: str = VIS_KEY) -> dict[str, Any]:
     """The model's config as plain data (what travels to the workers)."""
     tf = require_transformers(what)
+    trust = remote_code(trust_remote_code, path, key)
     try:
-        conf = tf.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{what}: cannot read the model config at {path!r}: {str(exc).splitlines()[0]}") from None
+        conf = tf.AutoConfig.from_pretrained(path, trust_remote_code=trust)
+    except Exception as exc:  # noqa: BLE001 - any loading error is one line naming the folder
+        raise ConfigError(f"{what}: cannot read the model config at {path!r}: {_first_line(exc)}") from None
     if hidden_dropout_prob is not None and hasattr(conf, "hidden_dropout_prob"):
         conf.hidden_dropout_prob = float(hidden_dropout_prob)
     return json.loads(conf.to_json_string())
@@ -88,19 +122,31 @@ class _HfModule(nn.Module):
     """An ``AutoModel`` built from the config dict of a slot (``hf_config``, ``model_name_or_path``,
     ``trust_remote_code``)."""
 
-    def __init__(self, hf_config: Mapping[str, Any], path: str, trust_remote_code: bool) -> None:
+    def __init__(self, hf_config: Mapping[str, Any], path: str, trust_remote_code: bool, key: str = VIS_KEY) -> None:
         super().__init__()
         tf = require_transformers()
-        self.path, self.trust_remote_code = path, bool(trust_remote_code)
-        self.model = tf.AutoModel.from_config(_config_from_dict(hf_config, path, self.trust_remote_code),
-                                              trust_remote_code=self.trust_remote_code)
+        self.path = path
+        self.trust_remote_code = remote_code(trust_remote_code, path, key)
+        try:
+            self.model = tf.AutoModel.from_config(_config_from_dict(hf_config, path, self.trust_remote_code),
+                                                  trust_remote_code=self.trust_remote_code)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a config transformers cannot build: one line
+            raise ConfigError(f"cannot build the Hugging Face model of {path!r}: {_first_line(exc)}") from None
         self.hidden_size = int(self.model.config.hidden_size)
 
     def load_hub_weights(self) -> int:
-        """Copy the pretrained weights at ``model_name_or_path`` into the model; returns how many
-        tensors were loaded."""
+        """Copy the pretrained weights at ``model_name_or_path`` into the model (safetensors only);
+        returns how many tensors were loaded."""
         tf = require_transformers()
-        src = tf.AutoModel.from_pretrained(self.path, config=self.model.config, trust_remote_code=self.trust_remote_code)
+        what = f"the pretrained weights at {self.path!r}"
+        check_safetensors_folder(self.path, what)
+        try:
+            src = tf.AutoModel.from_pretrained(self.path, config=self.model.config, use_safetensors=True,
+                                               trust_remote_code=self.trust_remote_code)
+        except Exception as exc:  # noqa: BLE001 - missing, pickle-only or damaged weights: one line
+            raise ConfigError(f"cannot load {what} (safetensors only): {_first_line(exc)}") from None
         missing, unexpected = self.model.load_state_dict(src.state_dict(), strict=False)
         return len(src.state_dict()) - len(unexpected)
 
@@ -114,7 +160,8 @@ class HfVisionBackbone(_HfModule):
     def __init__(self, height: int, width: int, slot: Mapping[str, Any]) -> None:
         if not slot.get("hf_config"):
             raise ConfigError("nn.vis.transformer.use_hf_backbone: the topology carries no model config")
-        super().__init__(slot["hf_config"], str(slot["model_name_or_path"]), bool(slot.get("trust_remote_code")))
+        super().__init__(slot["hf_config"], str(slot["model_name_or_path"]), bool(slot.get("trust_remote_code")),
+                         VIS_KEY)
         conf = self.model.config
         self.d_model = self.hidden_size
         self.channels = int(getattr(conf, "num_channels", 3))
@@ -147,6 +194,11 @@ def _fusion_source(encoder: Mapping[str, Any]) -> tuple[str, bool, float | None]
     return str(tr.get("model_name_or_path") or ""), bool(tr.get("trust_remote_code")), tr.get("hidden_dropout_prob")
 
 
+def _fusion_key(encoder: Mapping[str, Any]) -> str:
+    """The config key whose ``trust_remote_code`` the fusion trunk takes."""
+    return FUSION_KEYS[0] if (encoder.get("hf_embedding") or {}).get("model_name_or_path") else FUSION_KEYS[1]
+
+
 class HfEmbeddingTrunk(_HfModule):
     """The ``hf_embedding`` fusion trunk (see the module docstring)."""
 
@@ -154,7 +206,7 @@ class HfEmbeddingTrunk(_HfModule):
         path, trust, _ = _fusion_source(encoder)
         if not encoder.get("hf_config"):
             raise ConfigError("nn.encoder.fusion_encoder hf_embedding: the topology carries no model config")
-        super().__init__(encoder["hf_config"], path, trust)
+        super().__init__(encoder["hf_config"], path, trust, _fusion_key(encoder))
         d = int(encoder["transformer"]["d_model"])
         self.proj = nn.Linear(d, self.hidden_size) if d != self.hidden_size else nn.Identity()
         self.out_dim = self.hidden_size
@@ -169,11 +221,12 @@ def add_hf_configs(topology: dict[str, Any]) -> dict[str, Any]:
     vt = topology.get("vis_transformer")
     if vt and vt.get("use_hf_backbone"):
         vt["hf_config"] = read_hf_config(vt["model_name_or_path"], bool(vt.get("trust_remote_code")),
-                                         vt.get("hidden_dropout_prob"), "nn.vis.transformer.use_hf_backbone")
+                                         vt.get("hidden_dropout_prob"), "nn.vis.transformer.use_hf_backbone", VIS_KEY)
     enc = topology["encoder"]
     if enc.get("fusion_encoder") == "hf_embedding" and topology["fusion_mode"] != "none":
         path, trust, dropout = _fusion_source(enc)
-        enc["hf_config"] = read_hf_config(path, trust, dropout, "nn.encoder.fusion_encoder hf_embedding")
+        enc["hf_config"] = read_hf_config(path, trust, dropout, "nn.encoder.fusion_encoder hf_embedding",
+                                          _fusion_key(enc))
     return topology
 
 
@@ -241,22 +294,24 @@ def save_hf_parts_from_weights(weights: Mapping[str, Any], actor_spec: Mapping[s
     for name, (hf_config, path, trust) in slots.items():
         prefix = HF_PARTS[name]
         sub = {k[len(prefix):]: torch.as_tensor(v).detach().cpu() for k, v in flat.items() if k.startswith(prefix)}
-        replace_folder(Path(folder), name, _with_weights(hf_config, path, trust, sub).save_pretrained)
+        key = VIS_KEY if name == "hf_transformer_vis" else FUSION_KEYS[0]
+        replace_folder(Path(folder), name, _with_weights(hf_config, path, trust, sub, key).save_pretrained)
         out.append(name)
     return out
 
 
-def _with_weights(hf_config: Mapping[str, Any], path: str, trust: bool, tensors: dict[str, torch.Tensor]) -> _HfModule:
+def _with_weights(hf_config: Mapping[str, Any], path: str, trust: bool, tensors: dict[str, torch.Tensor],
+                  key: str = VIS_KEY) -> _HfModule:
     """The model of ``hf_config`` holding ``tensors`` (strict: every tensor of the model). Built on
     the meta device and given the tensors themselves, so no random initialisation is paid (a
     ViT-base: 0.2 s instead of 9-22 s on a 2-core machine); a model that cannot be built there
     is built on the CPU."""
     try:
         with torch.device("meta"):
-            module = _HfModule(hf_config, path, trust)
+            module = _HfModule(hf_config, path, trust, key)
         module.model.load_state_dict(tensors, assign=True)
     except (RuntimeError, NotImplementedError, ValueError, TypeError):
-        module = _HfModule(hf_config, path, trust)
+        module = _HfModule(hf_config, path, trust, key)
         module.model.load_state_dict(tensors)
     return module
 

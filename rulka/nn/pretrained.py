@@ -90,12 +90,13 @@ def _hf_part(folder: Path, prefix: str) -> dict[str, torch.Tensor]:
     """One HF part in transformers' layout, its tensors under the part's place in rulka's networks.
     Read through transformers (its files may name tensors otherwise than the model in memory
     does); trust_remote_code stays off."""
-    from rulka.nn.hf import require_transformers
+    from rulka.nn.hf import check_safetensors_folder, require_transformers
 
     tf = require_transformers("`nn.init_from_pretrained` on a transformers folder")
+    check_safetensors_folder(str(folder), "config key `nn.init_from_pretrained`")
     try:
-        model = tf.AutoModel.from_pretrained(str(folder))
-    except (OSError, ValueError) as exc:
+        model = tf.AutoModel.from_pretrained(str(folder), use_safetensors=True)
+    except Exception as exc:  # noqa: BLE001 - missing, pickle-only or damaged weights: one line
         raise ConfigError(f"config key `nn.init_from_pretrained`: cannot load {folder} with transformers: "
                           f"{str(exc).splitlines()[0]}") from None
     return {prefix + k: v for k, v in model.state_dict().items()}

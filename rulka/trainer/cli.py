@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rulka.errors import UserError
 from rulka.process import follow_launcher, role_log_file, run_main, setup_logging, stop_on_ctrl_c
+from rulka.trust import add_trust_arguments, apply_trust_arguments
 
 if TYPE_CHECKING:
     from rulka.config import RulkaConfig
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the frames received at which something else stops the run (rulka run --frames): "
                              "times the learning-rate cooldown; does not stop the trainer")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_trust_arguments(parser)
     return parser
 
 
@@ -63,6 +65,7 @@ def default_run_dir(cfg: RulkaConfig) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    apply_trust_arguments(args)
     setup_logging(args.verbose)
     stop_on_ctrl_c()
     follow_launcher()

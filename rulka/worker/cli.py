@@ -25,6 +25,7 @@ from rulka.process import (
     setup_logging,
     stop_on_ctrl_c,
 )
+from rulka.trust import add_trust_arguments, apply_trust_arguments
 
 if TYPE_CHECKING:
     from rulka.config import RulkaConfig
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                              f"rolled over at {KEPT_LOG_BYTES // 2**20} MB keeping {KEPT_LOG_BACKUPS} older; "
                              "'none': the terminal only)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_trust_arguments(parser)
     return parser
 
 
@@ -87,6 +89,7 @@ def log_file_path(option: str | None, state_dir: Path) -> Path | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    apply_trust_arguments(args)
     setup_logging(args.verbose)
     code = run_main(lambda: _place(args))  # before any thread starts
     if code:

@@ -51,7 +51,8 @@ class TransformersConfig(Section):
     model_name_or_path: str = ""
     """Hugging Face model id or local directory."""
     trust_remote_code: bool = False
-    """Allow the HF model's own code to run."""
+    """Allow the HF model's own code to run; takes effect only with ``--trust-remote-code`` on the
+    command line of each process that builds the model (a config file alone cannot turn it on)."""
     hidden_dropout_prob: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     """HF hidden dropout."""
     d_model: Annotated[int, Field(ge=32)] = 256
@@ -141,7 +142,8 @@ class HfEmbeddingConfig(Section):
     model_name_or_path: str = ""
     """Hugging Face encoder fed with inputs_embeds."""
     trust_remote_code: bool = False
-    """Allow the HF model's own code to run."""
+    """Allow the HF model's own code to run; takes effect only with ``--trust-remote-code`` on the
+    command line of each process that builds the model (a config file alone cannot turn it on)."""
     hidden_dropout_prob: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     """HF hidden dropout."""
 

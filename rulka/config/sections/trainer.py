@@ -47,11 +47,11 @@ class TrainerConfig(Section):
     """The trainer (GPU box): plugins, update ratio, publishing, checkpoints."""
 
     agent: str | None = None
-    """TrainingAgent plugin: registry name or module:Class (null = training.algorithm)."""
+    """TrainingAgent plugin: registry name, or module:Class from a module allowed by --allow-plugin (null = training.algorithm)."""
     agent_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the agent plugin."""
     memory: str | None = None
-    """Memory plugin: registry name or module:Class (null = training.algorithm)."""
+    """Memory plugin: registry name, or module:Class from a module allowed by --allow-plugin (null = training.algorithm)."""
     memory_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the memory plugin."""
     max_updates_per_env_step: PositiveFloat | None = None

@@ -21,11 +21,11 @@ class WorkerConfig(Section):
     name: str | None = None
     """Worker name in logs and credentials (null = host name)."""
     actor: str | None = None
-    """ActorModule plugin: registry name or module:Class (null = training.algorithm)."""
+    """ActorModule plugin: registry name, or module:Class from a module allowed by --allow-plugin (null = training.algorithm)."""
     actor_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the actor plugin."""
     compressor: str = "zstd"
-    """SampleCompressor plugin: registry name or module:Class."""
+    """SampleCompressor plugin: registry name, or module:Class from a module allowed by --allow-plugin."""
     compressor_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the compressor plugin."""
     segment_max_steps: PositiveInt = 200

@@ -1,7 +1,9 @@
 """Saved policies for ``rulka sim render``: actor weights in safetensors with their actor spec.
 
 A policy file is ``policy.safetensors``: the actor's tensors, plus a metadata entry
-``actor_spec`` holding JSON ``{"actor": "<registry name or module:Class>", "kwargs": {...}}``
+``actor_spec`` holding JSON ``{"actor": "<registry name>", "kwargs": {...}}`` (a ``module:Class``
+actor is built only when the command line allows its module, ``--allow-plugin``; the kwargs are
+plain data, checked against the actor's declared parameters before it is built)
 (what ``TrainingAgent.actor_spec()`` returns; ``run_config`` inside it, when present, describes
 the env the actor was trained on). Nothing is unpickled.
 """
@@ -89,7 +91,7 @@ def spec_config(spec: Mapping[str, Any]) -> Any:
 
 def load_policy(path: str | Path, cfg: Any = None) -> tuple[Any, dict[str, Any]]:
     """The actor saved at ``path`` and its spec. The actor is built as a worker builds it (registry
-    name or ``module:Class``, the spec's kwargs, plus ``cfg`` when it takes one) and its weights
+    name, or an allowed ``module:Class``; the spec's kwargs, plus ``cfg`` when it takes one) and its weights
     loaded; any mismatch between the file and its actor is a one-line UserError."""
     from rulka.plugins import build_plugin
 
@@ -97,8 +99,8 @@ def load_policy(path: str | Path, cfg: Any = None) -> tuple[Any, dict[str, Any]]
     name = spec["actor"]
     try:
         actor = build_plugin("actor", name, spec.get("kwargs"), cfg)
-    except UserError:
-        raise
+    except UserError as exc:  # a refused or unknown actor, or arguments it does not declare
+        raise UserError(f"policy file '{file}': actor_spec: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - kwargs the actor refuses (a damaged or foreign spec)
         raise UserError(f"policy file '{file}': actor '{name}' cannot be built from its spec: "
                         f"{one_line(exc)}") from exc
