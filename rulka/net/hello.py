@@ -13,6 +13,9 @@ Both payloads are msgpack maps with a protocol version ``v`` (``HELLO_VERSION``)
 - ``hello`` (worker -> trainer): ``{"v": 1, "next_seq": int, "next_episode": int, "unacked": int}``
 - ``welcome`` (trainer -> that worker): ``{"v": 1, "highest_seq": int, "highest_episode": int}``,
   -1 where the trainer has accepted nothing from that worker.
+
+Every number is at most ``rulka.net.wire.MAX_WIRE_INT`` (a highest accepted number below it, so
+that the worker can continue above it); anything beyond is bad input.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rulka.errors import BadInput
+from rulka.net.wire import MAX_WIRE_INT
 from rulka.segment import pack, unpack
 
 HELLO_VERSION = 1
 _MAX_BYTES = 1024
 
 
-def _ints(payload: bytes, what: str, keys: tuple[str, ...], minimum: int) -> dict[str, int]:
+def _ints(payload: bytes, what: str, keys: tuple[str, ...], minimum: int, maximum: int) -> dict[str, int]:
     try:
         obj: Any = unpack(payload, max_bytes=_MAX_BYTES)
     except Exception as exc:  # noqa: BLE001 - anything a peer sends
@@ -39,8 +43,8 @@ def _ints(payload: bytes, what: str, keys: tuple[str, ...], minimum: int) -> dic
     out = {}
     for key in keys:
         value = obj.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise BadInput(what, f"{key!r} must be an integer >= {minimum}")
+        if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+            raise BadInput(what, f"{key!r} must be an integer from {minimum} to {maximum}")
         out[key] = value
     return out
 
@@ -65,7 +69,7 @@ def encode_hello(hello: Hello) -> bytes:
 
 def decode_hello(payload: bytes) -> Hello:
     """Raise BadInput on anything but a well-formed ``hello`` of this protocol version."""
-    d = _ints(payload, "hello", ("next_seq", "next_episode", "unacked"), 0)
+    d = _ints(payload, "hello", ("next_seq", "next_episode", "unacked"), 0, MAX_WIRE_INT)
     return Hello(d["next_seq"], d["next_episode"], d["unacked"])
 
 
@@ -75,5 +79,5 @@ def encode_welcome(welcome: Welcome) -> bytes:
 
 def decode_welcome(payload: bytes) -> Welcome:
     """Raise BadInput on anything but a well-formed ``welcome`` of this protocol version."""
-    d = _ints(payload, "welcome", ("highest_seq", "highest_episode"), -1)
+    d = _ints(payload, "welcome", ("highest_seq", "highest_episode"), -1, MAX_WIRE_INT - 1)
     return Welcome(d["highest_seq"], d["highest_episode"])

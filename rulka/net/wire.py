@@ -56,6 +56,12 @@ _SIGNED_FIELDS = ("v", "k", "s", "n", "to", "c", "L", "h")
 MAX_BATCH = 32  # messages one signature may cover
 _BATCH_DOMAIN = "rulka-batch/1"
 VERIFIED_BATCHES = 64  # batch signatures a Reassembler remembers as verified
+# The largest sequence number, episode id or credit limit that crosses the wire. msgpack itself
+# carries integers from -2**63 to 2**64 - 1; the signed 64-bit maximum leaves headroom for what
+# a receiver adds to a number it was sent (the trainer's credit on top of a worker's next
+# sequence number) and fits any reader's int64. Numbers from a file or a peer beyond it are bad
+# input, never a reason to count past it.
+MAX_WIRE_INT = 2**63 - 1
 
 
 # -- layer 1: the tlspyo serializer pair ---------------------------------------------------------

@@ -28,10 +28,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rulka.net.wire import MAX_WIRE_INT
+
 log = logging.getLogger(__name__)
 
 _STATE_FILE = "worker_state.json"
 _SEGMENT_SUFFIX = ".seg"
+
+
+def in_wire_range(number: int) -> bool:
+    """Whether ``number`` may be a sequence number or episode id: one above it must still cross
+    the wire (``rulka.net.wire.MAX_WIRE_INT``)."""
+    return 0 <= number < MAX_WIRE_INT
+
+
+def _move_aside(path: Path, folder: Path) -> Path:
+    """Move ``path`` into ``folder`` (made if needed), never over an earlier file of that name;
+    returns where it went."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / path.name
+    n = 1
+    while target.exists():
+        target = folder / f"{path.name}.{n}"
+        n += 1
+    os.replace(path, target)
+    return target
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -49,6 +70,11 @@ class WorkerCounters:
     file (a first start, a deleted or corrupted state folder) leaves it False, and the worker then
     asks the trainer for the highest number it accepted before it numbers anything
     (``Worker``'s hello/welcome exchange).
+
+    Neither number ever passes ``MAX_WIRE_INT`` (every one of them must cross the wire): a state
+    file holding a number beyond it is repaired (moved to ``<directory>/quarantine/``, one
+    warning line, the numbers then treated as lost), and a number from a spilled file's name or
+    the trainer's welcome beyond it is ignored.
     """
 
     def __init__(self, directory: Path | None = None) -> None:
@@ -65,33 +91,57 @@ class WorkerCounters:
                     state = json.loads(path.read_text())
                     self.next_seq = int(state["next_seq"])
                     self.next_episode = int(state["next_episode"])
-                    self.intact = self.next_seq >= 0 and self.next_episode >= 0
-                except (ValueError, KeyError, TypeError) as exc:
+                    self.intact = True
+                except (ValueError, KeyError, TypeError, OverflowError) as exc:
                     # a damaged state file must not make us reuse numbers: start above any
                     # segment still on disk (see bump_past) and above what the trainer accepted
                     log.warning("worker state %s unreadable (%s); continuing above the spilled segments "
                                 "and the trainer's highest accepted number", path, exc)
+                if self.intact and not (0 <= self.next_seq <= MAX_WIRE_INT and 0 <= self.next_episode <= MAX_WIRE_INT):
+                    self.intact = False
+                    self._repair(path)
                 if not self.intact:
                     self.next_seq = self.next_episode = 0
 
-    def bump_past(self, seq: int) -> None:
-        """Make sure the next sequence number is above ``seq`` (a segment found on disk)."""
+    def _repair(self, path: Path) -> None:
+        """Move a state file whose numbers are outside the wire's range aside (one line): the
+        worker then numbers nothing until the trainer's welcome, as after a lost state file, and
+        a restart before its next save finds no file rather than the same numbers."""
+        assert self.directory is not None
+        target = _move_aside(path, self.directory / "quarantine")
+        log.warning("worker state %s repaired: next_seq %s / next_episode %s is outside the wire's range "
+                    "(0 to %d); the file was moved to %s and numbering continues above the spilled segments "
+                    "and the trainer's highest accepted number", path, _short(self.next_seq),
+                    _short(self.next_episode), MAX_WIRE_INT, target)
+
+    def bump_past(self, seq: int) -> bool:
+        """Make sure the next sequence number is above ``seq`` (a segment found on disk, the
+        trainer's highest accepted one). False, and nothing changes, for a number outside the
+        wire's range (``in_wire_range``)."""
+        if seq >= 0 and not in_wire_range(seq):
+            return False
         with self._lock:
             if seq >= self.next_seq:
                 self.next_seq = seq + 1
                 self._save()
+        return True
 
-    def bump_episode_past(self, episode: int) -> None:
-        """Make sure the next episode id is above ``episode`` (one the trainer has seen)."""
+    def bump_episode_past(self, episode: int) -> bool:
+        """Make sure the next episode id is above ``episode`` (one the trainer has seen); False
+        for a number outside the wire's range, as ``bump_past``."""
+        if episode >= 0 and not in_wire_range(episode):
+            return False
         with self._lock:
             if episode >= self.next_episode:
                 self.next_episode = episode + 1
                 self._save()
+        return True
 
     def take_seq(self) -> int:
         """The next sequence number; persisted before it is returned."""
         with self._lock:
             seq = self.next_seq
+            _check_left(seq, "sequence numbers")
             self.next_seq += 1
             self._save()
             return seq
@@ -100,6 +150,7 @@ class WorkerCounters:
         """The next episode id; persisted before it is returned."""
         with self._lock:
             ep = self.next_episode
+            _check_left(ep, "episode ids")
             self.next_episode += 1
             self._save()
             return ep
@@ -108,6 +159,19 @@ class WorkerCounters:
         if self.directory is not None:
             data = json.dumps({"next_seq": self.next_seq, "next_episode": self.next_episode})
             _atomic_write(self.directory / _STATE_FILE, data.encode())
+
+
+def _check_left(number: int, what: str) -> None:
+    # unreachable by counting (2**63 segments); only a number from outside could get here, and
+    # every way in is checked, so this is the last guard, not a path
+    if not in_wire_range(number):
+        raise RuntimeError(f"this worker's {what} are used up ({number} is the wire's maximum); "
+                           "delete worker_state.json in its state folder to renumber from the trainer's welcome")
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:20]}... ({len(text)} digits)"
 
 
 @dataclass
@@ -179,14 +243,22 @@ class Outbox:
         for path in sorted(self.directory.iterdir()):
             if path.suffix == ".tmp" and path.is_file():
                 path.unlink(missing_ok=True)  # an interrupted write: never counted as produced
-            elif path.is_file() and path.stem.isascii() and path.stem.isdigit() and path == self._path(int(path.stem)):
-                found.append((int(path.stem), path.stat().st_size))
-            else:
+            elif not path.is_file() or not (path.stem.isascii() and path.stem.isdigit()):
                 # not a file this worker writes (a stray copy, a renamed or foreign file): out of
-                # the way, counted, its number (if it has one) never reused
-                if counters is not None and path.stem.isascii() and path.stem.isdigit():
+                # the way, counted
+                self._move_to_quarantine(path, "is not a segment file this worker writes")
+            elif not in_wire_range(int(path.stem)):  # a name is at most 255 characters: int() is cheap
+                # a number no segment can carry: out of the way, and next_seq stays where it is
+                self._move_to_quarantine(path, f"names a sequence number outside the wire's range (0 to "
+                                               f"{MAX_WIRE_INT - 1})")
+            elif path != self._path(int(path.stem)):
+                # a number written another way (a stray copy, a renamed file): out of the way,
+                # counted, its number never reused
+                if counters is not None:
                     counters.bump_past(int(path.stem))
                 self._move_to_quarantine(path, "is not a segment file this worker writes")
+            else:
+                found.append((int(path.stem), path.stat().st_size))
         for seq, size in sorted(found):
             if counters is not None:
                 counters.bump_past(seq)  # even a quarantined number is never reused
@@ -217,14 +289,8 @@ class Outbox:
         """Move ``path`` to ``<directory>/../quarantine/`` (never over an earlier one), count it."""
         assert self.directory is not None
         folder = self.directory.parent / "quarantine"
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / path.name
-        n = 1
-        while target.exists():
-            target = folder / f"{path.name}.{n}"
-            n += 1
         try:
-            os.replace(path, target)
+            _move_aside(path, folder)
         except OSError:
             if path.is_file():
                 path.unlink(missing_ok=True)
