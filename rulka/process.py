@@ -1,13 +1,15 @@
 """What every rulka process shares, below the roles and the umbrella command: running a command
 body (a UserError is one line and an exit code), logging, a clean Ctrl-C, stopping with the
-``rulka run`` launcher, CPU priority and cores. ``rulka-server``, ``rulka-trainer``,
+``rulka run`` launcher, a quick exit, CPU priority and cores. ``rulka-server``, ``rulka-trainer``,
 ``rulka-worker`` and ``rulka`` (which launches the other three) all import it; it imports no
 role and no command."""
 
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
+import gc
 import logging
 import logging.handlers
 import os
@@ -32,6 +34,17 @@ def run_main(func: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def exit_quickly() -> None:
+    """Make this process's exit skip the garbage collector's last full pass over every object.
+
+    A role that imported torch spends most of its exit in that pass: the trainer took 2.6 CPU
+    seconds from its network process's death to its exit, 0.7 s with this (issue 62). The pass
+    only frees memory the OS takes back anyway; every object still goes when its last reference
+    does, and the roles close their files themselves. Harmless where ``main`` runs in-process
+    (tests): it acts at that interpreter's exit only."""
+    atexit.register(gc.freeze)
 
 
 LAUNCHER_ENV = "RULKA_LAUNCHER_STDIN"

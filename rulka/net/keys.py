@@ -318,6 +318,9 @@ def _require_trainer_dir(keys_dir: Path) -> None:
 
 
 # -- loading ------------------------------------------------------------------------------------
+KEY_FILE_READ_BYTES = 64 * 1024  # a public key file is a few hundred bytes
+
+
 @dataclass
 class Credentials:
     """What one role loaded from its keys folder or worker bundle.
@@ -357,11 +360,29 @@ class Credentials:
         except UserError:
             return None
 
-    def workers_mtime(self) -> tuple[float, ...]:
-        """Changes when a worker or an operator is enrolled, revoked or removed (for cheap
-        periodic reloads: keys are written by rename, so replacing one changes its folder too)."""
-        return tuple((self.root / sub).stat().st_mtime if (self.root / sub).is_dir() else 0.0
-                     for sub in ("workers", "revoked", "operators"))
+    def keys_fingerprint(self) -> bytes:
+        """A SHA-256 over the names and contents of every key in ``workers/``, ``revoked/`` and
+        ``operators/``: it changes when a key is enrolled, revoked, removed, or overwritten or
+        emptied in place (which a folder's modification time does not show). Cheap enough to
+        take every half second: each file is read up to ``KEY_FILE_READ_BYTES``, its size
+        counted beyond."""
+        digest = hashes.Hash(hashes.SHA256())
+        for sub in ("workers", "revoked", "operators"):
+            folder = self.root / sub
+            try:
+                names = sorted(p.name for p in folder.iterdir() if p.suffix == ".pub")
+            except OSError:  # no such folder (a worker bundle, a relay without operators)
+                continue
+            for name in names:
+                digest.update(f"{sub}/{name}\0".encode())
+                try:
+                    with open(folder / name, "rb") as f:
+                        data = f.read(KEY_FILE_READ_BYTES)
+                        size = os.fstat(f.fileno()).st_size
+                except OSError as exc:  # unreadable now: the key loads as absent, which counts
+                    data, size = f"unreadable: {exc.errno}".encode(), -1
+                digest.update(len(data).to_bytes(8, "big") + data + size.to_bytes(8, "big", signed=True))
+        return digest.finalize()
 
 
 def _read_password(root: Path) -> str:

@@ -6,8 +6,10 @@
 Each link owns one tlspyo ``Endpoint`` (a Twisted child process on a free local port, which
 reconnects by itself with exponential backoff from ``network.reconnect_backoff_s``, capped at its
 second value: 10 s by default, with 10 % jitter) and two threads (three with the heartbeat). A
-network process that dies is noticed within about a second: ``link.dead`` says why, logged once,
-and the roles stop instead of waiting for a connection that cannot come:
+network process that dies is noticed within ``DEATH_CHECK_S`` (the receiver looks at it each time
+it wakes): ``link.dead`` says why, logged once, the link no longer counts as connected (nothing
+more is sent into the broken pipe, and sends that fail because of it are not logged as well), and
+the roles stop instead of waiting for a connection that cannot come:
 
 - a sender: ``send``/``broadcast``/``send_to`` only queue (bounded by ``network.outbox_messages``;
   a full outbox raises ``OutboxFull`` at once, nothing queued). The sender signs each message
@@ -54,6 +56,7 @@ log = logging.getLogger("rulka.net")
 
 TRAINER_CREDIT = 64  # chunks the server may push to the trainer before it asks for more
 BATCH_BYTES = 4 * 1024 * 1024  # queued messages signed together up to this many payload bytes
+DEATH_CHECK_S = 0.2  # the receiver wakes at least this often and checks the network process
 _STOP = object()
 
 
@@ -158,14 +161,21 @@ class _TlsLink:
             self.refused = reason
             self._set_problem(REFUSALS.get(reason, f"refused by the server ({reason})"))
         elif getattr(self, "_refused_open", False) and not obj.get("failed"):
-            self._refused_open = False  # the close that follows a refusal (up to 5 s later) says less
+            self._refused_open = False  # the close that follows a refusal says less
         elif now - getattr(self, "_refused_at", -1e9) > 2.0:
             self._set_problem(explain_link_error(str(obj.get("link_error", ""))[:300], self.settings))
 
-    def _check_network_process(self) -> None:
-        """Notice (within a second or two) that the network process died: nothing can be sent or
-        received any more, so the role must stop instead of waiting for a connection."""
-        if self.dead or self._closed.is_set() or self._endpoint.child_alive():
+    def _check_network_process(self, wait_s: float = 0.0) -> None:
+        """Notice that the network process died: nothing can be sent or received any more, so the
+        role must stop instead of waiting for a connection. ``wait_s``: a send just failed on the
+        local link; the process closes its sockets a moment before it can be seen to exit."""
+        if self.dead or self._closed.is_set():
+            return
+        if wait_s > 0:
+            proc = getattr(self._endpoint, "_p", None)
+            if proc is not None:
+                proc.join(wait_s)
+        if self._endpoint.child_alive():
             return
         code = getattr(getattr(self._endpoint, "_p", None), "exitcode", None)
         self.dead = f"the network process exited (exit code {code}): this link can no longer reach the server"
@@ -187,7 +197,8 @@ class _TlsLink:
         return self._sessions
 
     def connected(self) -> bool:
-        return not self._closed.is_set() and time.monotonic() - self._last_pong < 3 * self.settings.heartbeat_s
+        return (not self._closed.is_set() and not self.dead
+                and time.monotonic() - self._last_pong < 3 * self.settings.heartbeat_s)
 
     def wait_connected(self, timeout: float = 30.0) -> bool:
         """Block until the server answers (True) or ``timeout`` passes (False)."""
@@ -289,8 +300,12 @@ class _TlsLink:
                 self.counters["messages_sent"] += 1
                 self.counters["bytes_sent"] += len(payload)
             except Exception as exc:  # endpoint gone (closing) or a bug: lose this message, not the thread
-                if not self._closed.is_set():
-                    log.warning("%s: could not send a %s message: %s", self.identity, kind, exc)
+                if isinstance(exc, OSError):  # the local link broke: most likely the process died
+                    self._check_network_process(wait_s=1.0)
+                if self.dead or self._closed.is_set():
+                    log.debug("%s: %s message not sent: %s", self.identity, kind, exc)  # said once, as dead
+                    return
+                log.warning("%s: could not send a %s message: %s", self.identity, kind, exc)
 
     def _ep_send(self, obj: Any, dest: dict[str, int]) -> None:
         with self._ep_lock:
@@ -312,14 +327,14 @@ class _TlsLink:
         last_expire = time.monotonic()
         while not self._closed.is_set():
             try:
-                obj = self._obj_queue.get(timeout=0.2)
+                obj = self._obj_queue.get(timeout=DEATH_CHECK_S)
             except queue.Empty:
                 obj = None
             now = time.monotonic()
+            self._check_network_process()  # a cheap waitpid: within DEATH_CHECK_S of its death
             if now - last_expire > 1.0:
                 self._reassembler.expire(now)
                 last_expire = now
-                self._check_network_process()
             if obj is None:
                 continue
             batch = [obj]
@@ -481,7 +496,7 @@ class TlsTrainerLink(_TlsLink, TrainerLink):
 
     def __init__(self, settings: NetworkSettings, creds: Credentials) -> None:
         self._keys: dict[str, Ed25519PublicKey] = {}
-        self._keys_mtime: tuple[float, ...] = ()
+        self._keys_fingerprint = b""
         self._keys_checked = 0.0
         self._credit_lock = threading.Lock()
         self._outstanding = 0  # credit granted to the server and not used yet
@@ -492,9 +507,9 @@ class TlsTrainerLink(_TlsLink, TrainerLink):
         now = time.monotonic()
         if now - self._keys_checked > 2.0:
             self._keys_checked = now
-            mtime = self.creds.workers_mtime()
-            if mtime != self._keys_mtime:
-                self._keys, self._keys_mtime = self.creds.worker_keys(), mtime
+            fingerprint = self.creds.keys_fingerprint()
+            if fingerprint != self._keys_fingerprint:
+                self._keys, self._keys_fingerprint = self.creds.worker_keys(), fingerprint
         return self._keys.get(sender)
 
     def broadcast(self, kind: str, payload: bytes) -> None:

@@ -32,9 +32,13 @@ Here:
   is disconnected (``slow_client``); ``ping`` and ``status`` are rate-limited per connection;
 - a frame whose header arrived must complete within ``STALL_TIMEOUT_S`` (``stalled_frame``);
 - ``status`` answers the trainer's identity and operators' (``rulka keys add-operator``) only:
-  it lists every address; revoking a worker closes all its connections, observers included;
+  it lists every address;
+- the enrolled keys are compared with the key files' contents every ``KEY_CHECK_S`` (a hash of
+  ``workers/``, ``revoked/`` and ``operators/``, so a key overwritten or emptied in place counts):
+  a key revoked, removed or replaced closes every connection made with it, observers included;
 - a refused client gets one ``{"refused": reason}`` message before the connection closes, so it
-  can say why (``wrong_password``, ``unknown_identity``, ``unauthenticated``, ...).
+  can say why (``wrong_password``, ``unknown_identity``, ``unauthenticated``, ...); the close
+  starts at once (TLS close alert, then TCP) and is forced after ``REFUSE_GRACE_S``.
 
 Channels (tlspyo groups): ``trainer``, ``workers``, ``w:<name>``, and three the relay answers
 itself: ``ping`` (replies ``{"pong": conn_id}``), ``status`` (replies ``{"status": report}``) and
@@ -81,6 +85,8 @@ RATE_LIMITS = {"ping": (20.0, 40.0), "status": (1.0, 5.0)}
 READ_PAUSE_BYTES = 256 * 1024  # backlog beyond which the relay stops reading from a client
 LOG_EVERY_S = 5.0  # one log line per (reason, client) this often; the counters count every one
 FRAME_OVERHEAD = 4096  # envelope fields + tlspyo tuple around one chunk
+KEY_CHECK_S = 0.5  # how often the server compares the enrolled keys with the key files
+REFUSE_GRACE_S = 1.0  # a refused client that does not answer the TLS close is cut after this
 
 
 @dataclass
@@ -136,16 +142,18 @@ class RelayCore:
         self.bad: dict[str, int] = collections.defaultdict(int)
         self.stats: dict[str, tuple[float, dict[str, Any]]] = {}
         self._worker_keys: dict[str, Ed25519PublicKey] = {}
-        self._worker_keys_mtime: tuple[float, ...] = ()
+        self._keys_fingerprint = b""
         self.observers: set[RelayProtocol] = set()
         self._last_log: dict[tuple[str, str | None], float] = {}
 
     # -- identities --------------------------------------------------------------------------------
     def worker_keys(self) -> dict[str, Ed25519PublicKey]:
-        mtime = self.creds.workers_mtime()
-        if mtime != self._worker_keys_mtime:
+        """The enrolled workers' keys, re-read when the key files' contents changed (the server
+        calls this every ``KEY_CHECK_S``); closes the connections whose key is gone or changed."""
+        fingerprint = self.creds.keys_fingerprint()
+        if fingerprint != self._keys_fingerprint:
             self._worker_keys = self.creds.worker_keys()
-            self._worker_keys_mtime = mtime
+            self._keys_fingerprint = fingerprint
             # every open connection whose key is gone (revoked worker, deleted operator) or was
             # replaced (enrolled again with --force) is closed: it authenticated with that key
             for conn in [*self.workers.values(), *self.observers]:
@@ -565,9 +573,13 @@ class RelayProtocol(protocol.Protocol):
             self.core.count_bad(reason, self.identity, f"{detail} [{self.address}]" if detail else f"[{self.address}]")
             self.closing = True
             self._buf.clear()
+            # TLS holds its close alert while a producer is registered (this protocol, until
+            # connectionLost): unregister first, or every refused connection waits for the
+            # forced close below
+            self.transport.unregisterProducer()
             self.transport.loseConnection()  # sends what was written, then closes
             # a client that never reads must not hold the connection open
-            self.core.clock.callLater(5.0, self._force_close)
+            self.core.clock.callLater(REFUSE_GRACE_S, self._force_close)
 
     def _force_close(self) -> None:
         try:

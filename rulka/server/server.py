@@ -52,7 +52,7 @@ class Server:
         once per process); from a script that does other things, use ``start()``/``stop()``."""
         from twisted.internet import reactor, ssl, task
 
-        from rulka.server.relay import RelayCore, RelayFactory
+        from rulka.server.relay import KEY_CHECK_S, RelayCore, RelayFactory
 
         creds = load_credentials(self.credentials_dir, "server")
         core = RelayCore(self.settings, creds)
@@ -72,8 +72,8 @@ class Server:
         log.info("rulka-server listening on %s:%d (%s)", self.bind_host, self.port,
                  "plain TCP" if self.settings.allow_plain_tcp else "TLS")
         print(f"listening on {self.bind_host}:{self.port}", flush=True)
-        # revocations take effect without a restart
-        task.LoopingCall(core.worker_keys).start(2.0, now=False)
+        # revocations, removed and replaced keys take effect without a restart
+        task.LoopingCall(core.worker_keys).start(KEY_CHECK_S, now=False)
         reactor.run()
         log.info("rulka-server stopped")
 

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rulka.errors import UserError
-from rulka.process import follow_launcher, role_log_file, run_main, setup_logging, stop_on_ctrl_c
+from rulka.process import (
+    exit_quickly,
+    follow_launcher,
+    role_log_file,
+    run_main,
+    setup_logging,
+    stop_on_ctrl_c,
+)
 from rulka.trust import add_trust_arguments, apply_trust_arguments
 
 if TYPE_CHECKING:
@@ -69,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     stop_on_ctrl_c()
     follow_launcher()
+    exit_quickly()  # stops within about a second of its network process's death, not three
     return run_main(lambda: _run(args))
 
 

@@ -16,6 +16,7 @@ from rulka.process import (
     KEPT_LOG_BACKUPS,
     KEPT_LOG_BYTES,
     PRIORITIES,
+    exit_quickly,
     follow_launcher,
     keep_on_cores,
     log_file_option,
@@ -96,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     stop_on_ctrl_c()
     follow_launcher()
+    exit_quickly()
     return run_main(lambda: _run(args))
 
 
