@@ -15,7 +15,7 @@ import math
 import shutil
 import subprocess
 import sys
-from typing import Protocol
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
@@ -37,6 +37,28 @@ class FrameSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # optional (the env checks with getattr): ``focus() -> bool`` gives the window the keyboard
+    # focus and says whether it has it; ``click(x, y)`` left-clicks a client-area pixel
+
+
+# End-of-race pop-up: where TMRL 0.7.1 clicks it in keyboard mode
+# (tmrl/custom/tm/utils/control_mouse.py ``mouse_close_finish_pop_up_tm20``: screen (138, 108) for
+# its 256 x 128 image window, (550, 320) for its 958 x 488 LIDAR window; with the gamepad it
+# presses A instead, control_gamepad.py). TMRL places the window at x = 1 - w_diff // 2, y = 0
+# (window.py ``move_and_resize``), so the client area starts at screen (1, h_diff - w_diff // 2) =
+# (1, 31) with Windows 10's borders (16, 39; window.py's comment): the click in client pixels is
+# (137, 77) and (549, 289), kept here as fractions of the client size [inferred from those
+# constants; the button's position at other sizes is not known].
+END_SCREEN_CLICK = {(256, 128): (137 / 256, 77 / 128), (958, 488): (549 / 958, 289 / 488)}
+
+
+def end_screen_click_point(width: int, height: int) -> tuple[int, int]:
+    """Client pixel to click on the end-of-race pop-up of a ``width`` x ``height`` window: TMRL's
+    point for the layout of the nearer of its two window sizes, scaled."""
+    size = min(END_SCREEN_CLICK, key=lambda s: abs(s[0] - width) + abs(s[1] - height))
+    fx, fy = END_SCREEN_CLICK[size]
+    return int(round(fx * width)), int(round(fy * height))
 
 
 # ---------------------------------------------------------------------- conversion
@@ -163,6 +185,42 @@ def make_lidar(kind: str, width: int, height: int, dark: int) -> Lidar | TmrlLid
 
 
 # ---------------------------------------------------------------------- Windows
+def grab_client_area(g: Any, ui: Any, hwnd: int, w: int, h: int) -> np.ndarray:
+    """BitBlt the ``w`` x ``h`` client area of ``hwnd`` into a BGRA array through GDI.
+
+    ``g``/``ui`` are pywin32's ``win32gui``/``win32ui`` (tests pass a recording fake). Every GDI
+    object is released in the order Microsoft documents, on every path (an exception included):
+    the bitmap is selected out of the memory DC (the DC's original bitmap selected back, as TMRL's
+    ``window.py`` does: "avoids memory leak") before ``DeleteObject`` ("do not delete a drawing
+    object while it is still selected into a DC"), the memory DC from ``CreateCompatibleDC`` is
+    deleted with ``DeleteDC``, and the window DC from ``GetDC`` is released with ``ReleaseDC``,
+    never ``DeleteDC`` ("an application must not delete a DC whose handle was obtained by calling
+    the GetDC function"). A leak here costs a GDI handle per frame: 20 per second of a run, and
+    Windows stops a process at 10,000 by default.
+    """
+    hdc = g.GetDC(hwnd)  # client-area DC: no border arithmetic needed
+    try:
+        src = ui.CreateDCFromHandle(hdc)  # wraps hdc; released below with ReleaseDC only
+        mem = src.CreateCompatibleDC()
+        try:
+            bmp = ui.CreateBitmap()
+            bmp.CreateCompatibleBitmap(src, w, h)
+            try:
+                old = mem.SelectObject(bmp)
+                try:
+                    mem.BitBlt((0, 0), (w, h), src, (0, 0), 0x00CC0020)  # SRCCOPY
+                    data = bmp.GetBitmapBits(True)
+                finally:
+                    mem.SelectObject(old)
+            finally:
+                g.DeleteObject(bmp.GetHandle())
+        finally:
+            mem.DeleteDC()
+    finally:
+        g.ReleaseDC(hwnd, hdc)
+    return np.frombuffer(data, dtype=np.uint8).reshape(h, w, 4).copy()
+
+
 class WindowsCapture:
     """The client area of the top-level window titled ``title`` (exactly), through GDI.
 
@@ -219,22 +277,35 @@ class WindowsCapture:
         _, _, w, h = g.GetClientRect(self.hwnd)
         if w <= 0 or h <= 0:
             raise WindowLost(f"{self.title} window has no client area ({w}x{h})")
-        hdc = g.GetDC(self.hwnd)  # client-area DC: no border arithmetic needed
+        return grab_client_area(g, ui, self.hwnd, w, h)
+
+    def focus(self) -> bool:
+        """Give the window the keyboard focus (a keyboard give up goes to the focused window);
+        True when it has it afterwards. Windows refuses ``SetForegroundWindow`` to a process that
+        did not receive the last input; an Alt press first lifts that lock (Linesight's
+        ``game_instance_manager.py`` does the same with WScript's ``SendKeys("%")``)."""
+        g = self._win32gui
         try:
-            src = ui.CreateDCFromHandle(hdc)
-            mem = src.CreateCompatibleDC()
-            bmp = ui.CreateBitmap()
-            bmp.CreateCompatibleBitmap(src, w, h)
-            mem.SelectObject(bmp)
-            mem.BitBlt((0, 0), (w, h), src, (0, 0), 0x00CC0020)  # SRCCOPY
-            data = bmp.GetBitmapBits(True)
-            frame = np.frombuffer(data, dtype=np.uint8).reshape(h, w, 4).copy()
-            g.DeleteObject(bmp.GetHandle())
-            mem.DeleteDC()
-            src.DeleteDC()
-        finally:
-            g.ReleaseDC(self.hwnd, hdc)
-        return frame
+            if not g.IsWindow(self.hwnd):
+                self.hwnd = self._find()
+            if g.GetForegroundWindow() == self.hwnd:
+                return True
+            user32 = ctypes.windll.user32
+            user32.keybd_event(0x12, 0, 0, 0)  # VK_MENU down
+            user32.keybd_event(0x12, 0, 0x0002, 0)  # VK_MENU up (KEYEVENTF_KEYUP)
+            g.SetForegroundWindow(self.hwnd)
+            return bool(g.GetForegroundWindow() == self.hwnd)
+        except Exception:  # noqa: BLE001 - pywin32 raises pywintypes.error; report "not focused"
+            return False
+
+    def click(self, x: int, y: int) -> None:
+        """Left click at client-area pixel (x, y) (the end-of-race pop-up, as TMRL clicks it)."""
+        g = self._win32gui
+        sx, sy = g.ClientToScreen(self.hwnd, (int(x), int(y)))
+        user32 = ctypes.windll.user32
+        user32.SetCursorPos(int(sx), int(sy))
+        user32.mouse_event(0x0002, 0, 0, 0, 0)  # MOUSEEVENTF_LEFTDOWN
+        user32.mouse_event(0x0004, 0, 0, 0, 0)  # MOUSEEVENTF_LEFTUP
 
     def close(self) -> None:
         pass
@@ -284,6 +355,20 @@ class LinuxCapture:
         except KeyError:
             self.window = self._find()
             raise WindowLost(f"{self.title} window geometry unavailable") from None
+
+    def focus(self) -> bool:
+        """Activate the window (xdotool) and say whether it is the active one afterwards."""
+        try:
+            subprocess.run(["xdotool", "windowactivate", "--sync", self.window], check=False, timeout=3)
+            out = subprocess.run(["xdotool", "getactivewindow"], capture_output=True, text=True, timeout=3)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return out.stdout.strip() == str(self.window)
+
+    def click(self, x: int, y: int) -> None:
+        """Left click at client-area pixel (x, y)."""
+        subprocess.run(["xdotool", "mousemove", "--window", self.window, str(int(x)), str(int(y)), "click", "1"],
+                       check=False, timeout=3)
 
     def grab(self) -> np.ndarray:
         x, y, w, h = self._geometry()

@@ -100,7 +100,9 @@ class Controller:
         self._reset_button(False)
 
     def press_confirm(self, hold_s: float = 0.1) -> None:
-        """Dismiss the end-of-race screen (gamepad A / keyboard Enter), as TMRL does after a finish."""
+        """Press the pad's A (TMRL closes the end-of-race pop-up with it, control_gamepad.py). The
+        keyboard controller presses Enter; the env clicks the pop-up instead in keyboard mode, as
+        TMRL does (interface.py ``_dismiss_end_screen``)."""
         self.neutral()
         self._confirm_button(True)
         time.sleep(hold_s)

@@ -20,7 +20,10 @@ tests/angelscript/vendor/):
   checkpoint passed with the race clock running, or a restart at zero before the first one
   (/work/shared/game-interfaces.md, "Corrections": TM2020 reset; TMRL's B only restarts because
   its track has no checkpoint);
-- sets the finished flag from the finish-line crossing until the next reset.
+- sets the finished flag from the finish-line crossing until the next reset, and shows the
+  end-of-race pop-up until the pad's A or a click on it closes it (TMRL's two ways);
+- loses a keyboard give up while its window does not have the keyboard focus (``steal_focus``,
+  ``focus_refused``); ``FakeWindow.focus()`` gives it the focus.
 
 ``FakeGamepad`` (a ``Controller``) sets the fake car's inputs; ``FakeWindow`` (a
 ``FrameSource``) renders the simulator's camera at the window size as BGRA.
@@ -101,6 +104,10 @@ class FakeTM2020:
         self._paused_until = 0.0
         self._mirrored_until = 0.0
         self._drop = False
+        self.focused = True  # the game window has the keyboard focus
+        self.focus_refused = False  # focus() fails (another window holds the foreground)
+        self.end_screen = False  # the end-of-race pop-up is shown
+        self.end_screen_closed_by = ""
         self._stop = threading.Event()
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -161,6 +168,47 @@ class FakeTM2020:
             self._event("reset")
 
     press_reset = give_up
+
+    # ------------------------------------------------------------------ keyboard focus, end screen
+    def keyboard_give_up(self) -> None:
+        """Keyboard Delete: a give up when the game window has the keyboard focus, lost
+        otherwise (the key goes to the focused window; TMRL's get_started.md)."""
+        if not self.focused:
+            self._event("give_up_lost (window not focused)")
+            return
+        self.give_up()
+
+    def steal_focus(self) -> None:
+        """Another window takes the keyboard focus."""
+        self.focused = False
+        self._event("focus_lost")
+
+    def take_focus(self) -> bool:
+        """What the window's focus() does: the game gets the focus unless ``focus_refused``."""
+        if not self.focus_refused:
+            if not self.focused:
+                self._event("focused")
+            self.focused = True
+        return self.focused
+
+    def confirm(self) -> None:
+        """Pad A: closes the end-of-race pop-up (TMRL's control_gamepad.py)."""
+        if self.end_screen:
+            self.end_screen = False
+            self.end_screen_closed_by = "A"
+            self._event("end_screen_closed A")
+
+    def click(self, x: int, y: int) -> None:
+        """A left click at client pixel (x, y): closes the pop-up when it lands within 12 px of
+        the point TMRL clicks for this window size."""
+        from rulka.envs.tm2020.capture import end_screen_click_point
+
+        bx, by = end_screen_click_point(*self.window_size)
+        self._event(f"click {x},{y}")
+        if self.end_screen and abs(x - bx) <= 12 and abs(y - by) <= 12:
+            self.end_screen = False
+            self.end_screen_closed_by = "click"
+            self._event("end_screen_closed click")
 
     def respawn(self) -> None:
         """Respawn (gamepad B / keyboard Backspace): at the last checkpoint passed, standing,
@@ -277,6 +325,7 @@ class FakeTM2020:
             self._pass_checkpoints()
             if self.car.finished:
                 self._finished = True
+                self.end_screen = True
                 self._race_ms = self._clock_offset_ms + int(self.car.finish_time_ms or self._race_ms)
                 self._event("finish")
 
@@ -385,8 +434,12 @@ class FakeGamepad(Controller):
         self.game.set_inputs(gas, brake, steer)
 
     def _reset_button(self, down: bool) -> None:
-        if down:  # every rulka controller's reset is the game's give up
-            self.game.give_up()
+        if down:  # every rulka controller's reset is the game's give up: keyboard Delete
+            self.game.keyboard_give_up()
+
+    def _confirm_button(self, down: bool) -> None:
+        if down:
+            self.game.confirm()
 
 
 class FakeWindow:
@@ -412,6 +465,12 @@ class FakeWindow:
         out[:, :, 2] = gray
         self.grabs += 1
         return out
+
+    def focus(self) -> bool:
+        return self.game.take_focus()
+
+    def click(self, x: int, y: int) -> None:
+        self.game.click(x, y)
 
     def close(self) -> None:
         pass

@@ -28,7 +28,15 @@ from rtgym import RealTimeGymInterface
 
 from rulka.envs.actions import N_ACTIONS
 from rulka.envs.pipeline import TrackmaniaPipeline
-from rulka.envs.tm2020.capture import FrameSource, Lidar, TmrlLidar, WindowLost, make_lidar, to_image
+from rulka.envs.tm2020.capture import (
+    FrameSource,
+    Lidar,
+    TmrlLidar,
+    WindowLost,
+    end_screen_click_point,
+    make_lidar,
+    to_image,
+)
 from rulka.envs.tm2020.control import Controller
 from rulka.envs.tm2020.telemetry import Telemetry, TelemetryClient
 from rulka.errors import UserError
@@ -95,6 +103,12 @@ class TM2020Interface(RealTimeGymInterface):
         self.handedness = 0
         """det([Left, Up, Dir]) sign of the stream, set by its first well-formed record."""
         self.resets = 0
+        self._reset_ok = False
+        self.focus_failures = 0
+        """Give ups before which the window could not be given the keyboard focus."""
+        self.end_screens = 0
+        """End-of-race screens dismissed."""
+        self._window_size: tuple[int, int] = (0, 0)
 
     # ------------------------------------------------------------------ spaces
     @property
@@ -197,7 +211,7 @@ class TM2020Interface(RealTimeGymInterface):
             before = self.telemetry.latest()
             t_before = before.race_time_ms if before is not None else 0
             frame_before = before.frame if before is not None else None
-            self.controller.press_reset()
+            self._give_up()
             deadline = time.monotonic() + self.s.reset_timeout_s
             saw_countdown = False
             rec = None
@@ -214,9 +228,45 @@ class TM2020Interface(RealTimeGymInterface):
             log.warning("tm2020: no start signal %.0f s after give up (attempt %d); pressing again",
                         self.s.reset_timeout_s, attempt + 1)
             self._await_healthy()
+        focus = (f"; the game window refused the keyboard focus before {self.focus_failures} of the give ups"
+                 if self.focus_failures else "")
         raise UserError("tm2020: the race does not restart on give up: keyboard Delete must be bound to "
                         "\"Give up\" (the game's default; Settings -> Controls) and the game window must have "
-                        "the keyboard focus")
+                        f"the keyboard focus{focus}")
+
+    def _focus(self) -> bool:
+        """Give the game window the keyboard focus before a key press (every give up is keyboard
+        Delete, also while the virtual pad drives: the key goes to the focused window). False, a
+        warning and a count when the window did not take it; the press is sent anyway and its
+        effect is checked (the start signal)."""
+        focus = getattr(self.frames, "focus", None)
+        if focus is None or focus():
+            return True
+        self.focus_failures += 1
+        log.warning("tm2020: could not give the game window the keyboard focus (%d times): the give up (Delete) "
+                    "may go to another window; keep the Trackmania window in front", self.focus_failures)
+        return False
+
+    def _give_up(self) -> None:
+        self._focus()
+        self.controller.press_reset()
+
+    def _dismiss_end_screen(self) -> None:
+        """After a finish the game shows its end-of-race pop-up. TMRL 0.7.1's sequence
+        (tmrl/custom/tm/tm_gym_interfaces.py ``wait``): restart the race, sleep 0.5 s, close the
+        pop-up; with the gamepad by pressing A (control_gamepad.py
+        ``gamepad_close_finish_pop_up_tm20``), with the keyboard by clicking it
+        (control_mouse.py ``mouse_close_finish_pop_up_tm20``; capture.py ``END_SCREEN_CLICK``).
+        rulka restarts with give up (keyboard Delete) where TMRL's pad presses B."""
+        self._give_up()
+        time.sleep(0.5)
+        click = getattr(self.frames, "click", None)
+        if self.controller.name == "keyboard" and click is not None and all(self._window_size):
+            self._focus()
+            click(*end_screen_click_point(*self._window_size))
+        else:
+            self.controller.press_confirm()
+        self.end_screens += 1
 
     # ------------------------------------------------------------------ rtgym API
     def send_control(self, control: Any) -> None:
@@ -235,18 +285,17 @@ class TM2020Interface(RealTimeGymInterface):
             return self._reset(seed, options)
         except Exception as exc:  # noqa: BLE001 - re-raised by TM2020Env.reset
             self.reset_error = exc
+            self._reset_ok = False
             self.controller.neutral()
             obs = [np.zeros(sp.shape, sp.dtype) for sp in self.get_observation_space().spaces]
             return list(self._last_obs or obs), {"fault": "reset_failed"}
 
     def _reset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[list[Any], dict[str, Any]]:
         self.controller.neutral()
-        rec, _ = self._await_healthy()
+        rec, frame = self._await_healthy()
+        self._window_size = (int(frame.shape[1]), int(frame.shape[0]))
         if rec.finished:
-            # after a finish the game shows its end screen: restart, then dismiss it (fact sheet D.5)
-            self.controller.press_reset()
-            time.sleep(0.5)
-            self.controller.press_confirm()
+            self._dismiss_end_screen()
         rec = self._respawn()
         self._fault = ""
         self._scans.clear()
@@ -259,11 +308,17 @@ class TM2020Interface(RealTimeGymInterface):
         img, scans = self._frame_part(frame)
         self._last_obs = self._assemble(float_obs, img, scans)
         self.resets += 1
+        self._reset_ok = True
         info["fault"] = ""
         self._last_info = dict(info)
         return self._last_obs, info
 
     def get_obs_rew_terminated_info(self) -> tuple[list[Any], float, bool, dict[str, Any]]:
+        if not self._reset_ok:
+            # rtgym captures once more after a reset that failed: no race to read (an exception
+            # here would end rtgym's thread and leave close() waiting for it forever)
+            obs = [np.zeros(sp.shape, sp.dtype) for sp in self.get_observation_space().spaces]
+            return list(self._last_obs or obs), 0.0, True, {"fault": "reset_failed", "truncated_by_pipeline": True}
         t0 = time.perf_counter()
         fault, detail, rec, frame = self._health()
         if fault or rec is None or frame is None:

@@ -68,6 +68,9 @@ class _MapSetup:
     pipeline: TrackmaniaPipeline
 
 
+FINISH_REREADS = 5
+"""State re-reads at a finish whose blob has no checkpoint times (Linesight: 5 attempts)."""
+
 class TmnfEnv(gym.Env):
     """TMNF as a Gymnasium env (registered as the ``tmnf`` env plugin).
 
@@ -114,7 +117,8 @@ class TmnfEnv(gym.Env):
         self._last_info: dict[str, Any] = {}
         self._last_action_t = 0
         self._setup: _MapSetup | None = None
-        self.counters = {"episodes": 0, "game_lost": 0, "finishes": 0, "bad_state": 0}
+        self.counters = {"episodes": 0, "game_lost": 0, "finishes": 0, "bad_state": 0, "finish_rereads": 0,
+                         "finish_prevented_by_command": 0}
         dim = self.params_dim()
         obs: dict[str, spaces.Space[Any]] = {}
         if self.image:
@@ -330,9 +334,20 @@ class TmnfEnv(gym.Env):
         blob = c.get_simulation_state()
         state = decode_state(blob)
         stopped = prevent_finish(blob)
+        # a finish state without checkpoint times: read it again, up to FINISH_REREADS times,
+        # before falling back to PreventSimulationFinish (Linesight's game_instance_manager.py
+        # allows 5 ``cp_times_bug_handling_attempts``; its loop only counts them, this one re-reads)
+        rereads = 0
+        while stopped is None and rereads < FINISH_REREADS:
+            rereads += 1
+            blob = c.get_simulation_state()
+            state = decode_state(blob)
+            stopped = prevent_finish(blob)
+        self.counters["finish_rereads"] += rereads
         if stopped is not None:
             c.rewind_to_state(stopped)
         else:
+            self.counters["finish_prevented_by_command"] += 1
             c.prevent_simulation_finish()
         self._pending = P.MessageType.SC_CHECKPOINT_COUNT_CHANGED_SYNC
         self.counters["finishes"] += 1

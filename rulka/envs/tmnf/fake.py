@@ -88,6 +88,9 @@ class FakeFaults:
     slow_frame_s: float = 0.0
     split_writes: bool = False
     """Send every message in two writes split at a random byte."""
+    empty_cp_times_reads: int = 0
+    """At a finish, the first N state reads carry no checkpoint times (the case Linesight's
+    game_instance_manager.py guards with ``cp_times_bug_handling_attempts``)."""
     fired: list[str] = field(default_factory=list)
     """Faults that have fired, in order."""
 
@@ -542,7 +545,13 @@ class FakeGame:
                 self._inputs = (left, right, accel, brake)
                 self._controls = Controls.from_flags(accel, brake, left, right)
         elif kind == M.C_GET_SIMULATION_STATE:
-            blob = S.encode_state(self.game_state()) if self._car is not None else b""
+            state = self.game_state() if self._car is not None else None
+            if (state is not None and self.target and self._cp_count == self.target
+                    and self.faults.empty_cp_times_reads > 0):
+                self.faults.empty_cp_times_reads -= 1
+                self.log.append("fault:empty_cp_times")
+                state.cp_times = []
+            blob = S.encode_state(state) if state is not None else b""
             self._send(P.encode_bytes_reply(blob))
         elif kind == M.C_REWIND_TO_STATE:
             if in_race:
@@ -555,6 +564,7 @@ class FakeGame:
         elif kind == M.C_PREVENT_SIMULATION_FINISH:
             if in_race:
                 self._finish_prevented = True
+                self.log.append("prevent_finish")
         elif kind == M.C_EXECUTE_COMMAND:
             self._console(fields.decode("utf-8", "replace"))
         elif kind == M.C_SET_TIMEOUT:
