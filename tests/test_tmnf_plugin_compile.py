@@ -23,6 +23,7 @@ TM2020_PLUGIN = ROOT / "rulka" / "envs" / "tm2020" / "plugin" / "main.as"
 INSTALL_HINT = "AngelScript compiler missing: apt-get install -y angelscript-dev"
 
 sys.path.insert(0, str(AS_DIR))
+import callbacks  # noqa: E402
 import make_config  # noqa: E402
 
 
@@ -60,11 +61,58 @@ def _errors(output: str, script: Path) -> list[tuple[int, str]]:
             re.finditer(rf"^{re.escape(str(script))}:(\d+):\d+: ERR: (.*)$", output, re.M)]
 
 
-@pytest.mark.parametrize("host,plugin", [("tminterface", TMNF_PLUGIN), ("openplanet", TM2020_PLUGIN)])
-def test_plugin_compiles_against_published_api(check, host, plugin):
+@pytest.mark.parametrize("host,plugin,expected", [
+    ("tminterface", TMNF_PLUGIN, {"Main", "Render", "OnGameStateChanged", "OnRunStep", "OnCheckpointCountChanged",
+                                  "OnLapCountChanged", "GetPluginInfo"}),
+    ("openplanet", TM2020_PLUGIN, {"Main", "OnDestroyed"}),
+])
+def test_plugin_compiles_against_published_api(check, host, plugin, expected):
     rc, out = check(host, plugin)
     assert re.search(r"^config: \d+ declarations registered, 0 refused$", out, re.M), out[-3000:]
     assert rc == 0 and "build: ok, 0 errors" in out, out[-3000:]
+    # every host callback the plugin defines has the host's name and declaration
+    assert callbacks.check(host, out, plugin) == []
+    defined = {callbacks._name(d) for d in re.findall(r"^function: (.*)$", out, re.M)}
+    assert expected <= defined & set(callbacks.load(host))
+
+
+def _rename(tmp_path: Path, plugin: Path, old: str, new: str) -> tuple[Path, int]:
+    text = plugin.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    copy = tmp_path / plugin.name
+    copy.write_text(text.replace(old, new), encoding="utf-8")
+    return copy, text[: text.index(old)].count("\n") + 1
+
+
+# (host, plugin, definition as shipped, planted definition, expected message)
+PLANTED_CALLBACKS = [
+    ("tminterface", TMNF_PLUGIN, "void OnCheckpointCountChanged(SimulationManager@ sim, int current, int target)",
+     "void OnCheckpointCountChange(SimulationManager@ sim, int current, int target)",
+     "function 'OnCheckpointCountChange' is one edit from the callback 'OnCheckpointCountChanged'"),
+    ("tminterface", TMNF_PLUGIN, "void OnRunStep(SimulationManager@ sim)",
+     "void OnRunStep(SimulationManager@ sim, int extra)",
+     "callback 'OnRunStep' declared 'void OnRunStep(SimulationManager@, int)'; the host calls "
+     "'void OnRunStep(SimulationManager@)'"),
+    ("openplanet", TM2020_PLUGIN, "void OnDestroyed() {", "void OnDestroy() {",
+     "function 'OnDestroy' is one edit from the callback 'OnDestroyed'"),
+]
+
+
+@pytest.mark.parametrize("host,plugin,old,new,message", PLANTED_CALLBACKS)
+def test_planted_callback_mistake_is_refused_with_its_line(check, tmp_path, host, plugin, old, new, message):
+    copy, line = _rename(tmp_path, plugin, old, new)
+    rc, out = check(host, copy)
+    assert rc == 0, out[-3000:]  # it compiles: only the callback check sees it
+    errors = callbacks.check(host, out, copy)
+    assert len(errors) == 1 and errors[0].startswith(f"{copy}:{line}:") and message in errors[0], errors
+
+
+def test_near_miss_rule() -> None:
+    assert callbacks.near_miss("OnRunStpe", "OnRunStep")  # two letters swapped
+    assert callbacks.near_miss("onRunStep", "OnRunStep")  # case
+    assert callbacks.near_miss("Rendr", "Render")
+    assert not callbacks.near_miss("Listen", "Render") and not callbacks.near_miss("OnRunStep", "OnRunStep")
+    assert not callbacks.near_miss("Update2x", "Update")  # two edits on a short name: a name of its own
 
 
 def _plant(tmp_path: Path, plugin: Path, after: str, statement: str) -> tuple[Path, int]:
@@ -82,6 +130,11 @@ PLANTED = [
      "No matching symbol 'NoSuchTmiFunction'"),
     ("tminterface", TMNF_PLUGIN, "RegisterVariable(\"custom_port\", 0);", "    GetSimulationManager().SetSpeed(\"fast\", 2);",
      "No matching signatures to 'SimulationManager::SetSpeed(const string, const int)'"),
+    # TMInterface's methods keep their constness (make_config.py CONST_BY_FORM): a getter is callable on
+    # a const handle, SetSpeed is not
+    ("tminterface", TMNF_PLUGIN, "RegisterVariable(\"custom_port\", 0);",
+     "    const SimulationManager@ ro = GetSimulationManager(); int t = ro.RaceTime; ro.SetSpeed(1.0f);",
+     "No matching signatures to 'SimulationManager::SetSpeed(const float) const'"),
     ("openplanet", TM2020_PLUGIN, "Listen();", "        NoSuchOpenplanetFunction();",
      "No matching symbol 'NoSuchOpenplanetFunction'"),
     ("openplanet", TM2020_PLUGIN, "Listen();", "        g_server.Listen(true, \"127.0.0.1\", 3);",

@@ -115,6 +115,15 @@ int main(int argc, char **argv)
     }
     int r = builder.BuildModule();
     std::printf("build: %s, %d errors\n", r >= 0 ? "ok" : "failed", g_errors);
+    if (r >= 0) {
+        // the plugin's global functions as the compiler declared them (namespaces in the types,
+        // no parameter names): tests/angelscript/callbacks.py checks the host callbacks among them
+        asIScriptModule *mod = engine->GetModule("plugin");
+        for (asUINT f = 0; mod && f < mod->GetFunctionCount(); f++) {
+            asIScriptFunction *fn = mod->GetFunctionByIndex(f);
+            std::printf("function: %s\n", fn->GetDeclaration(true, true, false));
+        }
+    }
     engine->ShutDownAndRelease();
     if (r < 0 || g_errors) return 1;
     return refused ? 3 : 0;

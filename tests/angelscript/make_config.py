@@ -47,6 +47,15 @@ PRIMITIVES = {"void", "bool", "int", "int8", "int16", "int64", "uint", "uint8", 
               "uint64", "float", "double", "?", "auto"}
 
 
+# Methods the listing's form makes const (it drops trailing consts): property getters and the
+# value operators (comparison, arithmetic with a new result). These are AngelScript's own
+# conventions, which its standard string and array add-ons (the types TMInterface's string and
+# array<T> follow) register as const; everything else (SetSpeed, GiveUp, Write, Resize, set_X,
+# op*Assign, ...) is callable on a mutable object only, so a call on a const handle is refused.
+CONST_BY_FORM = re.compile(r"\b(get_\w+|opEquals|opCmp|opAdd|opSub|opMul|opDiv|opMod|opPow|opNeg|opCom"
+                           r"|op(?:Add|Sub|Mul|Div|Mod|Pow)_r|opImplConv|opConv|opImplCast|opCast)\(")
+
+
 def q(text: str) -> str:
     """Quote a declaration for the stream format (its reader un-escapes \\")."""
     return '"' + text.replace('"', '\\"') + '"'
@@ -168,14 +177,15 @@ def tminterface_config(text: str, shim: str = "") -> str:
                 else:
                     cfg.add("member", ns, f"objbeh {q(tname)} {B_CONSTRUCT} {q(f'void f({args})')}")
             elif "(" in line:
-                # The listing drops a method's trailing const; of two overloads that differ only
-                # in a const return (opIndex), the const one is the const method.
-                if line.startswith("const ") and line[len("const "):] in doubled:
+                # Constness per method, as the declaration gives it: a trailing const is kept; of
+                # two overloads that differ only in a const return (opIndex), the const one is the
+                # const method; every other method is callable on a mutable object only (the
+                # listing drops trailing consts, so a call on a const handle is refused unless the
+                # method is declared const: a false refusal is possible, a false pass is not)
+                if line.startswith("const ") and line[len("const "):] in doubled and not line.endswith(" const"):
                     line += " const"
-                elif not re.search(r"\b(op\w*Assign|set_\w+)\(", line) and re.sub(r"^const ", "", line) not in doubled:
-                    # ...and drops it everywhere else too, so each method is declared callable
-                    # on a const object as well (constness is the one thing not checked here)
-                    cfg.add(phase, ns, f"objmthd {q(tname)} {q(line + ' const')}")
+                elif re.sub(r"^const ", "", line) not in doubled and CONST_BY_FORM.search(line) and not line.endswith(" const"):
+                    line += " const"
                 cfg.add(phase, ns, f"objmthd {q(tname)} {q(line)}")
             else:
                 # "SceneVehicleCar::State X" inside namespace TM names TM::SceneVehicleCar::State;
