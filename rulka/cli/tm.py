@@ -59,6 +59,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("--wait", type=float, default=600.0, help="tmnf: seconds to wait for the game and the finish")
     p.set_defaults(func=cmd_record_line)
 
+    p = sub.add_parser("doctor", help="a short scripted drive that checks what only the game can show",
+                       description=("Start a race, accelerate, steer left, give up; check the frame size and format, "
+                                    "the race start, the give up (clock back to zero), speed units, the lateral "
+                                    "axis's handedness, the step pace, the focus, TM2020's pause flag and (TMNF) the "
+                                    "state blob against TMInterface's API. Prints PASS/FAIL per check with the values "
+                                    "seen and writes a JSON report to attach to a bug report. Exits 1 when a check "
+                                    "fails. Use a map whose start is a straight road of 60 m or more."))
+    common(p)
+    p.add_argument("--fake", action="store_true", help="run against rulka's fake game")
+    p.add_argument("--report", type=Path, default=None, metavar="FILE",
+                   help="JSON report (default: rulka-doctor-<game>.json here)")
+    p.add_argument("--port", type=int, default=None, help="tmnf: the game's plugin port (default: user.base_tmi_port)")
+    p.set_defaults(func=cmd_doctor)
+
 
 def _config(args: argparse.Namespace) -> Any:
     from rulka.config import load_config
@@ -140,3 +154,31 @@ def cmd_record_line(args: argparse.Namespace) -> int:
         finally:
             game.stop_autopilot()
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rulka.cli import tm_doctor
+    from rulka.config import load_config
+
+    sets = list(args.overrides)
+    if args.fake and args.game == "tmnf":
+        sets = ["environment.game_launch=fake", "map_cycle.entries=[]", *sets]
+    elif args.fake:
+        sets = ["environment.tm2020.capture=fake", "environment.tm2020.control=fake",
+                "environment.tm2020.reference_line=null", *sets]
+    cfg = load_config(args.config, overrides=sets)
+    if args.game == "tmnf":
+        if cfg.environment.backend != "tmnf":
+            cfg = load_config(args.config, overrides=["environment.backend=tmnf", *sets])
+        port = args.port if args.port is not None else (None if args.fake else cfg.user.base_tmi_port)
+        if not args.fake and cfg.environment.game_launch == "launch":
+            cfg = load_config(args.config, overrides=[*sets, "environment.game_launch=attach"])
+        report = tm_doctor.doctor_tmnf(cfg, port=port)
+    else:
+        if cfg.environment.backend != "tm2020":
+            cfg = load_config(args.config, overrides=["environment.backend=tm2020", *sets])
+        report = tm_doctor.doctor_tm2020(cfg)
+    print(tm_doctor.render(report))
+    path = tm_doctor.write_report(report, args.report or Path(f"rulka-doctor-{args.game}.json"))
+    print(f"report: {path}")
+    return 1 if report.failed or report.error else 0

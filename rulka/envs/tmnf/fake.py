@@ -88,6 +88,12 @@ class FakeFaults:
     slow_frame_s: float = 0.0
     split_writes: bool = False
     """Send every message in two writes split at a random byte."""
+    mirrored_lateral: bool = False
+    """State blobs carry the car's lateral axis negated (a game whose left is our right)."""
+    speed_kmh: bool = False
+    """State blobs carry the velocity in km/h instead of m/s."""
+    respawn_on_give_up: bool = False
+    """Give up puts the car back on the start line with the race clock running (a respawn)."""
     empty_cp_times_reads: int = 0
     """At a finish, the first N state reads carry no checkpoint times (the case Linesight's
     game_instance_manager.py guards with ``cp_times_bug_handling_attempts``)."""
@@ -413,6 +419,11 @@ class FakeGame:
         car = physics_car_state(self._car)
         car.race_time_ms = self.race_time_ms
         car.finished = self._finished
+        if self.faults.mirrored_lateral:
+            car.orientation = car.orientation.copy()
+            car.orientation[:, 0] *= -1.0
+        if self.faults.speed_kmh:
+            car.velocity = car.velocity * 3.6
         n = self.target
         return S.GameState(
             car=car, race_time_ms=self.race_time_ms, has_player_info=True, checkpoint_count=self._cp_count,
@@ -559,7 +570,10 @@ class FakeGame:
         elif kind == M.C_REWIND_TO_CURRENT_STATE:
             pass  # restores the state unchanged
         elif kind == M.C_GIVE_UP:
-            if in_race:
+            if in_race and self.faults.respawn_on_give_up and self._car is not None:
+                self._car.reset()  # back on the line, the clock running on
+                self.log.append("fault:respawn_on_give_up")
+            elif in_race:
                 self._begin_race()
         elif kind == M.C_PREVENT_SIMULATION_FINISH:
             if in_race:

@@ -1,0 +1,302 @@
+"""``rulka tm doctor --game tmnf|tm2020``: a short scripted drive on the real game (or rulka's fake
+with ``--fake``) that checks, one by one, what only the game can show: the frame's size and format,
+the start of a race, that a give up restarts the clock at zero, the speed's units, the lateral
+axis's handedness, the step pace, the keyboard focus (TM2020), TM2020's pause flag and countdown,
+and (TMNF) the state blob against what TMInterface's API reports for the same step.
+
+The sequence: start a race, accelerate straight for ``STRAIGHT_S`` seconds, accelerate and steer
+left for ``LEFT_S`` seconds, give up. Each check prints PASS or FAIL with the values seen and what
+was expected; the JSON report (``--report``, default ``rulka-doctor-<game>.json``) holds the same,
+for a bug report. Use a map whose start is a straight road at least 60 m long.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STRAIGHT_S = 2.5
+LEFT_S = 1.5
+GIVE_UP_WAIT_S = 6.0  # game seconds a give up may take to show the countdown and the new start
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool | None  # None: not run (an earlier failure stopped the sequence)
+    seen: str
+    expected: str
+
+
+@dataclass
+class Report:
+    game: str
+    fake: bool
+    checks: list[Check] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+    def add(self, name: str, ok: bool | None, seen: str, expected: str) -> None:
+        self.checks.append(Check(name, ok, seen, expected))
+
+    @property
+    def failed(self) -> list[str]:
+        return [c.name for c in self.checks if c.ok is False]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"game": self.game, "fake": self.fake, "platform": platform.platform(), "time": time.time(),
+                "checks": [asdict(c) for c in self.checks], "failed": self.failed, "error": self.error,
+                "samples": self.samples}
+
+
+ORDER = ("frame_size", "start", "state_vs_api", "step_pace", "speed_units", "lateral_handedness", "focus",
+         "pause_flag", "give_up_restarts_at_zero")
+
+
+# ---------------------------------------------------------------------- shared analysis
+def _sample(t_ms: float, car: Any, **extra: Any) -> dict[str, Any]:
+    return {"t_ms": float(t_ms), "pos": [float(v) for v in car.position], "vel": [float(v) for v in car.velocity],
+            "left": [float(v) for v in car.orientation[:, 0]], "fwd": [float(v) for v in car.orientation[:, 2]],
+            **extra}
+
+
+def _speed_units(report: Report, samples: list[dict[str, Any]], speed_key: str = "vel") -> None:
+    """Speed x time between two samples against the distance moved: 1 when the speed is in m/s."""
+    ratios = []
+    for a, b in zip(samples, samples[1:]):
+        dt = (b["t_ms"] - a["t_ms"]) / 1000.0
+        dist = float(np.linalg.norm(np.subtract(b["pos"], a["pos"])))
+        if speed_key == "vel":
+            speed = 0.5 * (float(np.linalg.norm(a["vel"])) + float(np.linalg.norm(b["vel"])))
+        else:
+            speed = 0.5 * (abs(a[speed_key]) + abs(b[speed_key]))
+        if dt > 0 and dist > 0.2:
+            ratios.append(speed * dt / dist)
+    if not ratios:
+        report.add("speed_units", False, "the car did not move", "speed x time = distance (m/s)")
+        return
+    r = float(np.median(ratios))
+    report.add("speed_units", 0.85 <= r <= 1.18,
+               f"speed x time / distance = {r:.3f} (median of {len(ratios)}; 3.6 means km/h)",
+               "1.0 +- 15%: speed in m/s")
+
+
+def _lateral(report: Report, turn: list[dict[str, Any]]) -> None:
+    """Steering left moves the car to its left: the displacement along the lateral axis the game
+    reports at the start of the turn is positive."""
+    if len(turn) < 2:
+        report.add("lateral_handedness", False, "no samples while turning", "positive displacement to the left")
+        return
+    d = np.subtract(turn[-1]["pos"], turn[0]["pos"])
+    along = float(np.dot(d, turn[0]["left"]))
+    fwd = float(np.dot(d, turn[0]["fwd"]))
+    report.add("lateral_handedness", along > 0.05,
+               f"steering left for {LEFT_S} s moved the car {along:+.2f} m along its lateral axis ({fwd:+.1f} m forward)",
+               "> 0: the lateral axis points to the car's left")
+
+
+def _pace(report: Report, samples: list[dict[str, Any]], ms_per_action: int, allowed_off: float = 0.05) -> None:
+    """Race time between actions. TMNF is lock-step (every step exact); TM2020 runs in real time,
+    where a loaded PC delays some steps (rtgym absorbs them): its median must hold and at most
+    ``allowed_off`` of the steps be off by more than half a step."""
+    steps = np.diff([s["t_ms"] for s in samples])
+    if not len(steps):
+        report.add("step_pace", False, "no steps", f"{ms_per_action} ms of race time per action")
+        return
+    bad = int(np.sum(np.abs(steps - ms_per_action) > 0.5 * ms_per_action))
+    median = float(np.median(steps))
+    report.add("step_pace", abs(median - ms_per_action) <= 0.1 * ms_per_action and bad <= max(1, allowed_off * len(steps)),
+               f"race time per action: median {median:.1f} ms, {bad} of {len(steps)} off by > 50%",
+               f"{ms_per_action} ms per action (at most {allowed_off:.0%} of the steps off)")
+
+
+# ---------------------------------------------------------------------- TMNF
+def doctor_tmnf(cfg: Any, launcher: Any = None, port: int | None = None) -> Report:
+    from rulka.envs.tmnf import protocol as P
+    from rulka.envs.tmnf.env import TmnfEnv
+    from rulka.envs.tmnf.state import decode_state
+
+    report = Report("tmnf", fake=cfg.environment.game_launch == "fake" or launcher is not None)
+    ms = cfg.environment.ms_per_action
+    env = TmnfEnv(cfg, launcher=launcher, port=port)
+    api_vs_blob: list[tuple[int, int]] = []
+    samples: list[dict[str, Any]] = []
+    original = env._action_step
+
+    def recording_action_step() -> Any:
+        car = original()
+        api_vs_blob.append((int(env._last_action_t), int(car.race_time_ms)))
+        return car
+
+    env._action_step = recording_action_step  # type: ignore[method-assign]
+    try:
+        try:
+            _, info = env.reset()
+        except Exception as exc:  # noqa: BLE001 - the check that failed is named below
+            msg = str(exc)
+            frame = "frame" in msg.lower()
+            report.add("frame_size", False if frame else None, msg if frame else "not reached",
+                       f"{cfg.w_downsized}x{cfg.h_downsized} BGRA frames as requested")
+            if not frame:
+                report.add("start", False, msg, "a race starts at race time 0")
+            report.error = msg
+            return report
+        img = env._last_frame if env.image else None
+        want = (cfg.h_downsized, cfg.w_downsized)
+        if img is None:
+            report.add("frame_size", None, "nn.vis.no_image: true, no frame requested", f"{want[1]}x{want[0]}")
+        else:
+            report.add("frame_size", tuple(img.shape[-2:]) == want and env.client.frame_size_mismatches == 0,
+                       f"{img.shape[-1]}x{img.shape[-2]} from BGRA, {env.client.frame_size_mismatches} size mismatches",
+                       f"{want[1]}x{want[0]} (environment image size)")
+        t0 = api_vs_blob[-1][0] if api_vs_blob else None
+        report.add("start", t0 == 0, f"first action at race time {t0} ms (after the countdown)",
+                   "the first action at race time 0")
+        phases = ((0, STRAIGHT_S, "straight"), (1, LEFT_S, "left"))  # 0 accelerate, 1 accelerate + left
+        for action, seconds, phase in phases:
+            for _ in range(int(seconds * 1000 / ms)):
+                _, _, terminated, truncated, info = env.step(action)
+                car = decode_state(env.client.get_simulation_state()).car
+                samples.append(_sample(api_vs_blob[-1][0], car, phase=phase))
+                if terminated or truncated:
+                    break
+        report.samples = samples
+        bad = [(a, b) for a, b in api_vs_blob if a != b]
+        report.add("state_vs_api", not bad,
+                   f"{len(api_vs_blob) - len(bad)} of {len(api_vs_blob)} steps: blob race time = the run step's "
+                   f"SimulationManager.RaceTime" + (f"; first mismatch {bad[0]}" if bad else ""),
+                   "the state blob's player_info.race_time equals the API's race time")
+        _pace(report, [s for s in samples], ms)
+        _speed_units(report, [s for s in samples if s["phase"] == "straight"][int(1000 / ms):])
+        _lateral(report, [s for s in samples if s["phase"] == "left"])
+        report.add("focus", True, "inputs go through TMInterface's SetInputState", "no keyboard focus needed")
+        _give_up_tmnf(report, env, P)
+    except Exception as exc:  # noqa: BLE001 - reported, never a traceback
+        report.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        env.close()
+    return report
+
+
+def _give_up_tmnf(report: Report, env: Any, P: Any) -> None:
+    """Give up while parked in a callback; read run steps: a countdown (race time < 0), then 0."""
+    from rulka.envs.tmnf.state import decode_state
+
+    c = env.client
+    before = decode_state(c.get_simulation_state())
+    c.give_up()
+    c.set_speed(env.settings.running_speed)
+    c.respond(env._pending)
+    env._pending = None
+    seen_negative, t_first, t_min = False, None, math.inf
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msg = c.receive()
+        if isinstance(msg, P.RunStep):
+            t = msg.race_time_ms
+            t_first = t if t_first is None else t_first
+            t_min = min(t_min, t)
+            seen_negative |= t < 0
+            if t >= 0 and seen_negative or (t_first is not None and t - t_first > GIVE_UP_WAIT_S * 1000):
+                break
+        c.respond(msg.id)
+    after = decode_state(c.get_simulation_state())
+    env._pending = P.MessageType.SC_RUN_STEP_SYNC
+    report.add("give_up_restarts_at_zero", seen_negative,
+               f"after give up at race time {before.race_time_ms} ms ({before.checkpoint_count} checkpoints passed): "
+               f"lowest race time {t_min if t_min != math.inf else None} ms, then {after.race_time_ms} ms",
+               "a countdown (race time < 0), then the race from 0")
+
+
+# ---------------------------------------------------------------------- TM2020
+def doctor_tm2020(cfg: Any, fake: Any = None) -> Report:
+    from rulka.envs.tm2020.capture import WindowLost
+    from rulka.envs.tm2020.env import TM2020Env
+
+    tm = cfg.environment.tm2020
+    report = Report("tm2020", fake=fake is not None or tm.capture == "fake")
+    ms = cfg.environment.ms_per_action
+    env = TM2020Env(cfg, fake=fake)
+    samples: list[dict[str, Any]] = []
+    try:
+        try:
+            frame = env.frames.grab()
+            want = (tm.window_height, tm.window_width)
+            report.add("frame_size", tuple(frame.shape[:2]) == want and frame.ndim == 3 and frame.shape[2] == 4,
+                       f"{frame.shape[1]}x{frame.shape[0]}x{frame.shape[2] if frame.ndim == 3 else 1}",
+                       f"{want[1]}x{want[0]}x4 (BGRA, the window's client area)")
+        except WindowLost as exc:
+            report.add("frame_size", False, str(exc), f"{tm.window_width}x{tm.window_height} BGRA")
+        _, info = env.reset()
+        rec = env.telemetry.latest()
+        report.add("start", rec is not None and 0 <= rec.race_time_ms < 500 and not rec.finished,
+                   f"reset returned at race time {rec.race_time_ms if rec else None} ms",
+                   "a new race, race time 0 .. 500 ms")
+        focus = getattr(env.frames, "focus", None)
+        ok = bool(focus()) if focus is not None else None
+        report.add("focus", ok, "the game window " + ("took" if ok else "refused") + " the keyboard focus",
+                   "the window takes the focus (keyboard give up)")
+        for action, seconds, phase in ((0, STRAIGHT_S, "straight"), (1, LEFT_S, "left")):
+            for _ in range(int(seconds * 1000 / ms)):
+                _, _, terminated, truncated, info = env.step(action)
+                r = env.telemetry.latest()
+                samples.append(_sample(r.race_time_ms, r.car_state(), phase=phase, speed=float(r["speed"]),
+                                       paused=bool(r.paused), frame=int(r.frame)))
+                if terminated or truncated:
+                    break
+        report.samples = samples
+        _pace(report, samples, ms, allowed_off=0.25)
+        by_frame = {s["frame"]: s for s in samples if s["phase"] == "straight"}
+        _speed_units(report, [by_frame[k] for k in sorted(by_frame)][int(1000 / ms):], speed_key="speed")
+        _lateral(report, [s for s in samples if s["phase"] == "left"])
+        paused = sum(s["paused"] for s in samples)
+        report.add("pause_flag", paused == 0, f"paused flag set on {paused} of {len(samples)} racing records",
+                   "0 while racing")
+        before = env.telemetry.latest()
+        env.interface._give_up()
+        seen_negative, t_min, last = False, math.inf, None
+        deadline = time.monotonic() + GIVE_UP_WAIT_S / max(env.fake.time_scale if env.fake else 1.0, 1.0) + 2
+        frame_no = before.frame
+        while time.monotonic() < deadline:
+            r = env.telemetry.wait_newer(frame_no, 0.05)
+            if r is None:
+                continue
+            frame_no, last = r.frame, r
+            t_min = min(t_min, r.race_time_ms)
+            seen_negative |= r.race_time_ms < 0
+            if seen_negative and r.race_time_ms >= 0:
+                break
+        report.add("give_up_restarts_at_zero", seen_negative,
+                   f"after give up at race time {before.race_time_ms:.0f} ms: lowest race time "
+                   f"{t_min if t_min != math.inf else None}, then {last.race_time_ms if last else None}",
+                   "a countdown (race time < 0), then the race from 0")
+    except Exception as exc:  # noqa: BLE001 - reported, never a traceback
+        report.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        env.close()
+    return report
+
+
+# ---------------------------------------------------------------------- output
+def render(report: Report) -> str:
+    lines = [f"rulka tm doctor --game {report.game}{' (fake game)' if report.fake else ''}"]
+    for c in sorted(report.checks, key=lambda c: ORDER.index(c.name) if c.name in ORDER else 99):
+        mark = {True: "PASS", False: "FAIL", None: "----"}[c.ok]
+        lines.append(f"{mark}  {c.name}: {c.seen} (expected: {c.expected})")
+    if report.error:
+        lines.append(f"stopped: {report.error}")
+    lines.append("all checks passed" if not report.failed and not report.error
+                 else f"failed: {', '.join(report.failed) or 'the sequence'}")
+    return "\n".join(lines)
+
+
+def write_report(report: Report, path: Path) -> Path:
+    path.write_text(json.dumps(report.to_json(), indent=1), encoding="utf-8")
+    return path

@@ -1,0 +1,72 @@
+"""`rulka tm doctor`: every check passes against each fake game, and a fake broken on purpose in one
+way (a mirrored lateral axis, a wrong frame size, a respawn for a give up, speed in km/h) fails
+exactly the check that covers it, by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rulka.cli.tm_doctor import doctor_tm2020, doctor_tmnf, render
+from rulka.config import config_from_dict
+from rulka.envs.tmnf.fake import FakeFaults
+from rulka.envs.tmnf.game import FakeLauncher
+
+pytestmark = pytest.mark.filterwarnings("ignore:Time-step timed out")
+
+TMNF_CHECKS = {"frame_size", "start", "state_vs_api", "step_pace", "speed_units", "lateral_handedness", "focus",
+               "give_up_restarts_at_zero"}
+
+
+def _tmnf_cfg():
+    return config_from_dict({
+        "environment": {"backend": "tmnf", "game_launch": "fake", "tmi_protection_timeout_s": 10,
+                        "timeout_during_run_ms": 5000},
+        "nn": {"vis": {"image_size": {"width": 32, "height": 24}}},
+    })
+
+
+def _tmnf(faults=None, **game):
+    return doctor_tmnf(_tmnf_cfg(), launcher=FakeLauncher(faults=faults, countdown_ms=-300, **game), port=0)
+
+
+def test_tmnf_doctor_passes_against_the_fake_game():
+    report = _tmnf()
+    assert report.error == "" and report.failed == [], render(report)
+    assert {c.name for c in report.checks} == TMNF_CHECKS and all(c.ok for c in report.checks)
+    assert "all checks passed" in render(report)
+
+
+@pytest.mark.parametrize("broken,game,check", [
+    (FakeFaults(mirrored_lateral=True), {}, "lateral_handedness"),
+    (FakeFaults(speed_kmh=True), {}, "speed_units"),
+    (FakeFaults(respawn_on_give_up=True), {}, "give_up_restarts_at_zero"),
+    (None, {"window_size": (20, 24)}, "frame_size"),  # the game captures less than asked
+])
+def test_tmnf_doctor_names_the_one_assumption_a_broken_fake_breaks(broken, game, check):
+    report = _tmnf(broken, **game)
+    assert report.failed == [check], render(report)
+    assert f"FAIL  {check}:" in render(report)
+
+
+def test_tm2020_doctor_passes_against_the_fake_game():
+    cfg = config_from_dict({"environment": {"backend": "tm2020", "tm2020": {
+        "capture": "fake", "control": "fake", "fake_countdown_s": 0.3, "telemetry_timeout_s": 1.0}}})
+    report = doctor_tm2020(cfg)
+    assert report.error == "" and report.failed == [], render(report)
+    assert {"frame_size", "focus", "pause_flag", "give_up_restarts_at_zero", "lateral_handedness",
+            "speed_units"} <= {c.name for c in report.checks}
+
+
+def test_the_command_prints_each_check_and_writes_the_report(tmp_path, capsys):
+    from rulka.cli import main
+
+    out = tmp_path / "doctor.json"
+    rc = main(["tm", "doctor", "--game", "tmnf", "--fake", "--report", str(out),
+               "--set", "nn.vis.image_size={width: 32, height: 24}", "--set", "environment.tmi_protection_timeout_s=10"])
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert rc == 0 and data["failed"] == [] and data["game"] == "tmnf" and data["fake"] is True
+    assert {c["name"] for c in data["checks"]} == TMNF_CHECKS and len(data["samples"]) > 50
+    assert printed.count("PASS  ") == len(TMNF_CHECKS) and f"report: {out}" in printed
