@@ -287,8 +287,8 @@ def _drive_tmnf_to_finish(faults):
 
 @pytest.mark.parametrize("empty_reads,rereads,by_command", [(0, 0, False), (2, 2, False), (7, 5, True)])
 def test_a_finish_without_checkpoint_times_is_read_again_up_to_five_times(empty_reads, rereads, by_command) -> None:
-    from rulka.envs.tmnf.fake import FakeFaults
     from rulka.envs.sim.tracks import get_track
+    from rulka.envs.tmnf.fake import FakeFaults
 
     env, game, terminated, info = _drive_tmnf_to_finish(FakeFaults(empty_cp_times_reads=empty_reads))
     assert terminated and info["finished"]
