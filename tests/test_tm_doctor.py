@@ -50,6 +50,19 @@ def test_tmnf_doctor_names_the_one_assumption_a_broken_fake_breaks(broken, game,
     assert f"FAIL  {check}:" in render(report)
 
 
+def test_tmnf_doctor_runs_before_a_reference_line_is_recorded(tmp_path):
+    # the first-race order: doctor, then record-line; the map's line file does not exist yet
+    cfg = config_from_dict({
+        "environment": {"backend": "tmnf", "game_launch": "fake", "tmi_protection_timeout_s": 10,
+                        "cutoff_rollout_if_no_vcp_passed_within_duration_ms": 600000},
+        "nn": {"vis": {"image_size": {"width": 32, "height": 24}}},
+        "map_cycle": {"entries": [{"short_name": "A01", "map_path": "default",
+                                   "reference_line_path": str(tmp_path / "not_recorded_yet.json")}]},
+    })
+    report = doctor_tmnf(cfg, launcher=FakeLauncher(countdown_ms=-300), port=0)
+    assert report.error == "" and report.failed == [], render(report)
+
+
 def test_tm2020_doctor_passes_against_the_fake_game():
     cfg = config_from_dict({"environment": {"backend": "tm2020", "tm2020": {
         "capture": "fake", "control": "fake", "fake_countdown_s": 0.3, "telemetry_timeout_s": 1.0}}})

@@ -160,7 +160,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rulka.cli import tm_doctor
     from rulka.config import load_config
 
-    sets = list(args.overrides)
+    # the doctor's drive must not be cut short by the rewards' cut-offs (no new virtual checkpoint
+    # on a stand-in line, a finish): its checks read the car
+    sets = ["environment.cutoff_rollout_if_no_vcp_passed_within_duration_ms=600000", *args.overrides]
     if args.fake and args.game == "tmnf":
         sets = ["environment.game_launch=fake", "map_cycle.entries=[]", *sets]
     elif args.fake:

@@ -136,6 +136,23 @@ def doctor_tmnf(cfg: Any, launcher: Any = None, port: int | None = None) -> Repo
         return car
 
     env._action_step = recording_action_step  # type: ignore[method-assign]
+    original_setup = env._map_setup
+
+    def any_line_setup(map_path: str, reference_line: str, short_name: str) -> Any:
+        # the doctor reads the car, not the rewards: a map without a recorded line (the doctor
+        # runs before `rulka tm record-line`) gets a straight stand-in line
+        from pathlib import Path as _Path
+
+        if (_Path(reference_line).expanduser().exists() if reference_line else env.fake_maps):
+            return original_setup(map_path, reference_line, short_name)
+        from rulka.envs.pipeline import TrackmaniaPipeline, make_reference_line
+        from rulka.envs.tmnf.env import _MapSetup
+
+        points = np.stack([np.zeros(4000), np.zeros(4000), np.arange(4000) * 0.5], axis=1)
+        return _MapSetup(map_path, short_name or "doctor", TrackmaniaPipeline(
+            env.params, make_reference_line(points, env.params)))
+
+    env._map_setup = any_line_setup  # type: ignore[method-assign]
     try:
         try:
             _, info = env.reset()
