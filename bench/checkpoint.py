@@ -77,7 +77,7 @@ def fill(memory: Any, frames: Frames, count: int, episode: int) -> int:
 
 
 def timed_checkpoint(root: Path, number: int, memory: Any, agent_state: Any, chunk_bytes: int | None) -> dict[str, Any]:
-    from rulka.trainer import checkpoint as ckpt
+    from rulka.trainer import checkpoint_store as ckpt
 
     before = written_bytes()
     t0 = time.perf_counter()
@@ -95,7 +95,7 @@ def timed_checkpoint(root: Path, number: int, memory: Any, agent_state: Any, chu
 
 
 def timed_resume(root: Path, make: Any) -> float:
-    from rulka.trainer import checkpoint as ckpt
+    from rulka.trainer import checkpoint_store as ckpt
 
     fresh = make()
     t0 = time.perf_counter()

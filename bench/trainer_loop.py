@@ -131,7 +131,7 @@ def _agent_from_run(run_dir: Path) -> tuple[Any, Any, Path]:
 
     from rulka.config import config_from_dict
     from rulka.plugins import build_plugin
-    from rulka.trainer import checkpoint as ckpt
+    from rulka.trainer import checkpoint_store as ckpt
 
     cfg = config_from_dict(yaml.safe_load((run_dir / "config.resolved.yaml").read_text()))
     if cfg.trainer.torch_threads:

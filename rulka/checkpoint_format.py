@@ -1,5 +1,5 @@
 """The checkpoint folder format below every role: a state tree as JSON + safetensors (no pickle)
-and the manifest of SHA-256 checksums written last. ``rulka.trainer.checkpoint`` writes and
+and the manifest of SHA-256 checksums written last. ``rulka.trainer.checkpoint_store`` writes and
 rotates checkpoints with it; ``nn.init_from_pretrained`` (``rulka.nn.pretrained``) reads a
 trainer's checkpoint folder with it, without importing the trainer."""
 

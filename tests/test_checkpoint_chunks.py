@@ -16,7 +16,7 @@ from rulka.errors import BadInput, UserError
 from rulka.memory import UniformReplayMemory
 from rulka.memory.files import ChunkStore, read_replay
 from rulka.segment import Segment
-from rulka.trainer import checkpoint as ckpt
+from rulka.trainer import checkpoint_store as ckpt
 
 CHUNK = 4096  # 16 frames of 16 x 16 pixels per image chunk
 

@@ -9,7 +9,7 @@ import pytest
 from test_trainer_checkpoint import accepted_lines, new_trainer, seg_msg
 
 from rulka.errors import UserError
-from rulka.trainer import checkpoint as ckpt
+from rulka.trainer import checkpoint_store as ckpt
 
 
 def zero_tail(path, n=4096):

@@ -87,7 +87,7 @@ def assert_parts_hold(folder, net: torch.nn.Module, transformers) -> None:
 
 @pytest.mark.parametrize("algorithm", ["iqn", "ppo"])
 def test_trainer_checkpoints_carry_the_hf_parts_and_init_from_pretrained_loads_them(hub, tmp_path, algorithm):
-    from rulka.trainer.checkpoint import verify_manifest
+    from rulka.trainer.checkpoint_store import verify_manifest
 
     transformers = pytest.importorskip("transformers")
     data = config(algorithm, hf_nn(hub))
@@ -126,7 +126,7 @@ def test_the_best_policy_folder_carries_the_hf_parts_and_loads(hub, tmp_path):
 
 def test_a_crash_while_writing_the_parts_leaves_the_previous_complete_ones(hub, tmp_path, monkeypatch):
     from rulka.nn import hf
-    from rulka.trainer.checkpoint import latest_checkpoint
+    from rulka.trainer.checkpoint_store import latest_checkpoint
 
     transformers = pytest.importorskip("transformers")
     data = config("iqn", hf_nn(hub))

@@ -254,7 +254,7 @@ def test_save_load_roundtrip(tmp_path):
 
 
 def test_rebuild_transitions_pass_the_trainer_verify_check():
-    from rulka.trainer.verify import first_difference
+    from rulka.memory.rebuild_check import first_difference
 
     mem = memory(n_steps=2)
     for seg in (make_segment(t=4, done=True, finished=True, reward=[1, 2, 3, 4]),

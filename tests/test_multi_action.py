@@ -280,7 +280,7 @@ def test_segment_with_n_actions_round_trips_and_fills_the_replay(tmp_path):
     # verify mode reads the N actions of each transition back
     rows = mem.rebuild_transitions(seg)
     assert [r["action"].tolist() for r in rows] == seg.arrays["action"].tolist()
-    from rulka.trainer.verify import first_difference
+    from rulka.memory.rebuild_check import first_difference
 
     assert first_difference(seg, mem) is None  # trainer.verify: what the worker saw is what is stored
     # save / load keeps the (capacity, N) actions

@@ -204,7 +204,7 @@ CARTPOLE = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"}, "nn": {"
 @pytest.mark.parametrize("algorithm", ["ppo", "grpo", "dpo"])
 def test_each_learner_trains_and_checkpoints_without_pickle(tmp_path, algorithm):
     from rulka.agents.policy.settings import make_agent, make_memory
-    from rulka.trainer import checkpoint as ckpt
+    from rulka.trainer import checkpoint_store as ckpt
 
     cfg = config_from_dict({**CARTPOLE, "training": {"algorithm": algorithm, "seed": 1},
                             "ppo": {"rollout_steps_per_update": 8}, "grpo": {"grpo_group_size": 2,

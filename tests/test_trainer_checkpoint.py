@@ -12,12 +12,13 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from roles_helpers import CountingAgent, ListMemory
 
+from rulka.checkpoint_format import flatten_state, unflatten_state
 from rulka.compress import ZstdCompressor
 from rulka.errors import UserError
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
 from rulka.segment import Segment
-from rulka.trainer import checkpoint as ckpt
+from rulka.trainer import checkpoint_store as ckpt
 from rulka.trainer.journal import journal_path
 from rulka.trainer.trainer import ACCEPTED_LOG, Trainer
 
@@ -44,8 +45,8 @@ def accepted_lines(run_dir):
 def test_flatten_state_round_trip_keeps_types():
     state = {"t": torch.arange(3.0), "n": np.arange(2, dtype=np.int16), "opt": {0: {"step": torch.tensor(2.0)}},
              "betas": (0.9, 0.99), "lst": [1, "a", None, 2.5], "__weird": 1}
-    plain, tensors = ckpt.flatten_state(state)
-    back = ckpt.unflatten_state(json.loads(json.dumps(plain)), tensors)
+    plain, tensors = flatten_state(state)
+    back = unflatten_state(json.loads(json.dumps(plain)), tensors)
     assert torch.equal(back["t"], state["t"]) and back["n"].dtype == np.int16
     assert list(back["opt"]) == [0] and float(back["opt"][0]["step"]) == 2.0
     assert back["betas"] == (0.9, 0.99) and back["lst"] == [1, "a", None, 2.5] and back["__weird"] == 1

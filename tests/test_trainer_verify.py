@@ -8,11 +8,11 @@ from roles_helpers import CountingAgent, ListMemory
 
 from rulka.agents.simple import SimpleReplayMemory
 from rulka.compress import ZstdCompressor
+from rulka.memory.rebuild_check import compare_transitions, expected_transitions, first_difference
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
 from rulka.segment import Segment
 from rulka.trainer.trainer import Trainer
-from rulka.trainer.verify import compare_transitions, expected_transitions, first_difference
 
 
 def segment(t=5):
@@ -65,7 +65,7 @@ CARTPOLE = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"}, "worker"
 
 
 def test_verify_pipeline_passes_on_a_lossless_path():
-    from rulka.verify import verify_pipeline
+    from rulka.cli.verify import verify_pipeline
 
     result = verify_pipeline(CARTPOLE, segments=6)
     assert result["first_difference"] is None
@@ -73,7 +73,7 @@ def test_verify_pipeline_passes_on_a_lossless_path():
 
 
 def test_verify_pipeline_catches_a_lossy_compressor():
-    from rulka.verify import verify_pipeline
+    from rulka.cli.verify import verify_pipeline
 
     cfg = {**CARTPOLE, "worker": {"segment_max_steps": 8, "compressor": "roles_helpers:LossyCompressor"}}
     result = verify_pipeline(cfg, segments=6)

@@ -57,7 +57,7 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
 
 
 POLICY = "policy.safetensors"  # rulka.envs.sim.policy.POLICY_FILE: a trainer's weights/ and best/
-AGENT = "agent.safetensors"  # a trainer checkpoint folder (rulka.trainer.checkpoint)
+AGENT = "agent.safetensors"  # a trainer checkpoint folder (rulka.trainer.checkpoint_store)
 
 
 def read_folder(folder: str | Path) -> dict[str, torch.Tensor]:

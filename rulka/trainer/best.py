@@ -356,7 +356,7 @@ class BestPolicy:
     def _write(self, cand: _Candidate) -> None:
         from rulka.envs.sim.policy import POLICY_FILE, save_policy
         from rulka.nn.hf import save_hf_parts_from_weights
-        from rulka.trainer.checkpoint import atomic_write_text
+        from rulka.trainer.checkpoint_store import atomic_write_text
 
         assert self.folder is not None and self.best is not None
         self.folder.mkdir(parents=True, exist_ok=True)

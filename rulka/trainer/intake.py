@@ -16,6 +16,7 @@ from typing import Any
 from rulka.compress import SegmentDecoder
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
+from rulka.memory.rebuild_check import first_difference
 from rulka.segment import Segment
 from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer.best import BestPolicy
@@ -23,7 +24,6 @@ from rulka.trainer.credit import WorkerBook
 from rulka.trainer.journal import JournalWriter, StoreGuard, journal_path
 from rulka.trainer.ratelimit import SampleToInsertRatio
 from rulka.trainer.state import RunState, Window
-from rulka.trainer.verify import first_difference
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rulka.interfaces import Memory, TrainingAgent
-from rulka.trainer import checkpoint as ckpt
+from rulka.trainer import checkpoint_store as ckpt
 from rulka.trainer.average import PolicyAverage
 from rulka.trainer.best import AVERAGE, TRAINED, BestPolicy
 from rulka.trainer.credit import WorkerBook

@@ -31,7 +31,7 @@ counters in ``RunState`` and the metrics window in ``Window`` (``rulka.trainer.s
 ``Intake`` (decode, dedupe, journal, store or defer; ``rulka.trainer.intake``), ``Credit`` and
 ``WorkerBook`` (credit, welcome, who was heard from; ``rulka.trainer.credit``), ``LearnerStep``
 (``rulka.trainer.learner_step``), ``Publisher`` (``rulka.trainer.publishing``), ``Checkpointer``
-(checkpoint and resume; ``rulka.trainer.checkpointing``) and ``Reporter`` (progress line,
+(checkpoint and resume; ``rulka.trainer.checkpointer``) and ``Reporter`` (progress line,
 metrics, stats; ``rulka.trainer.reporting``).
 """
 
@@ -55,7 +55,7 @@ from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
 from rulka.segment import Segment, pack
 from rulka.trainer.average import TRAINED_DIR, PolicyAverage
 from rulka.trainer.best import BEST_DIR, BestPolicy
-from rulka.trainer.checkpointing import Checkpointer
+from rulka.trainer.checkpointer import Checkpointer
 from rulka.trainer.cooldown import LrCooldown
 from rulka.trainer.credit import CREDIT_RESEND_S, Credit, WorkerBook
 from rulka.trainer.intake import ACCEPTED_LOG, Intake

@@ -1,12 +1,13 @@
-"""Verify mode: does the Memory rebuild exactly the transitions the worker saw?
+"""Does a Memory rebuild exactly the transitions the worker saw?
 
 For each segment, the transitions a worker lived through are read straight off the segment
 (observation i, action i, reward i, observation i+1, terminated i) and compared, transition by
 transition, with ``Memory.rebuild_transitions(segment)``. The first difference is reported with
 its key, transition index and both values (``first_difference``; the trainer does it for every
-segment with ``trainer.verify: true``; ``rulka verify``, in ``rulka.verify``, runs the whole
-worker -> compressor -> memory path in one process and uses the same comparison). A memory that stacks frame history may return
-observations with one extra leading (history) axis: then the newest frame is compared.
+segment with ``trainer.verify: true``; ``rulka verify`` (``rulka.cli.verify``) runs the whole
+worker -> compressor -> memory path in one process and uses the same comparison). A memory that
+stacks frame history may return observations with one extra leading (history) axis: then the
+newest frame is compared.
 """
 
 from __future__ import annotations

@@ -41,17 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rulka.checkpoint_format import (  # noqa: F401 - the format's names stay importable from here
-    CHUNKS,
-    MANIFEST,
-    _sha256,
-    flatten_state,
-    load_tree,
-    save_tree,
-    unflatten_state,
-    verify_manifest,
-    write_manifest,
-)
+from rulka.checkpoint_format import CHUNKS, MANIFEST, load_tree, save_tree, verify_manifest, write_manifest
 from rulka.errors import BadInput
 from rulka.memory.files import CHUNK_BYTES, ChunkStore
 

@@ -19,7 +19,7 @@ from typing import Any
 from rulka.errors import UserError
 from rulka.interfaces import Memory, TrainingAgent
 from rulka.nn.hf import save_hf_parts_from_weights
-from rulka.trainer import checkpoint as ckpt
+from rulka.trainer import checkpoint_store as ckpt
 from rulka.trainer.average import AVERAGE_DIR, PolicyAverage
 from rulka.trainer.intake import ACCEPTED_LOG, Intake
 from rulka.trainer.journal import (
