@@ -65,13 +65,26 @@ def decode_rate(payloads: list[bytes], threads: int) -> float:
 def ingest_rate(payloads: list[bytes], threads: int, folder: str) -> dict[str, Any]:
     from rulka.agents.iqn.settings import make_memory
     from rulka.config import load_config
+    from rulka.interfaces import TrainingAgent
     from rulka.trainer.trainer import Trainer
 
-    class NoAgent:  # ingest only: the learner is not part of this measurement
+    class NoAgent(TrainingAgent):  # ingest only: the learner is not part of this measurement
         batch_size = 512
+
+        def train(self, batch: Any) -> dict[str, float]:
+            raise NotImplementedError
+
+        def get_actor(self) -> Any:
+            raise NotImplementedError
 
         def actor_spec(self) -> dict[str, Any]:
             return {}
+
+        def state_dict(self) -> dict[str, Any]:
+            return {}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            pass
 
     cfg = load_config(overrides=["nn.vis.no_image=false", "nn.vis.image_size.width=160",
                                  "nn.vis.image_size.height=120", "trainer.rate_limit.mode=throughput",
@@ -79,7 +92,7 @@ def ingest_rate(payloads: list[bytes], threads: int, folder: str) -> dict[str, A
                                  f"trainer.ingest_threads={threads}", "logging.wandb.enabled=false",
                                  "logging.tensorboard.enabled=false"], env_file=None)
     memory = make_memory(cfg, seed=0)
-    trainer = Trainer(cfg, LocalHub().trainer_link(), agent=NoAgent(), memory=memory,  # type: ignore[arg-type]
+    trainer = Trainer(cfg, LocalHub().trainer_link(), agent=NoAgent(), memory=memory,
                       run_dir=f"{folder}/run-{threads}", signing_key=Ed25519PrivateKey.generate(),
                       metrics=False)
     messages = [Message("segment", "w0", p) for p in payloads]
@@ -87,10 +100,10 @@ def ingest_rate(payloads: list[bytes], threads: int, folder: str) -> dict[str, A
     for k in range(0, len(messages), 8):
         trainer.ingest(messages[k:k + 8])
     elapsed = time.perf_counter() - t0
-    stored = trainer.samples
+    stored = trainer.state.samples
     trainer.close()
     return {"transitions_per_s": round(stored / elapsed), "stored": stored,
-            "bad": {k: v for k, v in trainer.counters.items() if k.startswith("bad_")}}
+            "bad": {k: v for k, v in trainer.state.counters.items() if k.startswith("bad_")}}
 
 
 def main() -> None:

@@ -143,17 +143,17 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
     trainer.run(max_seconds=warm_s)
     if cuda:
         torch.cuda.synchronize()
-    u0, t0 = trainer.updates, time.perf_counter()
+    u0, t0 = trainer.state.updates, time.perf_counter()
     trainer.run(max_seconds=seconds)
     if cuda:
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
-    n = trainer.updates - u0
+    n = trainer.state.updates - u0
     return {"network": name, "device": device, "batch_size": batch_size, "batches": n,
             "batches_per_s": round(n / elapsed, 3), "samples_per_s": round(n * batch_size / elapsed, 1),
             "over_bare": round(n / elapsed / bare_batches_per_s, 3) if bare_batches_per_s else None,
-            "segments_stored": trainer.segments - trainer.deferred_segments,
-            "weights_published": trainer.version, "limiter_dropped": trainer.counters["limiter_dropped"],
+            "segments_stored": trainer.state.segments - len(trainer.intake.deferred),
+            "weights_published": trainer.state.version, "limiter_dropped": trainer.state.counters["limiter_dropped"],
             "prefetch": trainer.learner.prefetch}
 
 

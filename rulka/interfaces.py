@@ -144,6 +144,36 @@ class TrainingAgent(ABC):
     batch_size: int | None = None
     """Transitions per batch the trainer samples for this agent (None: ``training.batch_size``)."""
 
+    device: Any = "cpu"
+    """Where it trains (``trainer.prefetch_batches: auto`` prefetches on CUDA)."""
+
+    # -- optional abilities: the trainer uses them where the flag says the agent has them ----------
+    follows_lr_schedule: bool = False
+    """Whether it follows ``training.lr_schedule`` and multiplies its rate by ``lr_factor`` (what
+    ``training.lr_cooldown_fraction`` needs)."""
+
+    lr_factor: float = 1.0
+    """The learning-rate multiplier the trainer's cooldown sets (``rulka.trainer.cooldown``)."""
+
+    loads_actor_weights: bool = False
+    """Whether ``load_actor_weights`` and ``reset_optimizer`` work (what ``training.lr_cooldown_from_best``
+    and ``training.lr_cooldown_end_on_average`` need)."""
+
+    def load_actor_weights(self, weights: dict[str, Any]) -> None:
+        """Put published weights (``actor_weights()`` of an earlier version) into the networks it
+        trains; ValueError when they do not fit. Only where ``loads_actor_weights``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load published weights")
+
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's moments (``training.lr_cooldown_reset_optimizer``). Only where
+        ``loads_actor_weights``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reset its optimizer")
+
+    def take_sample_credit(self) -> int:
+        """Samples it may draw beyond the replay ratio without new data (granted by network resets;
+        the trainer takes them after each update). 0 by default."""
+        return 0
+
     @abstractmethod
     def train(self, batch: Any) -> dict[str, float]:
         """Update on ``batch``; return metrics with namespaced names (``losses/...``). Values are

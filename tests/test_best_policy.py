@@ -168,9 +168,9 @@ def _trainer(tmp_path, cfg: dict, agent: CountingAgent | None = None) -> tuple[T
 def test_the_trainer_marks_versions_and_writes_the_best_one(tmp_path):
     trainer, published = _trainer(tmp_path, CYCLE)
     trainer.agent.w.data.fill_(7.0)
-    trainer.publish()  # v1: a candidate
+    trainer.publisher.publish()  # v1: a candidate
     trainer.agent.w.data.fill_(8.0)
-    trainer.publish()  # v2: v1 is not complete yet
+    trainer.publisher.publish()  # v2: v1 is not complete yet
     assert [b.actor_spec.get("eval_policy") for b in published] == [True, None]
     trainer.ingest([_eval_episode(0, "a", 1, 20_000), _eval_episode(1, "b", 2, 18_000)])  # b of v2: not a candidate
     assert not (tmp_path / "run" / "best").exists()
@@ -181,13 +181,13 @@ def test_the_trainer_marks_versions_and_writes_the_best_one(tmp_path):
     _, tensors, spec = read_policy_file(tmp_path / "run" / "best")
     assert tensors["w"].tolist() == [7.0]  # v1's weights, not the agent's current ones
     assert spec["actor"] == "roles_helpers:ConstActor" and "run_config_json" in spec
-    trainer.publish()  # v3: the next candidate
+    trainer.publisher.publish()  # v3: the next candidate
     assert published[-1].actor_spec.get("eval_policy") is True
     # v3 is slower in all (40 s) but under the reference on a (18 s < 19 s): it is the new best
     trainer.ingest([_eval_episode(3, "a", 3, 18_000), _eval_episode(4, "b", 3, 22_000)])
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
     assert (best["version"], best["maps_finished"], best["maps_beating_reference"]) == (3, 2, 1)
-    assert trainer.counters["eval_policy_versions"] == 2 and trainer.counters["best_policy_improved"] == 2
+    assert trainer.state.counters["eval_policy_versions"] == 2 and trainer.state.counters["best_policy_improved"] == 2
     trainer.close()
 
 
@@ -198,7 +198,7 @@ def test_no_candidates_when_turned_off(tmp_path):
     single_off = {"map_cycle": {"keep_best_policy": False}}
     for i, cfg in enumerate((exploring_only, off, single_off, {"trainer": {"best_policy_every_frames": 0}})):
         trainer, published = _trainer(tmp_path / str(i), cfg)
-        trainer.publish()
+        trainer.publisher.publish()
         assert trainer.best_policy is None and "eval_policy" not in published[0].actor_spec
         trainer.close()
 
@@ -267,19 +267,19 @@ def test_a_gym_run_asks_for_the_candidates_episodes_and_keeps_the_best(tmp_path)
     trainer, published = _trainer(tmp_path, cfg)
     assert trainer.best_policy is not None and trainer.best_policy.ranking == best_mod.RETURN
     trainer.agent.w.data.fill_(3.0)
-    trainer.publish()  # v1: a candidate, its episodes asked of a worker
+    trainer.publisher.publish()  # v1: a candidate, its episodes asked of a worker
     assert published[0].actor_spec["eval_policy"] is True and published[0].actor_spec["eval_policy_episodes"] == 2
-    trainer.publish()  # v2: v1 not scored yet
+    trainer.publisher.publish()  # v2: v1 not scored yet
     assert "eval_policy" not in published[1].actor_spec
     trainer.ingest([_gym_segment(0, 1, 100.0), _gym_segment(1, 1, 300.0)])
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
     assert (best["version"], best["return_mean"]) == (1, 200.0)
     _, tensors, _ = read_policy_file(tmp_path / "run" / "best")
     assert tensors["w"].tolist() == [3.0]
-    trainer.publish()  # v3: complete, but fewer than 1000 frames played since v1 was marked
+    trainer.publisher.publish()  # v3: complete, but fewer than 1000 frames played since v1 was marked
     assert "eval_policy" not in published[2].actor_spec
-    trainer.samples += 1000
-    trainer.publish()  # v4: the next candidate
+    trainer.state.samples += 1000
+    trainer.publisher.publish()  # v4: the next candidate
     assert published[3].actor_spec.get("eval_policy") is True
     trainer.close()
 
@@ -288,7 +288,7 @@ def test_an_exploring_cycle_asks_for_a_pass_of_the_cycle(tmp_path):
     cfg = {"map_cycle": {"entries": [{"short_name": "a", "map_path": "a", "repeat": 2},
                                      {"short_name": "b", "map_path": "b"}]}}
     trainer, published = _trainer(tmp_path, cfg)
-    trainer.publish()
+    trainer.publisher.publish()
     assert published[0].actor_spec["eval_policy_episodes"] == 3 and trainer.best_policy.maps == ["a", "b"]
     trainer.ingest([_eval_episode(0, "a", 1, 20_000), _eval_episode(1, "a", 1, 25_000), _eval_episode(2, "b", 1, 18_000)])
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
@@ -507,7 +507,8 @@ class _LoadingAgent(CountingAgent):
     """CountingAgent that can take published weights back (what ending on the average needs) and
     has a learning rate to cool."""
 
-    lr_factor = 1.0
+    follows_lr_schedule = True
+    loads_actor_weights = True
 
     def load_actor_weights(self, weights):
         with torch.no_grad():
@@ -526,15 +527,15 @@ def test_inside_the_cooldown_of_a_run_that_ends_on_its_average_the_average_is_a_
                        "average_policy_kind": "mean"},
            "training": {"lr_cooldown_fraction": 0.5, "lr_cooldown_end_on_average": True}}
     trainer, published = _trainer(tmp_path, cfg, _LoadingAgent())
-    trainer.lr_cooldown = LrCooldown(0.5, 0.05, budget_samples=1000)
-    trainer.lr_cooldown.start(samples=0)
+    trainer.cooldown.schedule = LrCooldown(0.5, 0.05, budget_samples=1000)
+    trainer.cooldown.schedule.start(samples=0)
     seq = iter(range(100))
 
     def candidate(w: float, samples: int, ret: float) -> WeightsBlob:
         """Publish the learner's weights ``w`` at ``samples``; the candidate's race returns ``ret``."""
         trainer.agent.w.data.fill_(w)
         trainer.state.samples = samples
-        trainer.publish()
+        trainer.publisher.publish()
         blob = published[-1]
         assert blob.actor_spec.get("eval_policy") is True
         trainer.ingest([_gym_segment(next(seq), blob.version, ret)])
@@ -557,14 +558,14 @@ def test_inside_the_cooldown_of_a_run_that_ends_on_its_average_the_average_is_a_
     assert candidate(10.0, 800, 80.0).tensors["w"].tolist() == [10.0]
     rows = [json.loads(line) for line in (tmp_path / "run" / "best" / "candidates.jsonl").read_text().splitlines()]
     assert [r.get("weights", "trained") for r in rows] == ["trained"] * 3 + ["average", "trained"]
-    assert trainer.counters["eval_policy_average_versions"] == 1
+    assert trainer.state.counters["eval_policy_average_versions"] == 1
     trainer.close()
 
     # a run that ends on the weights it trained: no average candidates, even while cooling
     cfg["training"]["lr_cooldown_end_on_average"] = False
     trainer, published = _trainer(tmp_path / "2", cfg, _LoadingAgent())
-    trainer.lr_cooldown = LrCooldown(0.5, 0.05, budget_samples=1000)
-    trainer.lr_cooldown.start(samples=0)
+    trainer.cooldown.schedule = LrCooldown(0.5, 0.05, budget_samples=1000)
+    trainer.cooldown.schedule.start(samples=0)
     seq = iter(range(100))
     assert [candidate(w, s, 1.0).tensors["w"].item() for w, s in ((2.0, 600), (4.0, 700), (6.0, 800))] == [2.0, 4.0, 6.0]
     trainer.close()

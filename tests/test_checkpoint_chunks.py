@@ -295,7 +295,7 @@ def test_trainer_checkpoints_and_resumes_through_the_chunks(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="rulka.trainer"):
         t3 = trainer(resume=True)
     assert any("previous checkpoint ckpt-000001" in r.getMessage() for r in caplog.records)
-    assert t3.segments == 6  # the first checkpoint's 3, the journal since it replays the other 3
+    assert t3.state.segments == 6  # the first checkpoint's 3, the journal since it replays the other 3
     # the journal's segments are stored again (less the steps held back at the checkpoint, which
     # no checkpoint saves)
     assert at_first["counts"][0] < t3.memory.count <= at_second["counts"][0]

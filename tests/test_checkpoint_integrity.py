@@ -38,7 +38,7 @@ def two_checkpoints_and_a_crash(tmp_path):
     folders = []
     for seq in (0, 1):  # one segment and one update before each checkpoint
         t1.ingest([seg_msg("a", seq)])
-        t1.train_once()
+        t1.learner.train_once()
         folders.append(t1.checkpoint())
     t1.ingest([seg_msg("a", 2)])  # acknowledged (so journaled and flushed), then kill -9
     return folders[0], folders[1]
@@ -49,13 +49,13 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one_losing_nothing
     first, second = two_checkpoints_and_a_crash(tmp_path)
     DAMAGES[damage](second)
     t2 = new_trainer(tmp_path, resume=True)
-    assert t2.updates == 1 and float(t2.agent.w.detach()[0]) == 1.0  # the state of the first checkpoint
+    assert t2.state.updates == 1 and float(t2.agent.w.detach()[0]) == 1.0  # the state of the first checkpoint
     assert t2.memory.loaded_keys == ["a 0"]
     assert [s.seq for s in t2.memory.segments] == [1, 2]  # the journals since it were kept and replayed
     assert accepted_lines(tmp_path) == ["a", "0", "a", "1", "a", "2"]  # each exactly once
     assert any("damaged" in r.getMessage() or "does not load" in r.getMessage() for r in caplog.records)
     t2.ingest([seg_msg("a", 1)])
-    assert t2.counters["duplicates"] == 1
+    assert t2.state.counters["duplicates"] == 1
     t2.close()
 
 
@@ -63,7 +63,7 @@ def test_garbage_latest_json_uses_the_newest_intact_folder(tmp_path):
     _, second = two_checkpoints_and_a_crash(tmp_path)
     (tmp_path / "checkpoints" / "latest.json").write_bytes(b"\x00garbage")
     t2 = new_trainer(tmp_path, resume=True)
-    assert t2.updates == 2 and t2.memory.loaded_keys == ["a 0", "a 1"]
+    assert t2.state.updates == 2 and t2.memory.loaded_keys == ["a 0", "a 1"]
     assert [s.seq for s in t2.memory.segments] == [2]
     t2.close()
 
@@ -91,13 +91,13 @@ def test_checkpoint_keeps_exactly_the_newest_two(tmp_path):
 
 def test_resumed_trainer_never_reuses_a_published_version(tmp_path):
     t1 = new_trainer(tmp_path)
-    t1.publish()
+    t1.publisher.publish()
     t1.checkpoint()  # holds v1
-    t1.train_once()
-    t1.publish()
-    t1.publish()  # v2 and v3 reached the workers with other weights, then kill -9
-    assert t1.version == 3
+    t1.learner.train_once()
+    t1.publisher.publish()
+    t1.publisher.publish()  # v2 and v3 reached the workers with other weights, then kill -9
+    assert t1.state.version == 3
     t2 = new_trainer(tmp_path, resume=True)
-    assert t2.version == 3
-    assert t2.publish() == 4
+    assert t2.state.version == 3
+    assert t2.publisher.publish() == 4
     t2.close()

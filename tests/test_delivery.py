@@ -47,7 +47,7 @@ def test_segments_layout_and_episode_info(keys, tmp_path):
         worker.run_episode()
     assert worker.outbox.wait_empty(0.01) is False  # nothing acknowledged yet
     deadline = time.monotonic() + 5
-    while trainer.segments < 6 and time.monotonic() < deadline:
+    while trainer.state.segments < 6 and time.monotonic() < deadline:
         trainer.ingest(trainer.link.receive(timeout=0.05))
     assert worker.outbox.wait_empty(5)
     worker.close()
@@ -60,7 +60,7 @@ def test_segments_layout_and_episode_info(keys, tmp_path):
     assert segs[0].arrays["obs/x"][-1].tolist() == segs[1].arrays["obs/x"][0].tolist() == [0.0, 3.0]
     assert segs[2].info == {"episode_return": 28.0, "episode_length": 7, "race_time_ms": 350}
     assert segs[0].arrays["extra/w"].dtype.name == "float32"
-    assert trainer.episodes == 2 and trainer.samples == 14
+    assert trainer.state.episodes == 2 and trainer.state.samples == 14
 
 
 def test_exactly_once_through_an_outage(keys, tmp_path):
@@ -122,7 +122,7 @@ def test_resend_after_timeout_is_deduplicated(keys, tmp_path):
     resent = [m for m in trainer.link.receive(timeout=1) if m.kind == "segment"]
     assert len(resent) == 3
     trainer.ingest(resent)
-    assert trainer.counters["duplicates"] == 3
+    assert trainer.state.counters["duplicates"] == 3
     assert len(trainer.memory.segments) == 3
     worker.pump()  # the acks for the duplicates release them
     assert len(worker.outbox) == 0
@@ -140,12 +140,12 @@ def test_segment_claiming_another_worker_is_refused(keys):
     payload = ZstdCompressor().compress(seg)
     trainer.ingest([Message("segment", "mallory", payload), Message("segment", "alice", b"garbage"),
                     Message("weights", "alice", b"x")])
-    assert trainer.segments == 0
-    assert trainer.counters["bad_sender_mismatch"] == 1
-    assert trainer.counters["bad_segment"] == 1
-    assert trainer.counters["bad_kind"] == 1
+    assert trainer.state.segments == 0
+    assert trainer.state.counters["bad_sender_mismatch"] == 1
+    assert trainer.state.counters["bad_segment"] == 1
+    assert trainer.state.counters["bad_kind"] == 1
     trainer.ingest([Message("segment", "alice", payload)])
-    assert trainer.segments == 1
+    assert trainer.state.segments == 1
 
 
 def test_ack_payload_is_validated():
@@ -179,7 +179,7 @@ def test_non_numeric_extras_are_left_out_and_a_failing_memory_is_counted(keys, t
     seg = SegmentDecoder(ZstdCompressor()).decompress(msgs[0].payload)
     assert "extra/note" not in seg.arrays and seg.arrays["extra/ok"].dtype.name == "float32"
     trainer.ingest(msgs)
-    assert trainer.counters["bad_memory"] == 1 and trainer.samples == 0
+    assert trainer.state.counters["bad_memory"] == 1 and trainer.state.samples == 0
     worker.pump()
     assert len(worker.outbox) == 0  # acknowledged all the same: resending would not help
     worker.close()
@@ -206,9 +206,9 @@ def test_pickle_payloads_are_refused_and_never_executed(keys, tmp_path):
     raw = pickle.dumps(_Evil(str(marker)))
     trainer.ingest([Message("segment", "w", raw), Message("segment", "w", zstandard.ZstdCompressor().compress(raw)),
                     Message("stats", "w", raw)])
-    assert trainer.counters["bad_segment"] == 2 and trainer.counters["bad_stats"] == 1
+    assert trainer.state.counters["bad_segment"] == 2 and trainer.state.counters["bad_stats"] == 1
     assert not marker.exists()
-    assert trainer.segments == 0
+    assert trainer.state.segments == 0
 
 
 def test_role_packages_export_lazily():

@@ -42,14 +42,14 @@ def _trainer(tmp_path, every: int, episodes: int = 2) -> tuple[Trainer, list[Wei
 
 def test_every_kth_version_asks_one_worker_in_turn(tmp_path):
     trainer, published, logger = _trainer(tmp_path, every=2, episodes=3)
-    trainer.publish()  # v1: no worker known yet
-    trainer.publish()  # v2: asks any worker
+    trainer.publisher.publish()  # v1: no worker known yet
+    trainer.publisher.publish()  # v2: asks any worker
     trainer.ingest([Message("stats", name, encode_stats({"episodes": 0})) for name in ("pc2", "pc1")])
     for _ in range(4):
-        trainer.publish()  # v3..v6
+        trainer.publisher.publish()  # v3..v6
     asks = {b.version: (b.actor_spec.get("eval_episodes"), b.actor_spec.get("eval_worker")) for b in published}
     assert asks == {1: (None, None), 2: (3, ""), 3: (None, None), 4: (3, "pc2"), 5: (None, None), 6: (3, "pc1")}
-    assert trainer.counters["eval_requests"] == 3
+    assert trainer.state.counters["eval_requests"] == 3
     trainer.close()
     logger.close()
 
@@ -57,7 +57,7 @@ def test_every_kth_version_asks_one_worker_in_turn(tmp_path):
 def test_no_eval_requests_by_default(tmp_path):
     trainer, published, logger = _trainer(tmp_path, every=0)
     for _ in range(5):
-        trainer.publish()
+        trainer.publisher.publish()
     assert not any("eval_episodes" in b.actor_spec for b in published)
     trainer.close()
     logger.close()
@@ -84,11 +84,11 @@ def test_test_episodes_are_logged_under_eval_apart_from_exploring_ones(tmp_path)
                     # a map-cycle evaluation entry with fill_buffer true: trained on, logged as eval
                     _episode(4, 30.0, 26000, True, True)])
     trainer.ingest([_episode(3, 30.0, 26000, True, True, fill_buffer=False)])  # a duplicate
-    trainer.report(force=True)
+    trainer.reporter.report(force=True)
     trainer.close()
     logger.close()
-    assert [s.seq for s in trainer.memory.segments] == [0, 1, 4] and trainer.samples == 9
-    assert trainer.episodes == 2 and trainer.counters["eval_episodes"] == 3
+    assert [s.seq for s in trainer.memory.segments] == [0, 1, 4] and trainer.state.samples == 9
+    assert trainer.state.episodes == 2 and trainer.state.counters["eval_episodes"] == 3
     m = list(read_metrics(tmp_path))[-1]["metrics"]
     assert m["charts/episodic_return"] == 3.0 and m["charts/default/finish_rate"] == 0.5
     assert m["eval/episodic_return"] == (40 + 30 + 30) / 3

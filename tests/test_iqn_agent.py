@@ -257,7 +257,7 @@ def test_publish_sends_the_online_weights_without_building_an_actor():
     key = Ed25519PrivateKey.generate()
     hub = LocalHub()
     trainer = Trainer(cfg, hub.trainer_link(), agent=agent, memory=ListMemory(), signing_key=key)
-    assert trainer.publish() == 1
+    assert trainer.publisher.publish() == 1
     blob = decode_weights([m for m in hub.worker_link("w").receive(timeout=1) if m.kind == "weights"][0].payload,
                           key.public_key())
     for name, tensor in agent.online.state_dict().items():

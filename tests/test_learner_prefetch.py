@@ -59,6 +59,9 @@ class _Agent:
         self.training = False
         return {}
 
+    def take_sample_credit(self) -> int:  # TrainingAgent's default: no resets
+        return 0
+
 
 def _step(memory, agent, limiter=None, prefetch=True) -> LearnerStep:
     return LearnerStep(RunState(), Window(), agent, memory, limiter, lambda: 0, batch_size=8, publish_every=1000,

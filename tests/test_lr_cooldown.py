@@ -172,9 +172,9 @@ def test_the_cooldown_starts_from_the_best_policys_weights(tmp_path):
     trainer = _iqn_trainer(tmp_path)
     agent, best = trainer.agent, trainer.best_policy
     assert best is not None and best.best_weights() is None
-    assert not trainer.cool_from_best_policy()  # no best yet: the cooldown settles the current weights
-    assert trainer.counters["cooldown_without_best"] == 1
-    trainer.publish()  # v1: the first candidate, asked of a worker
+    assert not trainer.cooldown.cool_from_best_policy()  # no best yet: the cooldown settles the current weights
+    assert trainer.state.counters["cooldown_without_best"] == 1
+    trainer.publisher.publish()  # v1: the first candidate, asked of a worker
     best_then = _online(agent)
     assert best.add_result(1, best.maps[0], False, None, 0.0, episode_return=180.0)
     with torch.no_grad():  # the learner moves on after the candidate
@@ -182,15 +182,15 @@ def test_the_cooldown_starts_from_the_best_policys_weights(tmp_path):
             p.add_(0.5)
         for p in agent.target.parameters():
             p.sub_(0.25)
-    assert trainer.cool_from_best_policy()
+    assert trainer.cooldown.cool_from_best_policy()
     for name, value in best_then.items():
         assert torch.equal(agent.online.state_dict()[name], value), name
         assert torch.equal(agent.target.state_dict()[name], value), name
-    assert trainer.counters["cooldown_from_best"] == 1
+    assert trainer.state.counters["cooldown_from_best"] == 1
     # weights of another network (a resumed run whose config changed): refused before anything changes
     name = next(iter(best_then))
     best._best_weights = {**best_then, name: torch.zeros(3, 3)}
-    assert not trainer.cool_from_best_policy() and trainer.counters["cooldown_without_best"] == 2
+    assert not trainer.cooldown.cool_from_best_policy() and trainer.state.counters["cooldown_without_best"] == 2
     assert torch.equal(agent.online.state_dict()[name], best_then[name])
     # the learner trains on from there: a step moves the online weights and leaves the target's
     agent.optimizer.zero_grad()
@@ -217,14 +217,14 @@ def test_the_optimizer_starts_afresh_on_the_best_policy_only_when_asked(tmp_path
         stepped(trainer)
         moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer.agent.optimizer.state.items()}
         assert moments  # one step made them
-        trainer.publish()
+        trainer.publisher.publish()
         assert trainer.best_policy.add_result(1, trainer.best_policy.maps[0], False, None, 0.0, episode_return=180.0)
-        assert trainer.cool_from_best_policy()
+        assert trainer.cooldown.cool_from_best_policy()
         state = trainer.agent.optimizer.state
         if reset:
-            assert len(state) == 0 and trainer.counters["cooldown_optimizer_reset"] == 1
+            assert len(state) == 0 and trainer.state.counters["cooldown_optimizer_reset"] == 1
         else:
-            assert {id(p) for p in state} == set(moments) and "cooldown_optimizer_reset" not in trainer.counters
+            assert {id(p) for p in state} == set(moments) and "cooldown_optimizer_reset" not in trainer.state.counters
             p0 = next(iter(state))
             assert all(torch_equal(state[p0][k], moments[id(p0)][k]) for k in moments[id(p0)])
         stepped(trainer)  # the learner steps on: moments again, from a step count of 1 when reset
@@ -247,27 +247,27 @@ def test_the_average_starts_again_from_the_put_back_best_policy(tmp_path):
     trainer = _iqn_trainer(tmp_path, cfg)
     agent, best, avg = trainer.agent, trainer.best_policy, trainer.average
     assert avg is not None
-    trainer.publish()  # v1: the best candidate, and the average's first weights
+    trainer.publisher.publish()  # v1: the best candidate, and the average's first weights
     best_then = {k: v.clone() for k, v in agent.actor_weights().items()}
     assert best.add_result(1, best.maps[0], False, None, 0.0, episode_return=180.0)
     with torch.no_grad():
         for p in agent.online.parameters():
             p.add_(1.0)
     trainer.state.samples = 400
-    trainer.publish()  # v2 moves the average: share 400 / 1000 of a network the cooldown will drop
+    trainer.publisher.publish()  # v2 moves the average: share 400 / 1000 of a network the cooldown will drop
     params = dict(agent.online.named_parameters())
     name = next(iter(params))
     assert not torch.equal(avg.weights[name], best_then[name])
     trainer.state.samples = 500
-    assert trainer.cool_from_best_policy()
-    assert trainer.counters["average_restarted"] == 1
+    assert trainer.cooldown.cool_from_best_policy()
+    assert trainer.state.counters["average_restarted"] == 1
     assert all(torch.equal(avg.weights[k], v) for k, v in best_then.items())
     assert avg.samples == 500
     with torch.no_grad():  # the learner trains on from the best policy: +2 on every weight
         for p in agent.online.parameters():
             p.add_(2.0)
     trainer.state.samples = 750
-    trainer.publish()  # share 250 / 1000: best + 0.25 * 2
+    trainer.publisher.publish()  # share 250 / 1000: best + 0.25 * 2
     for k in params:
         assert torch.allclose(avg.weights[k], best_then[k] + 0.5), k
     trainer.close()
@@ -286,23 +286,23 @@ def test_a_run_stopped_inside_its_cooldown_ends_on_the_averaged_weights(tmp_path
            "training": {**CARTPOLE_IQN["training"], "lr_cooldown_end_on_average": True}}
     trainer = _iqn_trainer(tmp_path, cfg)
     agent = trainer.agent
-    trainer.lr_cooldown = LrCooldown(0.2, 0.05, budget_samples=1000)
-    trainer.lr_cooldown.start(samples=0)
-    trainer.publish()  # the average's first weights: w0
+    trainer.cooldown.schedule = LrCooldown(0.2, 0.05, budget_samples=1000)
+    trainer.cooldown.schedule.start(samples=0)
+    trainer.publisher.publish()  # the average's first weights: w0
     first = _online(agent)
     with torch.no_grad():
         for p in agent.online.parameters():
             p.add_(1.0)
     trainer.state.samples = 500  # half the horizon: the average is w0 + 0.5
-    trainer.publish()
+    trainer.publisher.publish()
     trained = _online(agent)
     # at 70 % of the budget the cooldown (the last 20 %) has not begun: the trained weights stay
-    assert trainer.end_on_averaged_weights() is False
-    assert trainer.counters["end_on_average_skipped"] == 1
+    assert trainer.cooldown.end_on_averaged_weights() is False
+    assert trainer.state.counters["end_on_average_skipped"] == 1
     assert all(torch.equal(agent.online.state_dict()[k], v) for k, v in trained.items())
     trainer.state.samples = 900  # inside the cooldown
-    assert trainer.end_on_averaged_weights() is True
-    assert trainer.counters["ended_on_average"] == 1
+    assert trainer.cooldown.end_on_averaged_weights() is True
+    assert trainer.state.counters["ended_on_average"] == 1
     for name, _ in agent.online.named_parameters():
         assert torch.allclose(agent.online.state_dict()[name], first[name] + 0.5, atol=1e-6), name
         assert torch.equal(agent.target.state_dict()[name], agent.online.state_dict()[name]), name

@@ -48,13 +48,13 @@ def test_worker_plays_the_cycle_and_the_trainer_keeps_what_fills_the_buffer():
         trainer.ingest(trainer.link.receive(timeout=0.05))
     worker.close()
     stored = trainer.memory.segments
-    assert trainer.segments == worker.stats.segments  # every segment reached the trainer
+    assert trainer.state.segments == worker.stats.segments  # every segment reached the trainer
     ends = [s for s in stored if s.episode_done]
     # the default-track entry (fill_buffer false) reached the trainer but not its memory
     assert [s.map_name for s in ends] == ["hp", "hp", "sl_eval"]
     assert all(s.info.get("fill_buffer") is None for s in stored)
     # exploring episodes are counted under charts/, the greedy evaluation entry under eval/
-    assert trainer.episodes == 3 and trainer.counters["eval_episodes"] == 1
+    assert trainer.state.episodes == 3 and trainer.state.counters["eval_episodes"] == 1
     # the evaluation entry was played greedily and is marked so
     assert [s.evaluation for s in ends] == [False, False, True]
     assert sum(s.num_transitions for s in stored) < worker.stats.steps

@@ -104,13 +104,13 @@ def test_the_trainer_saves_the_average_beside_its_weights_and_a_resumed_run_goes
     run = tmp_path / "run"
     trainer, agent, hub = _trainer(run, frames=1000)
     worker = hub.worker_link("w")
-    trainer.publish()
+    trainer.publisher.publish()
     before = {k: v.detach().clone() for k, v in agent.online.state_dict().items()}
     with torch.no_grad():
         for p in agent.online.parameters():
             p.add_(1.0)
     trainer.state.samples = 500  # half the horizon: the average sits halfway
-    trainer.publish()
+    trainer.publisher.publish()
     trainer.checkpoint()
     _, tensors, spec = read_policy_file(run / AVERAGE_DIR / "policy.safetensors")
     assert spec["frames_averaged_to"] == 500 and spec["average_policy_frames"] == 1000
@@ -129,7 +129,7 @@ def test_the_trainer_saves_the_average_beside_its_weights_and_a_resumed_run_goes
         for p in agent2.online.parameters():
             p.add_(1.0)  # the checkpointed weights were before + 1; these are before + 2
     resumed.state.samples = 750  # w = 250 / 1000
-    resumed.publish()
+    resumed.publisher.publish()
     for name, _ in agent2.online.named_parameters():
         assert torch.allclose(resumed.average.weights[name], before[name] + 0.5 + 0.25 * 1.5, atol=1e-6), name
     resumed.close()
@@ -141,7 +141,7 @@ def test_rulka_eval_average_drives_the_averaged_policy_and_says_when_a_run_kept_
 
     run = tmp_path / "run"
     trainer, _, _ = _trainer(run, frames=1000)
-    trainer.publish()
+    trainer.publisher.publish()
     trainer.checkpoint()
     trainer.close()
     assert policy_file_of(run, AVERAGE) == run / AVERAGE_DIR / "policy.safetensors"

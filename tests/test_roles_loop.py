@@ -37,16 +37,16 @@ def test_allowed_updates_follow_threshold_and_ratio():
     mem = RatioMemory(min_samples=10)
     t = trainer_with(mem, ratio=0.25)
     assert (t.limiter.min_diff, t.limiter.max_diff) == (8, 12)
-    assert t.allowed_updates() == 0  # empty memory: below the start threshold
+    assert t.learner.allowed_updates() == 0  # empty memory: below the start threshold
 
     t.ingest([seg_msg("w", 0), seg_msg("w", 1)])  # 2 segments of 4 transitions = 8 < 10
-    assert t.samples == 8 and t.allowed_updates() == 0
+    assert t.state.samples == 8 and t.learner.allowed_updates() == 0
     t.ingest([seg_msg("w", 2)])  # 12 transitions: cursor 12, one batch of 4 leaves 8 = min_diff
-    assert t.allowed_updates() == 1
-    assert t.train_slice() == 1 and t.updates == 1
-    assert t.train_slice() == 0  # the ratio holds training back until more data comes
+    assert t.learner.allowed_updates() == 1
+    assert t.learner.train_slice() == 1 and t.state.updates == 1
+    assert t.learner.train_slice() == 0  # the ratio holds training back until more data comes
     t.ingest([seg_msg("w", 3)])  # cursor 8 + 4 = 12
-    assert t.train_slice() == 1 and t.updates == 2
+    assert t.learner.train_slice() == 1 and t.state.updates == 2
 
 
 def test_no_ratio_means_no_cap_and_threshold_at_least_a_batch():
@@ -54,9 +54,9 @@ def test_no_ratio_means_no_cap_and_threshold_at_least_a_batch():
     t = trainer_with(mem, ratio=None)
     assert t.limiter is None
     t.ingest([seg_msg("w", 0, t=3)])  # 3 transitions: less than one batch of 4
-    assert t.allowed_updates() == 0
+    assert t.learner.allowed_updates() == 0
     t.ingest([seg_msg("w", 1, t=3)])
-    assert t.allowed_updates() == math.inf
+    assert t.learner.allowed_updates() == math.inf
 
 
 def test_memory_samples_per_insert_decides_over_max_updates_per_env_step():
@@ -74,22 +74,22 @@ def test_publish_every_n_updates_and_on_demand():
     t = trainer_with(RatioMemory(0), ratio=None, publish_every=2)
     t.ingest([seg_msg("w", 0)])
     for _ in range(5):
-        t.train_once()
-    assert t.version == 2  # after updates 2 and 4
-    assert t.publish() == 3
+        t.learner.train_once()
+    assert t.state.version == 2  # after updates 2 and 4
+    assert t.publisher.publish() == 3
 
 
 def test_trainer_weights_reach_a_late_worker_with_config():
     hub = LocalHub()
     t = Trainer({"environment": {"backend": "gym", "gym_id": "CartPole-v1"}}, hub.trainer_link(),
                 agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
-    t.publish()
-    t.publish()
+    t.publisher.publish()
+    t.publisher.publish()
     link = hub.worker_link("late")
     msgs = link.receive(timeout=1)
     assert [m.kind for m in msgs] == ["weights"]
     blob = decode_weights(msgs[0].payload, KEY.public_key())
-    assert blob.version == 2 and blob.run_id == t.run_id
+    assert blob.version == 2 and blob.run_id == t.state.run_id
     assert '"gym_id": "CartPole-v1"' in blob.actor_spec["run_config_json"]
 
 
@@ -194,10 +194,10 @@ def test_trainer_metrics_names_and_per_worker_rates():
     sink = Sink()
     t = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY,
                 metrics=sink)
-    t.publish()
+    t.publisher.publish()
     t.ingest([seg_msg("pc1", 0), seg_msg("pc1", 0),
               Message("stats", "pc1", encode_stats({"samples_per_s": 20.5, "unacked": 3}))])
-    t.report(force=True)
+    t.reporter.report(force=True)
     step, m = sink.records[-1]
     assert step == 4
     assert m["charts/samples_received"] == 4 and m["perf/segments_duplicate"] == 1
@@ -228,7 +228,7 @@ def test_engineered_reward_schedules_follow_the_trainers_frame_count():
     hub = LocalHub()
     t = Trainer({}, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
     t.ingest([seg_msg("w", i, t=25) for i in range(4)])  # 100 frames played
-    t.publish()
+    t.publisher.publish()
     w = Worker({"worker": {"segment_max_steps": 50}}, hub.worker_link("pc1"), env=env, actor=ConstActor(),
                weights_decoder=lambda d: decode_weights(d, KEY.public_key()))
     import time
@@ -239,7 +239,7 @@ def test_engineered_reward_schedules_follow_the_trainers_frame_count():
         if seen[-1] == 100:
             break
     w.close()
-    assert t.samples == 100 and seen[-1] == 100
+    assert t.state.samples == 100 and seen[-1] == 100
 
 
 class QuickServerRestartLink:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from rulka.agents.base import soft_update
 from rulka.agents.sac import (
     CriticEnsemble,
     SACAgent,
@@ -19,7 +20,6 @@ from rulka.agents.sac import (
     squashed_log_prob,
     temperature_loss,
 )
-from rulka.agents.sac.agent import polyak_update
 from rulka.memory.uniform import TransitionBatch
 
 
@@ -88,12 +88,12 @@ def test_temperature_loss_and_one_sgd_step():
     assert log_alpha.exp().item() == pytest.approx(0.5 * math.exp(-0.4))
 
 
-def test_polyak_update():
+def test_soft_update():
     online, target = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
     with torch.no_grad():
         online.weight.fill_(1.0)
         target.weight.fill_(3.0)
-    polyak_update(target, online, 0.25)
+    soft_update(target, online, 0.25)
     assert target.weight.item() == pytest.approx(0.25 * 1.0 + 0.75 * 3.0)
 
 

@@ -205,7 +205,7 @@ def test_worker_recovers_from_each_failure_and_the_trainer_gets_every_segment(fa
     assert worker.stats.episodes == 3
     assert len(worker.outbox) == 0
     # every segment the worker produced reached the trainer's memory, in full episodes
-    assert trainer.segments == worker.stats.segments
+    assert trainer.state.segments == worker.stats.segments
     mem = trainer.memory.segments
     assert sum(s.num_transitions for s in mem) == worker.stats.steps
     assert sum(s.episode_done for s in mem) == 3

@@ -61,23 +61,23 @@ def test_rng_state_round_trip():
 
 def test_resume_restores_everything_and_continues_versions(tmp_path):
     t1 = new_trainer(tmp_path)
-    t1.publish()
+    t1.publisher.publish()
     t1.ingest([seg_msg("a", 0), seg_msg("a", 1), seg_msg("b", 0)])
     for _ in range(5):
-        t1.train_once()
+        t1.learner.train_once()
     opt_state = t1.agent.opt.state_dict()["state"][0]["exp_avg"].clone()
-    v = t1.version
+    v = t1.state.version
     t1.checkpoint()
     t1.close()
 
     t2 = new_trainer(tmp_path, resume=True)
-    assert (t2.version, t2.updates, t2.samples, t2.run_id) == (v, 5, 12, t1.run_id)
+    assert (t2.state.version, t2.state.updates, t2.state.samples, t2.state.run_id) == (v, 5, 12, t1.state.run_id)
     assert float(t2.agent.w.detach()[0]) == 5.0 and t2.agent.trained == 5
     assert torch.equal(t2.agent.opt.state_dict()["state"][0]["exp_avg"], opt_state)
     assert sorted(t2.memory.loaded_keys) == ["a 0", "a 1", "b 0"]
-    assert t2.publish() == v + 1  # the version counter continues
+    assert t2.publisher.publish() == v + 1  # the version counter continues
     t2.ingest([seg_msg("a", 1), seg_msg("a", 2)])  # a resend of a stored one, and a new one
-    assert t2.counters["duplicates"] == 1 and t2.segments == 4
+    assert t2.state.counters["duplicates"] == 1 and t2.state.segments == 4
     t2.close()
 
 
@@ -91,10 +91,10 @@ def test_crash_after_checkpoint_replays_the_journal_once(tmp_path):
     t2 = new_trainer(tmp_path, resume=True)
     assert [s.seq for s in t2.memory.segments] == [1, 2]  # replayed on top of the checkpoint
     assert sorted(t2.memory.loaded_keys) == ["a 0"]
-    assert t2.samples == 12
+    assert t2.state.samples == 12
     assert accepted_lines(tmp_path) == ["a", "0", "a", "1", "a", "2"]  # each exactly once
     t2.ingest([seg_msg("a", 2), seg_msg("a", 3)])
-    assert t2.counters["duplicates"] == 1
+    assert t2.state.counters["duplicates"] == 1
     t2.checkpoint()
     t2.close()
     t3 = new_trainer(tmp_path, resume=True)
@@ -107,7 +107,7 @@ def test_truncated_journal_tail_is_ignored(tmp_path):
     t1 = new_trainer(tmp_path)
     t1.ingest([seg_msg("a", 0), seg_msg("a", 1)])
     t1.close()  # closes the journal; no checkpoint
-    path = journal_path(tmp_path / "journal", t1.journal_number)
+    path = journal_path(tmp_path / "journal", t1.state.journal_number)
     data = path.read_bytes()
     path.write_bytes(data[:-10])  # killed in the middle of writing the second record
     t2 = new_trainer(tmp_path, resume=True)
@@ -115,7 +115,7 @@ def test_truncated_journal_tail_is_ignored(tmp_path):
     # the torn bytes are kept beside the journal, and the accepted segment it lost is named
     torn = path.with_name(path.name + ".torn").read_bytes()
     assert path.read_bytes() + torn == data[:-10] and len(torn) > 0
-    assert t2.counters["journal_missing_segments"] == 1
+    assert t2.state.counters["journal_missing_segments"] == 1
     assert accepted_lines(tmp_path) == ["a", "0"]
     t2.ingest([seg_msg("a", 1)])  # the worker never got the ack: it resends, and it is new
     assert [s.seq for s in t2.memory.segments] == [0, 1]
@@ -125,10 +125,10 @@ def test_truncated_journal_tail_is_ignored(tmp_path):
 def test_failed_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
     t1 = new_trainer(tmp_path)
     t1.ingest([seg_msg("a", 0)])
-    t1.train_once()
+    t1.learner.train_once()
     first = t1.checkpoint()
     t1.ingest([seg_msg("a", 1)])
-    t1.train_once()
+    t1.learner.train_once()
 
     def boom(directory):
         (directory / "partial").mkdir(parents=True)
@@ -139,7 +139,7 @@ def test_failed_checkpoint_leaves_the_previous_one(tmp_path, monkeypatch):
         t1.checkpoint()
     assert ckpt.latest_checkpoint(tmp_path / "checkpoints") == first
     t2 = new_trainer(tmp_path, resume=True)
-    assert t2.updates == 1 and float(t2.agent.w.detach()[0]) == 1.0
+    assert t2.state.updates == 1 and float(t2.agent.w.detach()[0]) == 1.0
     assert [s.seq for s in t2.memory.segments] == [1]  # from the journal kept for this case
     t2.close()
 
@@ -243,7 +243,7 @@ def test_a_memory_that_cannot_allocate_stops_at_once_and_one_that_fails_every_ti
     t = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=_BrokenMemory(ValueError("a bug")),
                 run_dir=tmp_path / "bug", signing_key=KEY)
     t.ingest([seg_msg("a", i) for i in range(REFUSED_IN_ROW - 1)])  # one odd segment does not stop a run
-    assert t.counters["bad_memory"] == REFUSED_IN_ROW - 1
+    assert t.state.counters["bad_memory"] == REFUSED_IN_ROW - 1
     with pytest.raises(MemoryStoreFailed, match=f"refused {REFUSED_IN_ROW} segments in a row"):
         t.ingest([seg_msg("a", REFUSED_IN_ROW)])
     t.close()

@@ -31,7 +31,7 @@ def test_race_time_and_finish_rate_per_map_reach_the_log(tmp_path):
                       run_dir=tmp_path, signing_key=Ed25519PrivateKey.generate(), metrics=logger)
     trainer.ingest([episode_end(0, 10.0, 21000, True, "default"), episode_end(1, 2.0, 9000, False, "default"),
                     episode_end(2, 30.0, 15000, True, "slalom")])
-    trainer.report(force=True)
+    trainer.reporter.report(force=True)
     trainer.close()
     logger.close()
     metrics = list(read_metrics(tmp_path))[-1]["metrics"]
@@ -40,4 +40,4 @@ def test_race_time_and_finish_rate_per_map_reach_the_log(tmp_path):
     assert abs(metrics["charts/default/finish_rate"] - 0.5) < 1e-9
     assert metrics["charts/slalom/finish_rate"] == 1.0
     assert metrics["charts/episodes"] == 3
-    assert trainer.last_race_time_ms == 15000
+    assert trainer.intake.last_race_time_ms == 15000

@@ -73,14 +73,14 @@ def test_learner_behind_defers_then_drops_counted_and_catches_up():
     t = _trainer({"max_deferred_segments": 2})
     t.ingest([seg_msg("w", 0)])  # below the start size: free; cursor 4
     t.ingest([seg_msg("w", 1)])  # cursor 4 <= 6: admitted; cursor 8
-    assert t.samples == 8
+    assert t.state.samples == 8
     t.ingest([seg_msg("w", i) for i in (2, 3, 4)])  # 8 > 6: deferred, the oldest dropped past 2
-    assert t.samples == 8 and t.deferred_segments == 2 and t.segments == 5
-    assert t.counters["limiter_dropped"] == 1 and t.counters["limiter_dropped_transitions"] == 4
-    assert t.train_slice() == 1  # cursor 8 - 4 = 4; 4 - 4 < 2: waits
-    assert t.drain_deferred() == 1  # 4 <= 6: one admitted -> 8
-    assert t.samples == 12 and t.deferred_segments == 1
-    assert t.ratio_text() == "0.33/1"
+    assert t.state.samples == 8 and len(t.intake.deferred) == 2 and t.state.segments == 5
+    assert t.state.counters["limiter_dropped"] == 1 and t.state.counters["limiter_dropped_transitions"] == 4
+    assert t.learner.train_slice() == 1  # cursor 8 - 4 = 4; 4 - 4 < 2: waits
+    assert t.intake.drain_deferred() == 1  # 4 <= 6: one admitted -> 8
+    assert t.state.samples == 12 and len(t.intake.deferred) == 1
+    assert t.reporter.ratio_text() == "0.33/1"
 
 
 class HoldOutMemory(ListMemory):
@@ -120,19 +120,19 @@ def test_held_out_transitions_are_not_inserts_of_the_ratio(tmp_path):
     assert (t.limiter.min_diff, t.limiter.max_diff) == (6, 10)
     t.ingest([seg_msg("w", 0)])  # 3 stored < 4: free; cursor 3 x 2 = 6
     t.ingest([seg_msg("w", 1)])  # still below the start size: cursor 12
-    assert t.samples == 8 and t.limiter.inserts == 6 and t.limiter.cursor == 12
+    assert t.state.samples == 8 and t.limiter.inserts == 6 and t.limiter.cursor == 12
     t.ingest([seg_msg("w", 2)])  # 6 stored, cursor 12 > 10: deferred
-    assert t.segments == 3 and t.samples == 8
+    assert t.state.segments == 3 and t.state.samples == 8
     # 12 - 4 = 8 >= 6: one batch; 8 - 4 < 6: waits (counting the held-out 8 inserts would allow 2)
-    assert t.train_slice() == 1 and t.limiter.cursor == 8
+    assert t.learner.train_slice() == 1 and t.limiter.cursor == 8
     assert t.limiter.achieved() == pytest.approx(4 / 6)
-    assert t.drain_deferred() == 1 and t.limiter.inserts == 9
+    assert t.intake.drain_deferred() == 1 and t.limiter.inserts == 9
     t.checkpoint()
     t.close()
     resumed = Trainer({"trainer": {"rate_limit": {"samples_per_insert": 2}}}, LocalHub().trainer_link(),
                       agent=CountingAgent(), memory=HoldOutMemory(), signing_key=KEY, run_dir=run_dir, resume=True)
     # 12 transitions stored, 3 of them held out: 9 trainable inserts, 1 batch of 4 samples
-    assert resumed.samples == 12 and resumed.limiter.inserts == 9 and resumed.limiter.samples == 4
+    assert resumed.state.samples == 12 and resumed.limiter.inserts == 9 and resumed.limiter.samples == 4
     resumed.close()
 
 
@@ -141,8 +141,8 @@ def test_throughput_mode_inserts_everything_and_sends_no_credit():
     wlink = hub.worker_link("w")
     t = _trainer({"mode": "throughput"}, link=hub.trainer_link())
     t.ingest([seg_msg("w", i) for i in range(5)])
-    assert t.samples == 20 and t.deferred_segments == 0
-    assert t.train_slice() == 4  # cursor 20 - 16 = 4 >= 2; the next batch would leave 0
+    assert t.state.samples == 20 and len(t.intake.deferred) == 0
+    assert t.learner.train_slice() == 4  # cursor 20 - 16 = 4 >= 2; the next batch would leave 0
     assert [m.kind for m in wlink.receive(0.2)] == ["ack"]
 
 
@@ -156,11 +156,11 @@ def test_credit_follows_the_limiter():
     # window [2, 6]: seg 1 admitted at cursor 4 -> 8, seg 2 deferred; closed, no new credit
     t.ingest([seg_msg("w", 1), seg_msg("w", 2)])
     assert [m for m in wlink.receive(0.2) if m.kind == "credit"] == []
-    assert t.train_slice() == 1 and t.drain_deferred() == 1  # 8 -> 4, seg 2 in: 8 > 6
-    t.grant_credit()
+    assert t.learner.train_slice() == 1 and t.intake.drain_deferred() == 1  # 8 -> 4, seg 2 in: 8 > 6
+    t.credit.grant()
     assert [m for m in wlink.receive(0.2) if m.kind == "credit"] == []  # still behind
-    assert t.train_slice() == 1  # 4 <= 6: open again
-    t.grant_credit()
+    assert t.learner.train_slice() == 1  # 4 <= 6: open again
+    t.credit.grant()
     credits = [decode_credit(m.payload) for m in wlink.receive(0.2) if m.kind == "credit"]
     assert credits == [3 + 3]
 
@@ -172,17 +172,17 @@ def test_credit_counts_steps_so_short_segments_get_more_of_them():
     wlink = hub.worker_link("w")
     t = _trainer({"credit_segments": 3, "mode": "ratio"}, link=hub.trainer_link(), segment_max_steps=16)
     t.ingest([seg_msg("w", 0)])
-    assert t.credit_for("w") == 12
+    assert t.credit.credit_for("w") == 12
     assert [decode_credit(m.payload) for m in wlink.receive(0.2) if m.kind == "credit"] == [1 + 12]
     # full-length segments bring it back to credit_segments (running mean of the lengths)
     for seq in range(1, 40):
-        t._ingest_segment("w", seg_msg("w", seq, t=16).payload, journal=False, acks=None, defer=False)
-    assert t.credit_for("w") == 3
+        t.intake.ingest_segment("w", seg_msg("w", seq, t=16).payload, journal=False, acks=None, defer=False)
+    assert t.credit.credit_for("w") == 3
     # one-step segments: capped at 16 x credit_segments; a worker never heard from: credit_segments
     for seq in range(40, 80):
-        t._ingest_segment("w", seg_msg("w", seq, t=1).payload, journal=False, acks=None, defer=False)
-    assert t.credit_for("w") == 48
-    assert t.credit_for("other") == 3
+        t.intake.ingest_segment("w", seg_msg("w", seq, t=1).payload, journal=False, acks=None, defer=False)
+    assert t.credit.credit_for("w") == 48
+    assert t.credit.credit_for("other") == 3
 
 
 def test_bad_credit_payloads_are_refused():

@@ -56,8 +56,8 @@ def test_trainer_in_verify_mode_counts_failures():
     trainer = Trainer(None, LocalHub().trainer_link(), agent=CountingAgent(), memory=RewardBugMemory(),
                       signing_key=Ed25519PrivateKey.generate(), verify=True)
     trainer.ingest([Message("segment", "w", ZstdCompressor().compress(segment()))])
-    assert trainer.counters["verify_failures"] == 1
-    assert trainer.verify_failures == ["verify: worker w seq 0: transition 3: reward: expected 3., got 2."]
+    assert trainer.state.counters["verify_failures"] == 1
+    assert trainer.intake.verify_failures == ["verify: worker w seq 0: transition 3: reward: expected 3., got 2."]
 
 
 CARTPOLE = {"environment": {"backend": "gym", "gym_id": "CartPole-v1"}, "worker": {"segment_max_steps": 8},

@@ -161,5 +161,5 @@ def test_trainer_stores_segments_of_a_worker_that_compresses_with_none(tmp_path)
     plain = PlainCompressor()
     trainer.ingest([Message("segment", "w1", frame_segment(codec_name(plain), plain.compress(seg)))])
     trainer.close()
-    assert trainer.counters.get("bad_segment", 0) == 0
+    assert trainer.state.counters.get("bad_segment", 0) == 0
     assert len(memory) == seg.num_transitions

@@ -52,10 +52,10 @@ def test_damaged_or_deleted_state_file_loses_and_duplicates_nothing(tmp_path):
         loop.join(10)
     segs = trainer.memory.segments
     assert sorted(s.seq for s in segs) == list(range(18))
-    assert trainer.counters["duplicates"] == 0
+    assert trainer.state.counters["duplicates"] == 0
     assert sorted({s.episode_id for s in segs}) == list(range(6))  # episode ids never repeat either
     assert w3.counters.next_seq == 18 and w3.counters.next_episode == 6
-    assert trainer.counters["hellos"] >= 3
+    assert trainer.state.counters["hellos"] >= 3
 
 
 def test_worker_without_intact_numbers_waits_for_the_welcome(tmp_path):
@@ -94,8 +94,8 @@ def test_resumed_trainer_welcomes_and_grants_credit_above_what_it_accepted():
     cfg = {"trainer": {"max_updates_per_env_step": 0.25, "rate_limit": {"credit_segments": 3}}}
     trainer = Trainer(cfg, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
     for seq in range(100):  # what a resumed trainer knows from its checkpoint and journal
-        trainer.dedupe.accept("pc1", seq)
-    trainer.last_episode["pc1"] = 30
+        trainer.state.dedupe.accept("pc1", seq)
+    trainer.state.last_episode["pc1"] = 30
     # the worker lost its numbers: it would start at 0, and its old credit is gone
     trainer.ingest([Message("hello", "pc1", encode_hello(Hello(next_seq=0, next_episode=0, unacked=0)))])
     msgs = wlink.receive(0.2)
@@ -120,7 +120,7 @@ def test_malformed_hello_and_welcome_are_refused_and_counted():
     wlink = hub.worker_link("pc1")
     trainer = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
     trainer.ingest([Message("hello", "pc1", b"garbage")])
-    assert trainer.counters["bad_hello"] == 1 and wlink.receive(0.2) == []
+    assert trainer.state.counters["bad_hello"] == 1 and wlink.receive(0.2) == []
     worker = Worker(None, wlink, actor=ConstActor())
     trainer.link.send_to("pc1", "welcome", pack({"v": 1}))
     worker.pump()

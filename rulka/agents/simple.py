@@ -22,8 +22,9 @@ import torch
 from safetensors.numpy import load_file, save_file
 from torch import nn
 
+from rulka.agents.base import Learner
 from rulka.errors import BadInput
-from rulka.interfaces import ActorModule, Memory, TrainingAgent, Weights
+from rulka.interfaces import ActorModule, Memory, Weights
 from rulka.segment import Segment
 
 
@@ -145,8 +146,12 @@ class SimpleReplayMemory(Memory):
         self._next = int(meta.get("next", n)) % self.capacity
 
 
-class SimpleDQNAgent(TrainingAgent):
+class SimpleDQNAgent(Learner):
     """Double DQN with a periodically copied target network."""
+
+    saved = ("net", "target", "optimizer")
+    counters = ("updates",)
+    actor_class = SimpleDQNActor
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64, lr: float = 1e-3, gamma: float = 0.99,
                  batch_size: int = 64, target_update_every: int = 250, epsilon_start: float = 1.0,
@@ -183,20 +188,8 @@ class SimpleDQNAgent(TrainingAgent):
             self.target.load_state_dict(self.net.state_dict())
         return {"losses/td_loss": loss.item(), "losses/q_mean": q.detach().mean().item()}
 
-    def get_actor(self) -> SimpleDQNActor:
-        actor = SimpleDQNActor(**self.actor_kwargs)
-        actor.load_weights(self.net.state_dict())
-        return actor
+    def actor_weights(self) -> dict[str, torch.Tensor]:
+        return self.module_weights(self.net)
 
     def actor_spec(self) -> dict[str, Any]:
         return {"actor": "simple_dqn", "kwargs": dict(self.actor_kwargs)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "target": self.target.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "updates": self.updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])

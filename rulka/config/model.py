@@ -481,6 +481,15 @@ def check_consistency(cfg: RulkaConfig) -> None:
             f"`training.lr_cooldown_final_ratio` ({tr.lr_cooldown_final_ratio:g}): the cooldown only lowers the "
             "learning rate"
         )
+    tc, cycle = cfg.trainer, cfg.map_cycle
+    keeps_best = cycle.keep_best_policy and (any(not e.is_exploration for e in cycle.entries)
+                                             or tc.best_policy_every_frames > 0)  # BestPolicy.for_config
+    if tr.lr_cooldown_from_best and not keeps_best:
+        raise ConfigError("config key `training.lr_cooldown_from_best`: the run keeps no best policy "
+                          "(map_cycle.keep_best_policy, trainer.best_policy_every_frames): set it to false")
+    if tr.lr_cooldown_end_on_average and not tc.average_policy_frames:
+        raise ConfigError("config key `training.lr_cooldown_end_on_average`: the run keeps no average "
+                          "(trainer.average_policy_frames is 0): set it to false")
     if cfg.sac.target_critics > cfg.sac.n_critics:
         raise ConfigError(
             f"config key `sac.target_critics` ({cfg.sac.target_critics}) exceeds `sac.n_critics` "

@@ -148,9 +148,9 @@ def _train(args: argparse.Namespace, cfg: RulkaConfig, run_dir: Path, resume: bo
     except MemoryError as exc:
         raise UserError(f"cannot allocate the trainer's memory ({exc}): lower memory.memory_size_schedule "
                         "or trainer.memory_kwargs") from None
-    log.info("trainer: run %s in %s", trainer.run_id, run_dir)
+    log.info("trainer: run %s in %s", trainer.state.run_id, run_dir)
     try:
-        trainer.attach(connect_trainer(settings, keys))
+        trainer.link = connect_trainer(settings, keys)
         summary = trainer.run(max_updates=args.max_updates,
                               max_seconds=args.minutes * 60 if args.minutes is not None else None, stop_event=stop,
                               budget_seconds=args.budget_minutes * 60 if args.budget_minutes is not None else None,

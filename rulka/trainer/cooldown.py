@@ -17,8 +17,20 @@ which is proportional to the learning rate.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rulka.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rulka.interfaces import TrainingAgent
+    from rulka.trainer.average import PolicyAverage
+    from rulka.trainer.best import BestPolicy
+    from rulka.trainer.state import RunState
+
+log = logging.getLogger(__name__)
 
 
 def cooldown_factor(progress: float, fraction: float, final_ratio: float, start_ratio: float = 1.0) -> float:
@@ -127,3 +139,119 @@ class LrCooldown:
                     "--frames to cool the learning rate over its end)")
         return (f"learning-rate cooldown over the last {self.fraction:.0%} of {budget} "
                 f"({self.start_ratio:g} down to {self.final_ratio:g} x training.lr_schedule)")
+
+
+class CooldownWeights:
+    """The cooldown as the trainer runs it: the ``lr_factor`` it gives the agent, and what it does
+    to the agent's weights. ``training.lr_cooldown_from_best``: when the factor first drops, the
+    best policy's weights go into the learner (once per invocation; the optimizer starts afresh with
+    ``lr_cooldown_reset_optimizer``). ``training.lr_cooldown_end_on_average``: a run stopped inside
+    its cooldown ends on the moving average of its weights, those it trained last kept by
+    ``keep_trained`` (``<run>/trained/``). What the config alone decides is checked by the config
+    (``rulka.config.sections.training``); what the agent must be able to do is checked here."""
+
+    def __init__(self, training: Any, agent: TrainingAgent, state: RunState, best_policy: BestPolicy | None,
+                 average: PolicyAverage | None) -> None:
+        self.agent, self.state, self.best_policy, self.average = agent, state, best_policy, average
+        self.training = training
+        self.from_best = bool(training.lr_cooldown_from_best)
+        self.reset_optimizer = bool(training.lr_cooldown_reset_optimizer)
+        self.end_on_average = bool(training.lr_cooldown_end_on_average)
+        self.schedule: LrCooldown | None = None  # made by ``start``: the budget is known when the run starts
+        self.cooled_from_best = False  # done in this invocation (a resumed run cools again over what is left)
+        self.keep_trained: Callable[[dict[str, Any]], None] | None = None
+        name = type(agent).__name__
+        if training.lr_cooldown_fraction > 0 and not agent.follows_lr_schedule:
+            raise ConfigError(
+                f"config key `training.lr_cooldown_fraction` ({training.lr_cooldown_fraction}): the {name} learner "
+                "has no training.lr_schedule to cool (built for iqn, ppo, grpo, dpo): remove it")
+        for key, wanted in (("lr_cooldown_from_best", self.from_best), ("lr_cooldown_end_on_average",
+                                                                         self.end_on_average)):
+            if wanted and not agent.loads_actor_weights:
+                raise ConfigError(f"config key `training.{key}`: the {name} learner cannot load published weights "
+                                  "(built for iqn): set it to false")
+
+    def start(self, samples: int, budget_seconds: float | None, budget_samples: int | None) -> LrCooldown:
+        """The run's budget starts now, with ``samples`` received so far."""
+        tr = self.training
+        self.schedule = LrCooldown(tr.lr_cooldown_fraction, tr.lr_cooldown_final_ratio,
+                                   start_ratio=tr.lr_cooldown_start_ratio, budget_seconds=budget_seconds,
+                                   budget_samples=budget_samples)
+        self.schedule.start(samples)
+        if self.schedule.fraction > 0:
+            log.info("trainer: %s", self.schedule.describe())
+        return self.schedule
+
+    def step(self) -> None:
+        """Set the agent's ``lr_factor`` for now; put the best policy back when the cooldown begins."""
+        if self.schedule is None or not self.schedule.active:
+            return
+        factor = self.schedule.factor(self.state.samples)
+        self.agent.lr_factor = factor
+        if factor < 1.0 and self.from_best and not self.cooled_from_best:
+            self.cool_from_best_policy()
+
+    def cooling(self) -> bool:
+        return self.schedule is not None and self.schedule.cooling(self.state.samples)
+
+    def average_candidates(self, samples: int) -> bool:
+        """Whether best-policy candidates alternate with the average now: the run ends on it and its
+        cooldown has begun (``rulka.trainer.best``)."""
+        return self.end_on_average and self.schedule is not None and self.schedule.cooling(samples)
+
+    def end_on_averaged_weights(self) -> bool:
+        """Put the moving average of the run's weights (``average/``) into the learner's networks, so
+        that the last checkpoint's weights are the average. False (logged, counted) when the run
+        stopped before its cooldown or has no average yet: it ends on the weights it trained."""
+        avg, counters = self.average, self.state.counters
+        why = ""
+        if avg is None or avg.weights is None:
+            why = "no averaged weights yet"
+        elif not self.cooling():
+            why = "the run stopped before its learning-rate cooldown"
+        else:
+            # copies: the actor's tensors may be the network's own, which the average overwrites
+            trained = {k: v.detach().clone() for k, v in self.agent.actor_weights().items()}
+            try:
+                self.agent.load_actor_weights(avg.weights)
+            except ValueError as exc:  # an average/ file of another network (a resumed run whose config changed)
+                why = f"the average's {exc}"
+        if why:
+            counters["end_on_average_skipped"] += 1
+            log.warning("trainer: the run ends on the weights it trained, not their average: %s", why)
+            return False
+        counters["ended_on_average"] += 1
+        if self.keep_trained is not None:  # nothing is lost: the weights it trained last, beside the average
+            self.keep_trained(trained)
+        assert avg is not None
+        log.info("trainer: the run ends on the average of its weights (%s, horizon %s frames, %s versions up to %s "
+                 "frames)", avg.kind, f"{avg.frames:,}", avg.versions, f"{avg.samples or 0:,}")
+        return True
+
+    def cool_from_best_policy(self) -> bool:
+        """Put the best policy's weights into the learner's networks. False (logged, counted) when
+        the run has no best policy yet: the cooldown then settles the current weights."""
+        self.cooled_from_best = True
+        best, counters = self.best_policy, self.state.counters
+        weights = best.best_weights() if best is not None else None
+        why = "no best policy yet"
+        if best is not None and weights is not None:
+            try:
+                self.agent.load_actor_weights(weights)
+                why = ""
+            except ValueError as exc:  # a best/ file of another network (a resumed run whose config changed)
+                why = f"the best policy's {exc}"
+        if best is None or why:
+            counters["cooldown_without_best"] += 1
+            log.warning("trainer: the cooldown starts from the current weights: %s", why)
+            return False
+        counters["cooldown_from_best"] += 1
+        if self.reset_optimizer:
+            self.agent.reset_optimizer()
+            counters["cooldown_optimizer_reset"] += 1
+        if self.average is not None:  # the average of the replaced weights is no average of these
+            self.average.restart(weights, self.state.samples)
+            counters["average_restarted"] += 1
+        log.info("trainer: the cooldown starts from the best policy (%s at %s frames)", best.describe(),
+                 (best.best or {}).get("frames"))
+        return True

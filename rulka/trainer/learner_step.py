@@ -118,9 +118,8 @@ class LearnerStep:
         finally:
             if pending is not None:
                 self._finish_prefetch(pending)
-        credit = getattr(self.agent, "take_sample_credit", None)  # IQN resets: re-learn from replay
-        if credit is not None and self.limiter is not None:
-            self.limiter.samples -= int(credit())
+        if self.limiter is not None:  # IQN resets: re-learn from replay
+            self.limiter.samples -= int(self.agent.take_sample_credit())
         self.window.train_s += time.perf_counter() - t0
         self.state.updates += 1
         self.window.updates += 1

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rulka.agents.base import Learner, soft_update
 from rulka.agents.iqn.actor import EXPLORATION_KEY, IQNActor
 from rulka.agents.iqn.branching import branched_next_value, gather_branches, split_branches
 from rulka.agents.iqn.loss import (
@@ -23,7 +24,7 @@ from rulka.agents.iqn.loss import (
 )
 from rulka.agents.iqn.network import IQNNetwork, IQNNetworkSpec, stratified_mirrored_taus
 from rulka.agents.iqn.replay import ReplayBatch
-from rulka.config.schedules import exponential_schedule, linear_schedule
+from rulka.config.schedules import linear_schedule
 from rulka.config.sections import (
     BtrConfig,
     EnvironmentConfig,
@@ -32,7 +33,6 @@ from rulka.config.sections import (
     NnTrainingConfig,
     TrainingConfig,
 )
-from rulka.interfaces import TrainingAgent
 from rulka.telemetry import metrics as m
 
 # every default is the run config's (rulka.config.sections): one home for each
@@ -101,19 +101,24 @@ def _t(a: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
     return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
 
 
-class IQNAgent(TrainingAgent):
+class IQNAgent(Learner):
     """One ``train(batch)`` = one gradient step. The learning-rate and exploration schedules follow
     the frame count carried by each batch (or ``set_frames_played``)."""
+
+    saved = ("online", "target", "optimizer", "scaler", ("reset", "resetter"), "self_loss_scale")
+    counters = ("frames_played", "batches_trained", "memories_trained", "next_target_update")
+    actor_class = IQNActor
+    follows_lr_schedule = True
+    loads_actor_weights = True
 
     def __init__(self, spec: IQNNetworkSpec, hyper: IQNHyper | None = None, *, device: str = "cpu",
                  seed: int | None = None) -> None:
         self.spec = spec
         self.hp = hyper or IQNHyper()
-        self.lr_factor = 1.0  # rulka.trainer.cooldown sets it over the end of a run's budget
         self.device = torch.device(device)
         if seed is not None:
             torch.manual_seed(seed)
-        self._actor_seeds = np.random.default_rng(seed)  # exploration of actors made here
+        self.actor_seeds = np.random.default_rng(seed)  # exploration of actors made here
         self.online = IQNNetwork(spec).to(self.device).train()
         self.target = copy.deepcopy(self.online)
         for p in self.target.parameters():
@@ -130,7 +135,7 @@ class IQNAgent(TrainingAgent):
         self.batch_size = 512  # what the trainer samples; set by the factory from training.batch_size
         self.batches_trained = 0
         self.memories_trained = 0
-        self._next_target_update = self.hp.number_memories_trained_on_between_target_network_updates
+        self.next_target_update = self.hp.number_memories_trained_on_between_target_network_updates
         self.resetter: Any = None  # rulka.agents.iqn.reset.IQNResetter, set by the factory
         ratio = self.hp.target_self_loss_clamp_ratio
         self.self_loss_scale = TargetSelfLossScale(ratio) if ratio else None
@@ -141,8 +146,7 @@ class IQNAgent(TrainingAgent):
     # -------------------------------------------------------------- schedules
     @property
     def lr(self) -> float:
-        # lr_factor: the trainer's learning-rate cooldown over the end of the run's budget
-        return exponential_schedule(self.hp.lr_schedule, getattr(self, "frames_played", 0)) * self.lr_factor
+        return self.scheduled_lr(self.hp.lr_schedule)
 
     def set_frames_played(self, frames_played: int) -> None:
         self.frames_played = int(frames_played)
@@ -236,9 +240,9 @@ class IQNAgent(TrainingAgent):
         b = len(batch)
         self.batches_trained += 1
         self.memories_trained += b
-        while self.memories_trained >= self._next_target_update:
+        while self.memories_trained >= self.next_target_update:
             self.soft_update_target()
-            self._next_target_update += self.hp.number_memories_trained_on_between_target_network_updates
+            self.next_target_update += self.hp.number_memories_trained_on_between_target_network_updates
 
         td = (online.detach().mean(2) - target.mean(1, keepdim=True)).abs().mean(1)  # mean over branches
         if batch.report_td_errors is not None:
@@ -275,14 +279,8 @@ class IQNAgent(TrainingAgent):
             if p.requires_grad:
                 p.mul_(factor)
 
-    @torch.no_grad()
     def soft_update_target(self) -> None:
-        """target <- tau * online + (1 - tau) * target."""
-        tau = self.hp.soft_update_tau
-        for p_t, p_o in zip(self.target.parameters(), self.online.parameters()):
-            p_t.mul_(1.0 - tau).add_(p_o.detach(), alpha=tau)
-        for b_t, b_o in zip(self.target.buffers(), self.online.buffers()):
-            b_t.copy_(b_o)
+        soft_update(self.target, self.online, self.hp.soft_update_tau)
 
     # -------------------------------------------------------------- actors
     def actor_spec(self) -> dict[str, Any]:
@@ -301,7 +299,7 @@ class IQNAgent(TrainingAgent):
     def actor_weights(self) -> dict[str, torch.Tensor]:
         """What to publish: the online network's tensors (not copies: the trainer encodes them at
         once) plus the current exploration rates."""
-        out = {k: v.detach() for k, v in self.online.state_dict().items()}
+        out = self.module_weights(self.online)
         eps, eps_b = self.exploration()
         out[EXPLORATION_KEY] = torch.tensor([eps, eps_b, self.hp.tau_epsilon_boltzmann], dtype=torch.float32)
         return out
@@ -326,39 +324,10 @@ class IQNAgent(TrainingAgent):
         the next step starts them again, as the first step of a run does."""
         self.optimizer.state.clear()
 
-    def get_actor(self) -> IQNActor:
-        actor = IQNActor(**self.actor_spec()["kwargs"], seed=int(self._actor_seeds.integers(2**31)))
-        actor.load_weights(self.actor_weights())
-        return actor
-
     # -------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "online": self.online.state_dict(), "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-            "counters": {"frames_played": self.frames_played, "batches_trained": self.batches_trained,
-                         "memories_trained": self.memories_trained, "next_target_update": self._next_target_update},
-            "spec": self.spec.to_dict(),
-            **({"reset": self.resetter.state_dict()} if self.resetter is not None else {}),
-            "self_loss_scale": self.self_loss_scale.state_dict() if self.self_loss_scale is not None else {},
-        }
+    def extra_state(self) -> dict[str, Any]:
+        return {"spec": self.spec.to_dict()}
 
     def take_sample_credit(self) -> int:
         """Extra samples the learner may draw without new data (granted by network resets)."""
         return self.resetter.take_sample_credit() if self.resetter is not None else 0
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.online.load_state_dict(state["online"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        c = state.get("counters", {})
-        self.frames_played = int(c.get("frames_played", 0))
-        self.batches_trained = int(c.get("batches_trained", 0))
-        self.memories_trained = int(c.get("memories_trained", 0))
-        if self.resetter is not None and "reset" in state:
-            self.resetter.load_state_dict(state["reset"])
-        self._next_target_update = int(c.get("next_target_update", self._next_target_update))
-        if self.self_loss_scale is not None:
-            self.self_loss_scale.load_state_dict(state.get("self_loss_scale") or {})

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from rulka.agents.base import Learner
 from rulka.agents.policy.actor import PolicyActor
 from rulka.agents.policy.network import ActorCritic, PolicyNetworkSpec
 from rulka.agents.policy.rollout import Rollout
-from rulka.config.schedules import exponential_schedule, linear_schedule
+from rulka.config.schedules import linear_schedule
 from rulka.config.sections import TrainingConfig
-from rulka.interfaces import TrainingAgent
 
 _TRAINING = TrainingConfig()  # the defaults' one home
 
@@ -48,20 +48,23 @@ class RolloutTensors:
     lengths: list[int]  # steps of each rollout, in order
 
 
-class PolicyLearner(TrainingAgent):
+class PolicyLearner(Learner):
     """Base of the three learners. ``train(batch)`` (a ``PolicyBatch``) is one update."""
 
     algorithm = "policy"
+    saved = ("net", "optimizer", "ref")
+    counters = ("frames_played", "updates", "optimizer_steps")
+    actor_class = PolicyActor
+    follows_lr_schedule = True
 
     def __init__(self, spec: PolicyNetworkSpec, optim: OptimHyper | None = None, *, device: str = "cpu",
                  seed: int | None = None, with_reference: bool = False) -> None:
         self.spec = spec
         self.optim_hp = optim or OptimHyper()
-        self.lr_factor = 1.0  # rulka.trainer.cooldown sets it over the end of a run's budget
         self.device = torch.device(device)
         if seed is not None:
             torch.manual_seed(seed)
-        self._actor_seeds = np.random.default_rng(seed)
+        self.actor_seeds = np.random.default_rng(seed)
         self.net = ActorCritic(spec).to(self.device).train()
         # a frozen copy for GRPO's KL term and DPO's reference policy
         self.ref: ActorCritic | None = None
@@ -79,9 +82,7 @@ class PolicyLearner(TrainingAgent):
 
     @property
     def lr(self) -> float:
-        # lr_factor: the trainer's learning-rate cooldown over the end of the run's budget
-        return float(exponential_schedule(self.optim_hp.lr_schedule, getattr(self, "frames_played", 0))
-                     * self.lr_factor)
+        return self.scheduled_lr(self.optim_hp.lr_schedule)
 
     def _begin(self, frames_played: int) -> float:
         self.frames_played = max(self.frames_played, int(frames_played))
@@ -135,29 +136,10 @@ class PolicyLearner(TrainingAgent):
     def actor_weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in self.net.state_dict().items()}
 
-    def get_actor(self) -> PolicyActor:
-        actor = PolicyActor(**self.actor_spec()["kwargs"], seed=int(self._actor_seeds.integers(2**31)))
-        actor.load_weights(self.actor_weights())
-        return actor
-
     # -- checkpoints ------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        state = {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "counters": {"frames_played": self.frames_played, "updates": self.updates,
-                              "optimizer_steps": self.optimizer_steps},
-                 "spec": self.spec.to_dict(), "algorithm": self.algorithm}
-        if self.ref is not None:
-            state["ref"] = self.ref.state_dict()
-        return state
+    def extra_state(self) -> dict[str, Any]:
+        return {"spec": self.spec.to_dict(), "algorithm": self.algorithm}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         if state.get("algorithm", self.algorithm) != self.algorithm:
             raise ValueError(f"checkpoint is of a {state.get('algorithm')} learner, this is {self.algorithm}")
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.ref is not None and "ref" in state:
-            self.ref.load_state_dict(state["ref"])
-        c = state.get("counters", {})
-        self.frames_played = int(c.get("frames_played", 0))
-        self.updates = int(c.get("updates", 0))
-        self.optimizer_steps = int(c.get("optimizer_steps", 0))

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from rulka.agents.base import Learner, soft_update
 from rulka.agents.sac.actor import SACActor
 from rulka.agents.sac.network import CriticEnsemble, SacNetworkSpec, SquashedGaussianActor
 from rulka.config.sections import SacConfig
-from rulka.interfaces import TrainingAgent
 from rulka.memory.uniform import TransitionBatch
 
 _SAC = SacConfig()  # the defaults' one home
@@ -73,15 +73,12 @@ def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_ent
     return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
 
 
-def polyak_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
-    """``target <- tau * online + (1 - tau) * target``, in place."""
-    with torch.no_grad():
-        for t, o in zip(target.parameters(), online.parameters()):
-            t.lerp_(o, tau)
-
-
-class SACAgent(TrainingAgent):
+class SACAgent(Learner):
     """SAC / REDQ learner on float observations; see the module docstring."""
+
+    saved = ("actor", "critic", "critic_target", "actor_opt", "critic_opt", "alpha_opt")
+    counters = ("updates",)
+    actor_class = SACActor
 
     def __init__(self, spec: SacNetworkSpec, hyper: SacHyper, device: str = "cpu", seed: int | None = None) -> None:
         if hyper.target_critics > hyper.n_critics:
@@ -132,7 +129,7 @@ class SACAgent(TrainingAgent):
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
-        polyak_update(self.critic_target, self.critic, self.hp.tau)
+        soft_update(self.critic_target, self.critic, self.hp.tau)
         self.updates += 1
         if self.updates % self.hp.policy_every == 0:
             self._update_actor(obs, alpha)
@@ -161,25 +158,13 @@ class SACAgent(TrainingAgent):
     def actor_spec(self) -> dict[str, Any]:
         return {"actor": "sac", "kwargs": {"network": self.spec.to_dict(), "random_steps": self.hp.random_steps}}
 
-    def get_actor(self) -> SACActor:
-        actor = SACActor(**self.actor_spec()["kwargs"])
-        actor.load_weights(self.actor.state_dict())
-        return actor
+    def actor_weights(self) -> dict[str, torch.Tensor]:
+        return self.module_weights(self.actor)
 
     # -------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "alpha_opt": self.alpha_opt.state_dict(), "updates": self.updates, "spec": self.spec.to_dict()}
+    def extra_state(self) -> dict[str, Any]:
+        return {"log_alpha": self.log_alpha.detach().clone(), "spec": self.spec.to_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         with torch.no_grad():
             self.log_alpha.copy_(torch.as_tensor(state["log_alpha"]))
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
-        self.updates = int(state["updates"])

@@ -10,9 +10,11 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    model_validator,
 )
 
 from rulka.config.sections.common import Algorithm, PositiveKnots, Section, SuffixKnots, UnitKnots
+from rulka.errors import ConfigError
 
 
 class TrainingConfig(Section):
@@ -93,3 +95,17 @@ class TrainingConfig(Section):
     """Mini-race time sampling: oversample times with many steps left."""
     oversample_maximum_term_steps: NonNegativeInt = 5
     """Mini-race time sampling: shift and upper margin of the extended range."""
+
+    @model_validator(mode="after")
+    def _cooldown_keys_act(self) -> TrainingConfig:
+        """The cooldown's weight keys are refused where nothing would act on them (what the learner
+        must be able to do is checked by the trainer, ``rulka.trainer.cooldown``)."""
+        for key, on in (("lr_cooldown_from_best", self.lr_cooldown_from_best),
+                        ("lr_cooldown_end_on_average", self.lr_cooldown_end_on_average)):
+            if on and self.lr_cooldown_fraction <= 0:
+                raise ConfigError(f"config key `training.{key}`: training.lr_cooldown_fraction is 0: set it to false")
+        if self.lr_cooldown_reset_optimizer and not self.lr_cooldown_from_best:
+            raise ConfigError("config key `training.lr_cooldown_reset_optimizer` acts when the cooldown puts the best "
+                              "policy back: set training.lr_cooldown_from_best too, or set it to false")
+        return self
+
