@@ -11,7 +11,7 @@ reached 475 (or None within ``--frames``) and the best greedy average.
     nice python bench/learner_fix_studies.py grpo --seeds 0 1 2 --frames 40000 --lag 1
 
 (the NoisyNet and DPO studies use ``bench/recipe.py`` and ``rulka run``: see the report in
-``bench/learner_fix_studies.json``.)
+``bench/history/learner_fix_studies.json``.)
 """
 
 from __future__ import annotations

@@ -221,7 +221,7 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
     }
 
 
-TRACK_RESULTS = Path(__file__).resolve().parent / "track_results.json"
+TRACK_RESULTS = Path(__file__).resolve().parent / "history" / "track_results.json"
 
 
 def draw_gen_seeds(n: int) -> list[int]:
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="cmd", required=True)
     ev = sub.add_parser("evaluate", help="evaluate an existing run folder")
     ev.add_argument("run_dir", type=Path)
-    rc = sub.add_parser("record", help="add a saved result (RUN_DIR/learning.json) to bench/track_results.json")
+    rc = sub.add_parser("record", help="add a saved result (RUN_DIR/learning.json) to bench/history/track_results.json")
     rc.add_argument("result", type=Path)
     rc.add_argument("--label", required=True, help="the run's name in the table")
     rc.add_argument("--command", required=True, help="the command that trained and evaluated it")

@@ -3,7 +3,7 @@ env steps and wall-clock seconds until the greedy policy averages 475 over 10 fi
 (PPO, GRPO) or the best greedy average reached (DPO), one torch thread.
 
 A peer's figures measured by hand on the same machine (CleanRL's ppo.py, which rulka does not ship
-or run) are read from ``--peer-json`` (default ``bench/peer_cleanrl_cartpole.json``, which says how
+or run) are read from ``--peer-json`` (default ``bench/history/peer_cleanrl_cartpole.json``, which says how
 they were taken) and reported beside rulka's under ``peer``. Also reported: the env steps at which
 rulka's sampled episodes first average 475 over 10 (the figure CleanRL prints).
 
@@ -46,7 +46,7 @@ def run(algorithm: str, max_frames: int, target: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="PPO only, capped at 60k env steps")
-    parser.add_argument("--peer-json", type=Path, default=Path(__file__).with_name("peer_cleanrl_cartpole.json"))
+    parser.add_argument("--peer-json", type=Path, default=Path(__file__).parent / "history" / "peer_cleanrl_cartpole.json")
     args = parser.parse_args()
     out: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     out["ppo"] = run("ppo", 60_000 if args.quick else 400_000, 475)

@@ -326,8 +326,8 @@ def _seed_line(r: dict[str, Any]) -> str:
 
 
 def record(out: dict[str, Any], note: str, command: str) -> None:
-    """Append the study's summary row to ``bench/recipe_studies.json``."""
-    path = REPO / "bench" / "recipe_studies.json"
+    """Append the study's summary row to ``bench/history/recipe_studies.json``."""
+    path = REPO / "bench" / "history" / "recipe_studies.json"
     rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
     per_seed = "; ".join(_seed_line(r) for r in out["runs"])
     rows.append({"config": Path(out["config"]).name, "overrides": " ".join(out["overrides"]) or "-",
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
                    "(best/, weights/: bench/learning.py evaluate DIR/seed<N> drives them on other tracks)")
     p.add_argument("--eval-at-start", action="store_true",
                    help="also evaluate the starting weights at 0 frames (a run from nn.init_from_pretrained)")
-    p.add_argument("--record", metavar="NOTE", help="append a summary row to bench/recipe_studies.json "
+    p.add_argument("--record", metavar="NOTE", help="append a summary row to bench/history/recipe_studies.json "
                    "(BENCHMARKS.md after `python -m bench --rewrite`), with this note")
     args = p.parse_args(argv)
     t0 = time.monotonic()

@@ -40,7 +40,7 @@ another has not been measured in one run.
     python bench/seeds.py --config configs/sim_iqn.yaml --runs 3 --frames 2000000 --parallel 3
     python bench/seeds.py --config configs/sim_iqn.yaml --runs 1 --minutes 80 --at-minutes 20 --name sim_iqn_long
 
-``--record NOTE`` appends the study to ``bench/run_studies.json`` (BENCHMARKS.md after ``python -m
+``--record NOTE`` appends the study to ``bench/history/run_studies.json`` (BENCHMARKS.md after ``python -m
 bench --rewrite``).
 """
 
@@ -64,7 +64,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))  # recipe.py's thresholds, learning.py's races
-RUN_STUDIES = Path(__file__).resolve().parent / "run_studies.json"
+RUN_STUDIES = Path(__file__).resolve().parent / "history" / "run_studies.json"
 HEALTH = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "losses/grad_norm"}
 
 
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-dir", type=Path, default=Path("runs/seeds"))
     p.add_argument("--window", type=int, default=20, help="metric records per health window")
     p.add_argument("--max-seconds", type=float, default=120.0)
-    p.add_argument("--record", metavar="NOTE", help="append the study to bench/run_studies.json")
+    p.add_argument("--record", metavar="NOTE", help="append the study to bench/history/run_studies.json")
     p.add_argument("--name", help="the study's name in the table (default: the config's stem)")
     p.add_argument("--target-return", type=float, default=None,
                    help="Gymnasium configs: the greedy mean return a policy must reach (CartPole: 475)")

@@ -3,8 +3,8 @@ with the figure last measured, its date, and whether it holds.
 
 A target of a benchmark script reads that script's latest finished figures (``results`` as
 ``python -m bench`` keeps them); a learning target reads the latest recorded run of each extended
-learning test (``bench/extended_runs.json``) and of each shipped recipe's seed study
-(``bench/recipe_studies.json``). Scripts whose figures have no goal (they describe, e.g. what
+learning test (``bench/history/extended_runs.json``) and of each shipped recipe's seed study
+(``bench/history/recipe_studies.json``). Scripts whose figures have no goal (they describe, e.g. what
 sharing a machine costs) are named under the table, so that the table is every target and no more.
 This module only reads and formats; it runs nothing.
 """
@@ -208,7 +208,7 @@ def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]
 
 
 def cuda_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
-    """The goals checked on a lent GPU machine (``bench/cuda_runs.json`` rows with ``target``): the
+    """The goals checked on a lent GPU machine (``bench/history/cuda_runs.json`` rows with ``target``): the
     latest row of each check."""
     latest: dict[str, dict[str, Any]] = {}
     for row in _read_rows(path):
@@ -251,7 +251,7 @@ RUN_TARGETS = {
     # scripted driver on in each run, generated tracks it finishes in each run, of how many generated)
     "map_cycle_runs": (3, 5, 8, 10),
 }
-"""Issue 32's goals for studies of repeated `rulka run`s (``bench/run_studies.json``)."""
+"""Issue 32's goals for studies of repeated `rulka run`s (``bench/history/run_studies.json``)."""
 # a study of a run longer than the README's (bench/seeds.py --minutes 80 --at-minutes 20): (runs, of
 # which the final weights race no slower than the run's own in-run races at --at-minutes)
 LONG_RUN_TARGETS = {"sim_iqn_long": (1, 1)}
@@ -450,11 +450,10 @@ def _cycle_target(study: dict[str, Any], s: dict[str, Any], runs_needed: int, be
     return ("`bench/seeds.py`", goal, shown, _date(study), holds)
 
 
-def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path,
-                  described: dict[str, str]) -> list[str]:
-    """The Markdown lines of the targets table. ``last_ok(name)`` gives a script's latest finished
-    result (``figures``, ``date``) or None; ``described`` names every script, for the line under the
-    table listing the scripts that have figures but no target."""
+def target_rows(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path
+                ) -> list[tuple[str, str, str, str, bool | None]]:
+    """Every target as (source, goal, last measured, date, holds): the benchmarks' from
+    ``last_ok(name)``, the learning runs' from the records in ``bench_dir``."""
     rows: list[tuple[str, str, str, str, bool | None]] = []
     for target in TARGETS:
         res = last_ok(target.script)
@@ -467,14 +466,23 @@ def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Pa
     rows += recipe_targets(bench_dir / "recipe_studies.json")
     rows += run_targets(bench_dir / "run_studies.json")
     rows += cuda_targets(bench_dir / "cuda_runs.json")
+    return rows
+
+
+def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path,
+                  described: dict[str, str]) -> list[str]:
+    """The Markdown lines of the targets table. ``last_ok(name)`` gives a script's latest finished
+    result (``figures``, ``date``) or None; ``described`` names every script, for the line under the
+    table listing the scripts that have figures but no target."""
+    rows = target_rows(last_ok, bench_dir)
     # the learner-fix studies are comparisons between arms at small budgets, not goals: their rows
     # (study_targets) are in their own section below, never counted as targets that fail
     held = sum(1 for r in rows if r[4] is True)
     lines = ["", "## Targets", "",
              f"Every goal a benchmark or a learning run is held to, with the figure last measured: "
              f"{held} of {len(rows)} hold. A benchmark's row reads its latest finished run (its section "
-             "below); a learning row reads the latest recorded run of that test or recipe (\"Extended "
-             "learning runs\", \"Recipe studies\").", "",
+             "below); a learning row reads the latest recorded run of that test or recipe (its study in "
+             "`bench/history/README.md`).", "",
              "| source | goal | last measured | date | holds |", "|---|---|---|---|---|"]
     for source, goal, shown, date, holds in rows:
         verdict = {True: "yes", False: "**no**", None: "-"}[holds]
@@ -488,7 +496,7 @@ def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Pa
 
 
 def study_arms(path: Path) -> list[dict[str, Any]]:
-    """The arms of the seed studies in ``bench/learner_fix_studies.json`` (``{"studies": [...]}``),
+    """The arms of the seed studies in ``bench/history/learner_fix_studies.json`` (``{"studies": [...]}``),
     one dict per arm: study, arm, date, command, frames (the budget), seeds, reached (per seed the
     env steps at which the greedy average first reached 475, None when it did not), best (per seed
     the best greedy average). A study holds either ``runs`` (``bench/learner_fix_studies.py``: one
@@ -534,7 +542,7 @@ def study_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         if reached:
             shown += f" (at {', '.join(_num(r) for r in reached)} steps)"
         frames = arm["frames"]
-        out.append(("`bench/learner_fix_studies.json`",
+        out.append(("`bench/history/learner_fix_studies.json`",
                     f"{arm['study']}, {arm['arm']}: greedy reaches 475 in every seed, budget "
                     f"{_num(frames) if isinstance(frames, int | float) else '?'} frames (the last update "
                     "may pass it)",

@@ -266,3 +266,22 @@ def test_long_scripts_get_their_own_time_limit(tmp_path: Path, monkeypatch: pyte
     assert main(["--bench-dir", str(folder), "--out", str(out)]) == 1
     results = previous_results(out)
     assert results["trainer_loop"]["status"] == "ok" and results["other"]["status"] == "timeout"
+
+
+def test_record_takes_a_given_json_as_one_scripts_result_without_running_it(tmp_path: Path) -> None:
+    folder = _bench_dir(tmp_path, good=GOOD, other=NO_QUICK)
+    out = tmp_path / "BENCHMARKS.md"
+    assert main(["--bench-dir", str(folder), "--out", str(out), "--only", "other"]) == 0
+    given = tmp_path / "from_gpu.json"
+    given.write_text('noise before\n{"actions_per_s": 4321.0}\n')
+    assert main(["--bench-dir", str(folder), "--out", str(out), "--record", "good", str(given),
+                 "--script-args", "--device cuda"]) == 0
+    results = previous_results(out)
+    assert results["good"]["figures"] == {"actions_per_s": 4321.0}
+    assert results["good"]["command"] == "python bench/good.py --device cuda"
+    assert results["other"]["figures"] == {"full_run": 1}  # the others are kept
+    with pytest.raises(SystemExit):
+        main(["--bench-dir", str(folder), "--out", str(out), "--record", "nosuch", str(given)])
+    (tmp_path / "bad.json").write_text("no json")
+    with pytest.raises(SystemExit):
+        main(["--bench-dir", str(folder), "--out", str(out), "--record", "good", str(tmp_path / "bad.json")])

@@ -111,11 +111,11 @@ def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_p
         {"name": "once", "date": "2026-01-07 00:00 UTC", "command": "rulka run x", "result": {"frames": 5}},
     ]}))
     assert study_targets(path) == [
-        ("`bench/learner_fix_studies.json`", "g, reinforce: greedy reaches 475 in every seed, budget 1,000 frames "
+        ("`bench/history/learner_fix_studies.json`", "g, reinforce: greedy reaches 475 in every seed, budget 1,000 frames "
          "(the last update may pass it)", "2/2 seeds (at 900, 700 steps)", "2026-01-05 00:00 UTC", True),
-        ("`bench/learner_fix_studies.json`", "g, clipped: greedy reaches 475 in every seed, budget 1,000 frames "
+        ("`bench/history/learner_fix_studies.json`", "g, clipped: greedy reaches 475 in every seed, budget 1,000 frames "
          "(the last update may pass it)", "1/2 seeds (at 800 steps)", "2026-01-05 00:00 UTC", False),
-        ("`bench/learner_fix_studies.json`", "n, eps 0: greedy reaches 475 in every seed, budget 2,000 frames "
+        ("`bench/history/learner_fix_studies.json`", "n, eps 0: greedy reaches 475 in every seed, budget 2,000 frames "
          "(the last update may pass it)", "0/1 seeds", "2026-01-06 00:00 UTC", False),
     ]
     (tmp_path / "extended_runs.json").write_text("[]")

@@ -19,3 +19,17 @@ def test_the_trainer_finds_no_agent_ability_by_probing():
               for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
               if "hasattr(self.agent" in line or "getattr(self.agent" in line or "getattr(agent" in line]
     assert probes == []
+
+
+def test_the_benchmark_history_stays_out_of_benchmarks_md_and_the_packages():
+    """BENCHMARKS.md holds the targets and each script's latest figures; the studies' records and
+    tables live in bench/history/, which neither the sdist (MANIFEST.in) nor the wheel (only
+    rulka's packages) carries."""
+    manifest = (ROOT / "MANIFEST.in").read_text(encoding="utf-8").splitlines()
+    assert "prune bench" in manifest
+    assert "include = rulka, rulka.*" in (ROOT / "setup.cfg").read_text(encoding="utf-8")
+    benchmarks = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    history = (ROOT / "bench" / "history" / "README.md").read_text(encoding="utf-8")
+    for section in ("## Repeated runs", "## Extended learning runs", "## Recipe studies"):
+        assert section not in benchmarks and section in history
+    assert not list((ROOT / "bench").glob("*.json"))  # every record is in bench/history/

@@ -10,7 +10,7 @@ Extended, not in CI (about 2.5 minutes on an idle 2-core machine, 2026-11-27; 9 
 one). Its history: on 2026-11-23, before double DQN and the learning-rate cooldown, one run finished
 2 of 3 greedy tries and the next plateaued near 209 m. How reliable the recipe is across runs is
 bench/seeds.py's seed table (BENCHMARKS.md, "Repeated runs"); outcomes of this test are in
-bench/extended_runs.json.
+bench/history/extended_runs.json.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def test_tmnf_fake_runs_end_to_end(tmp_path):
 def test_tmnf_fake_learns_to_finish_the_default_track(tmp_path):
     """`rulka run configs/tmnf_fake.yaml --workers 2` for the frame budget of configs/sim_iqn.yaml
     (200,000 frames); then the saved policy drives the fake game greedily and must finish. Outcome
-    in bench/extended_runs.json and BENCHMARKS.md."""
+    in bench/history/extended_runs.json and BENCHMARKS.md."""
     import torch
 
     from rulka.config import config_from_dict
