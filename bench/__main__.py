@@ -1,6 +1,6 @@
 """``python -m bench``: run every benchmark script and rewrite BENCHMARKS.md.
 
-Each script runs in its own subprocess (so one crash or hang cannot take the others down), must
+Each script (``python -m bench.<name>``) runs in its own subprocess (so one crash or hang cannot take the others down), must
 print one JSON object on stdout (the last line that parses as one is taken), and gets
 ``--quick`` when the suite runs with ``--quick``. A missing, failing, hanging or silent script
 is reported as such in BENCHMARKS.md. Results of scripts not run this time (``--only``) are kept
@@ -150,7 +150,9 @@ def run_script(name: str, bench_dir: Path, quick: bool, timeout_s: float,
     """Run ``bench_dir/<name>.py`` (with ``extra`` arguments); returns a result dict with ``status``
     ok|missing|failed|timeout|bad output."""
     script = bench_dir / f"{name}.py"
-    shown = f"python bench/{name}.py" if bench_dir == BENCH_DIR else f"python {script}"
+    ours = bench_dir == BENCH_DIR  # run as a module of the bench package; a foreign folder's as a file
+    shown = f"python -m bench.{name}" if ours else f"python {script}"
+    run = [sys.executable, "-m", f"bench.{name}"] if ours else [sys.executable, str(script)]
     result: dict[str, Any] = {"name": name, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
     if not script.is_file():
         return {**result, "status": "missing", "command": shown, "detail": f"{script.name} does not exist yet"}
@@ -162,7 +164,7 @@ def run_script(name: str, bench_dir: Path, quick: bool, timeout_s: float,
     for attempt in (args, []) if args else (args,):
         result["command"] = " ".join([shown, *attempt, *extra])
         # own process group: a script's helpers (servers, workers) go with it on a timeout
-        proc = subprocess.Popen([sys.executable, str(script), *attempt, *extra], cwd=REPO_ROOT, env=env,
+        proc = subprocess.Popen([*run, *attempt, *extra], cwd=REPO_ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
@@ -413,12 +415,12 @@ def extended_runs(path: Path) -> list[str]:
 
 def recipe_studies(path: Path) -> list[str]:
     """Seed studies of learning recipes, from ``bench/history/recipe_studies.json`` (rows appended by
-    ``python bench/recipe.py ... --record``)."""
+    ``python -m bench.study recipe ... --record``)."""
     return _json_table(path, ("config", "overrides", "target", "reached", "reached_at_frames", "frames",
                               "minutes", "date", "machine", "command", "note"),
                        "Recipe studies (seeds)",
                        "One recipe, several seeds, the trainer's schedule without the network "
-                       "(`bench/recipe.py`, deterministic per seed): in how many seeds the greedy policy "
+                       "(`bench/study/recipe.py`, deterministic per seed): in how many seeds the greedy policy "
                        "reached the target within the frame budget. Rows in `bench/history/recipe_studies.json`.")
 
 
@@ -438,7 +440,7 @@ def learner_fix_studies(path: Path) -> list[str]:
              "The learner fixes of issue 31 on CartPole-v1, deterministic and frame-budgeted: GRPO's "
              "`grpo.grpo_objective` reinforce vs clipped with the workers' weights `lag` updates behind "
              "(`bench/learner_fix_studies.py grpo`), NoisyNet with epsilon 0 vs the epsilon schedule and "
-             "IQN weight decay / self-loss clamp on vs off (`bench/recipe.py`). Per seed: the env steps "
+             "IQN weight decay / self-loss clamp on vs off (`bench/study/recipe.py`). Per seed: the env steps "
              "at which the greedy average first reached 475 (`-`: not within the budget) and the best "
              "greedy average. Rows in `bench/history/learner_fix_studies.json`"
              + (f" ({format_number(data.get('machine'))})" if data.get("machine") else "") + ".", "",
@@ -485,13 +487,13 @@ def _studies(path: Path) -> list[dict[str, Any]]:
 
 def run_studies(path: Path) -> list[str]:
     """Repeated `rulka run`s of one config per arm, from ``bench/history/run_studies.json`` (``python
-    bench/seeds.py ... --record NOTE``): per run the frames, the exploring workers' first finish,
+    bench/study/runs.py ... --record NOTE``): per run the frames, the exploring workers' first finish,
     the greedy race of the best policy and of the final weights on the run's track, divergence."""
     studies = _studies(path)
     if not studies:
         return []
     lines = ["", "## Repeated runs (as a user runs them)", "",
-             "One config run several times with `rulka run` (`bench/seeds.py`; a distributed run is not "
+             "One config run several times with `rulka run` (`bench/study/runs.py`; a distributed run is not "
              "repeatable, so each run is one more draw), per arm: the frames the trainer received, the "
              "exploring workers' first finish, the greedy race on the run's track of the best policy "
              "(`rulka eval RUN`) and of the final weights (`rulka eval RUN --final`), and whether the "
@@ -554,7 +556,7 @@ def run_studies(path: Path) -> list[str]:
 
 def _perturbed_text(summary: dict[str, Any]) -> str:
     """The summary's counts of policies whose median race from perturbed starts beats the scripted
-    driver (``bench/seeds.py --perturbed-races``); empty when the study raced none."""
+    driver (``bench/study/runs.py --perturbed-races``); empty when the study raced none."""
     names = {"best": "best", "final": "final", "average": "averaged", "trained": "trained last"}
     parts = [f"{label} {summary[f'{w}_perturbed_beats_scripted']}" for w, label in names.items()
              if f"{w}_perturbed_beats_scripted" in summary]
@@ -677,12 +679,12 @@ def issue_studies(path: Path) -> list[str]:
 
 def track_results(path: Path) -> list[str]:
     """Learning runs track by track, from ``bench/history/track_results.json`` (rows appended by
-    ``python bench/learning.py record``)."""
+    ``python -m bench.study tracks record``)."""
     return _json_table(path, ("run", "track", "trained_on", "first_finish_min", "first_finish_frames", "greedy",
                               "scripted_s", "beats_scripted", "date", "command"),
                        "Learning runs track by track",
                        "One trained policy per run, driven greedily on each bundled track and on generated "
-                       "`gen:<seed>` tracks (`bench/learning.py`): the exploring workers' first finish on the "
+                       "`gen:<seed>` tracks (`bench/study/tracks.py`): the exploring workers' first finish on the "
                        "track (minutes, frames; blank: never trained there or never finished), the greedy race "
                        "time against the scripted driver's. Until 2026-11-24 IQN's greedy action averaged sampled "
                        "quantile fractions and repeated races of one policy differed by up to 10 s: rows "
@@ -801,7 +803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"cannot read {file}: {exc}")
             if figures is None:
                 parser.error(f"{file} holds no JSON object")
-            command = " ".join([f"python bench/{name}.py", *shlex.split(args.script_args)])
+            command = " ".join([f"python -m bench.{name}", *shlex.split(args.script_args)])
             results[name] = {"name": name, "date": when, "status": "ok", "figures": figures,
                              "command": command, "recorded_from": str(file)}
         machine = previous_machine(args.out) or machine_info()

@@ -6,7 +6,7 @@ greedy (``test=True``), through the numpy path a float-only network takes on CPU
 torch (``numpy_inference=False``) in the same run. Rounds alternate between the two paths and the
 median is kept. Prints one JSON object.
 
-    python bench/actor.py [--quick] [--seconds 2] [--rounds 3]
+    python -m bench.actor [--quick] [--seconds 2] [--rounds 3]
 """
 
 from __future__ import annotations

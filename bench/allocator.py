@@ -7,7 +7,7 @@ one after the other, default then kept, for each network and batch size; ``speed
 over rounds of kept / default updates/s measured in the same round (seconds apart: this shared
 machine drifts between minutes). Linux with glibc only.
 
-    python bench/allocator.py [--rounds 3] [--seconds 6]
+    python -m bench.allocator [--rounds 3] [--seconds 6]
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import resource
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import child_command, child_env
 
 # (bench/learner.py network, batch size): the sim image config's learner and the Linesight-size one
 CASES = [("default_48x36_dense256", 64), ("default_48x36_dense256", 512), ("linesight_160x120_dense1024", 64)]
@@ -65,8 +64,8 @@ def main() -> int:
         for _ in range(args.rounds):
             pair = {}
             for kept in ("0", "1"):
-                out = subprocess.run([sys.executable, __file__, "--child", network, str(batch), str(args.seconds), kept],
-                                     capture_output=True, text=True, timeout=900)
+                out = subprocess.run(child_command("bench.allocator", "--child", network, str(batch), str(args.seconds),
+                                                   kept), capture_output=True, text=True, timeout=900, env=child_env())
                 lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
                 pair["kept" if kept == "1" else "default"] = json.loads(lines[-1]) if lines else {"error": out.stderr[-300:]}
             rounds.append(pair)

@@ -11,7 +11,7 @@ and reused. Last, the seconds a resume takes to load and check the newest checkp
 
 Prints one JSON object.
 
-    python bench/checkpoint.py [--quick] [--transitions 50000] [--new-fraction 0.05]
+    python -m bench.checkpoint [--quick] [--transitions 50000] [--new-fraction 0.05]
 """
 
 from __future__ import annotations

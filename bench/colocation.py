@@ -12,7 +12,7 @@ TLS and ingest, not a second learner. ``slowdown`` = median over windows of the 
 updates/s beside the running run over the same just after, with the run paused (1.0: costs nothing).
 Linux only (affinity, signals).
 
-    python bench/colocation.py [--configs cartpole,sim_image] [--workers 2] [--windows 12] [--seconds 3]
+    python -m bench.colocation [--configs cartpole,sim_image] [--workers 2] [--windows 12] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.trainer_loop import (  # noqa: E402
+from bench.trainer_loop import (
     COMMON,
     CONFIGS,
     REPO_ROOT,

@@ -6,7 +6,7 @@ and prints JSON with the compressed size per transition for each compressor, plu
 compress a segment. Frame history is not sent (each frame crosses once); TMRL sends its 4-frame
 history with every sample (about 4.4 KB per transition at this size). Target: <= 1.5 KB.
 
-    python bench/compress.py [--steps 2000] [--segment 200]
+    python -m bench.compress [--steps 2000] [--segment 200]
 """
 
 from __future__ import annotations

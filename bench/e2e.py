@@ -5,7 +5,7 @@ the run's ``metrics.jsonl`` for the first finished episode (a logged race time o
 finish rate), then stops the run with Ctrl-C. Prints one JSON object. Bounded by
 ``--time-limit`` (the result then says ``finished: false``).
 
-    python bench/e2e.py [--quick] [--config FILE] [--workers N] [--time-limit S]
+    python -m bench.e2e [--quick] [--config FILE] [--workers N] [--time-limit S]
 """
 
 from __future__ import annotations

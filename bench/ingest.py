@@ -11,7 +11,7 @@ does. Then, per thread count (1, 2 and every core):
 
 Prints one JSON object. The issue's target: one trainer >= 20,000 transitions/s.
 
-    python bench/ingest.py [--quick] [--segments 60]
+    python -m bench.ingest [--quick] [--segments 60]
 """
 
 from __future__ import annotations

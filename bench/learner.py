@@ -8,9 +8,9 @@ Linesight-size one (160x120 image, float hidden 256, dense 1024). Batches come f
 publishing signed weights), its batches/s over the bare learner's just before. Prints one JSON
 object per device (CPU always, CUDA when available: AMP on, so the trainer path exercises it).
 
-    python bench/learner.py [--seconds 20] [--batch-size 512] [--threads N] [--no-trainer-path]
-    python bench/learner.py --devices cuda --compile --prefetch   # a GPU machine's rows (bench/cuda_check.sh)
-    python bench/learner.py --topologies [--networks vit_none_48x36,...]   # the fusion catalogue
+    python -m bench.learner [--seconds 20] [--batch-size 512] [--threads N] [--no-trainer-path]
+    python -m bench.learner --devices cuda --compile --prefetch   # a GPU machine's rows (bench/cuda_check.sh)
+    python -m bench.learner --topologies [--networks vit_none_48x36,...]   # the fusion catalogue
 
 On CUDA, ``--compile`` adds rows with torch.compile on (what ``nn.training.use_jit`` gives the
 trainer there) beside the AMP-only ones, and ``--prefetch`` rows where a second thread samples and

@@ -30,8 +30,8 @@ worker processes, TLS on loopback). Both make their env as
 the wall-clock time (from the pipeline's launch) and env steps at which the mean return of the
 last 10 episodes first reaches -200.
 
-    python bench/peer_tmrl.py [--quick] [--tmrl-dir DIR] [--segment-steps N]
-    python bench/peer_tmrl.py --pendulum [--minutes M] [--tmrl-dir DIR]
+    python -m bench.peer_tmrl [--quick] [--tmrl-dir DIR] [--segment-steps N]
+    python -m bench.peer_tmrl --pendulum [--minutes M] [--tmrl-dir DIR]
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ from typing import Any
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from bench import child_command, child_env
+from bench.transport import SIZES as RELAY_SIZES  # the relay sizes transport measures rulka at
+from bench.transport import tlspyo_throughput
+from rulka.net.tls import free_local_port as free_port
 
-from bench.transport import SIZES as RELAY_SIZES  # noqa: E402 - the relay sizes transport measures rulka at
-from bench.transport import tlspyo_throughput  # noqa: E402
-from rulka.net.tls import free_local_port as free_port  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 TMRL_VERSION = "0.7.1"
 # what `import tmrl.networking` needs on Linux besides what rulka already has
@@ -230,9 +230,9 @@ def run_tmrl_child(tmrl_dir: Path, frames_file: Path, segment_steps: int, sizes:
         job = {"tmrl_dir": str(tmrl_dir), "frames": str(frames_file), "segment_steps": segment_steps,
                "sizes": sizes, "reps": reps, "keys_dir": str(keys)}
         env = {**os.environ, "HOME": home, "USERPROFILE": home, "WANDB_MODE": "disabled"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env = child_env(env)
         # own process group: tlspyo forks helper processes, which must go with the child on a timeout
-        proc = subprocess.Popen([sys.executable, __file__, "--tmrl-child", json.dumps(job)], env=env, cwd=home,
+        proc = subprocess.Popen(child_command("bench.peer_tmrl", "--tmrl-child", json.dumps(job)), env=env, cwd=home,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
@@ -445,9 +445,9 @@ def race_tmrl_pendulum(tmrl_dir: Path, budget_s: float) -> dict[str, Any]:
         episodes = Path(home) / "episodes.jsonl"
         env = {**os.environ, "HOME": home, "USERPROFILE": home, "WANDB_MODE": "disabled",
                "RULKA_BENCH_EPISODES": str(episodes)}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env = child_env(env)
         job = {"tmrl_dir": str(tmrl_dir), "port": ports[0], "pendulum": True}
-        return _race([sys.executable, __file__, "--tmrl-child", json.dumps(job)], env, home, episodes, budget_s,
+        return _race(child_command("bench.peer_tmrl", "--tmrl-child", json.dumps(job)), env, home, episodes, budget_s,
                      signal.SIGKILL)
 
 

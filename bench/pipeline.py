@@ -4,7 +4,7 @@ Drives a car along a winding reference line (no physics, no image: only what
 ``TrackmaniaPipeline.step`` and ``ReferenceLine.project`` cost), with the default layout (184
 floats) and with a small one. Prints one JSON object.
 
-    python bench/pipeline.py [--quick]
+    python -m bench.pipeline [--quick]
 """
 
 from __future__ import annotations

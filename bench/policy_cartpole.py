@@ -7,25 +7,23 @@ or run) are read from ``--peer-json`` (default ``bench/history/peer_cleanrl_cart
 they were taken) and reported beside rulka's under ``peer``. Also reported: the env steps at which
 rulka's sampled episodes first average 475 over 10 (the figure CleanRL prints).
 
-    python bench/policy_cartpole.py [--quick] [--peer-json FILE]
+    python -m bench.policy_cartpole [--quick] [--peer-json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the same collector the learning tests use
 
 
 def run(algorithm: str, max_frames: int, target: float) -> dict:
     import torch
-    from policy_helpers import train_on_policy
 
+    from bench.policy_loop import train_on_policy
     from rulka.config import load_config
 
     torch.set_num_threads(1)

@@ -4,7 +4,7 @@ Wall-clock time and env steps until the mean return of the last 10 episodes reac
 ``bench/peer_tmrl.py`` (``--pendulum``) for how each side is run and measured. ``--quick`` gives
 each pipeline 3 minutes instead of 6.
 
-    python bench/sac_pendulum.py [--quick] [--minutes M]
+    python -m bench.sac_pendulum [--quick] [--minutes M]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ accelerate, some steering and braking; episodes reset when they end), with the 6
 image, without image, and with a 160x120 image, and times each part alone. Torch is not involved.
 Prints one JSON object. Target: >= 5,000 actions/s with the default image.
 
-    python bench/sim.py [--quick] [--track NAME]
+    python -m bench.sim [--quick] [--track NAME]
 """
 
 from __future__ import annotations

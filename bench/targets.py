@@ -236,23 +236,23 @@ def recipe_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         reached = str(row.get("reached", ""))
         got, _, of = reached.partition(" ")[0].partition("/")
         holds = got.isdigit() and of.isdigit() and got == of
-        out.append(("`bench/recipe.py`", f"`{config}` greedy reaches {target} in every seed within "
+        out.append(("`bench/study/recipe.py`", f"`{config}` greedy reaches {target} in every seed within "
                     f"{_num(int(row['frames'])) if str(row.get('frames', '')).isdigit() else row.get('frames', '?')} frames",
                     f"{reached} seeds", _date(row), holds))
     return out
 
 
 RUN_TARGETS = {
-    # study name (bench/seeds.py --name) -> (runs, best policy beats the scripted driver in, final weights in);
+    # study name (bench/study/runs.py --name) -> (runs, best policy beats the scripted driver in, final weights in);
     # a Gymnasium study (--target-return): the best policy / final weights reach the target return in
     "readme_main_command": (5, 5, 4),
     "cartpole_iqn_runs": (10, 9, 0),
-    # a map-cycle study (bench/seeds.py --gen-random): (runs, bundled tracks the best policy beats the
+    # a map-cycle study (bench/study/runs.py --gen-random): (runs, bundled tracks the best policy beats the
     # scripted driver on in each run, generated tracks it finishes in each run, of how many generated)
     "map_cycle_runs": (3, 5, 8, 10),
 }
 """Issue 32's goals for studies of repeated `rulka run`s (``bench/history/run_studies.json``)."""
-# a study of a run longer than the README's (bench/seeds.py --minutes 80 --at-minutes 20): (runs, of
+# a study of a run longer than the README's (bench/study/runs.py --minutes 80 --at-minutes 20): (runs, of
 # which the final weights race no slower than the run's own in-run races at --at-minutes)
 LONG_RUN_TARGETS = {"sim_iqn_long": (1, 1)}
 
@@ -334,7 +334,7 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         fails = (_short_of(best, best_needed, runs, runs_needed) or _short_of(final, final_needed, runs, runs_needed)
                  or diverged)
         holds: bool | None = False if fails else (True if missing == 0 else None)
-        out.append(("`bench/seeds.py`", goal, shown, _date(study), holds))
+        out.append(("`bench/study/runs.py`", goal, shown, _date(study), holds))
     return out
 
 
@@ -384,8 +384,8 @@ def _long_target(study: dict[str, Any], arm: dict[str, Any], s: dict[str, Any], 
             f"of {runs_needed} runs the final weights race no slower than the run did at "
             f"{_num(at) if at else 20} minutes, no divergence")
     if at is None:
-        return ("`bench/seeds.py`", goal, "not judged: the study did not race where the run stood then "
-                "(`bench/seeds.py --at-minutes`)", _date(study), None)
+        return ("`bench/study/runs.py`", goal, "not judged: the study did not race where the run stood then "
+                "(`bench/study/runs.py --at-minutes`)", _date(study), None)
     track = s.get("track", "")
     parts = []
     for run in arm.get("runs", []):
@@ -402,7 +402,7 @@ def _long_target(study: dict[str, Any], arm: dict[str, Any], s: dict[str, Any], 
     shown = "; ".join(parts) + f"; no slower in {got} of {runs}; diverged {s.get('diverged', 0)}"
     fails = _short_of(got, no_slower_needed, runs, runs_needed) or int(s.get("diverged", 0)) > 0
     holds: bool | None = False if fails else (True if runs >= runs_needed else None)
-    return ("`bench/seeds.py`", goal, shown, _date(study), holds)
+    return ("`bench/study/runs.py`", goal, shown, _date(study), holds)
 
 
 def _tracks_lost(runs: Sequence[dict[str, Any]]) -> str:
@@ -447,7 +447,7 @@ def _cycle_target(study: dict[str, Any], s: dict[str, Any], runs_needed: int, be
     fails = (any(b < beaten_needed for b in beaten) or any(g < gen_needed for g in gen_share)
              or int(s.get("diverged", 0)) > 0 or not s.get("gen"))
     holds: bool | None = False if fails else (True if n_runs >= runs_needed else None)
-    return ("`bench/seeds.py`", goal, shown, _date(study), holds)
+    return ("`bench/study/runs.py`", goal, shown, _date(study), holds)
 
 
 def target_rows(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path
@@ -500,7 +500,7 @@ def study_arms(path: Path) -> list[dict[str, Any]]:
     one dict per arm: study, arm, date, command, frames (the budget), seeds, reached (per seed the
     env steps at which the greedy average first reached 475, None when it did not), best (per seed
     the best greedy average). A study holds either ``runs`` (``bench/learner_fix_studies.py``: one
-    arm per ``objective``) or ``arms`` (``bench/recipe.py`` runs, each with its own runs); a study
+    arm per ``objective``) or ``arms`` (``bench/study/recipe.py`` runs, each with its own runs); a study
     with neither (one recorded run with a ``result``) has no arms."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -13,7 +13,7 @@ seeded action sequence and reports:
 
 Prints one JSON object.
 
-    python bench/tm2020_fake.py [--quick]
+    python -m bench.tm2020_fake [--quick]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ For the same seeded action sequence on the default track it measures:
 
 Prints one JSON object.
 
-    python bench/tmnf_fake.py [--quick]
+    python -m bench.tmnf_fake [--quick]
 """
 
 from __future__ import annotations

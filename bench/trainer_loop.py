@@ -20,7 +20,7 @@ with nothing else running (2026-11-25), so only a comparison seconds apart, repe
 10% target. ``--paired 0``: the bare learner after the run, in ``--alone-rounds`` fresh
 processes. ``ratio_when_fed`` = ratio / (1 - starved): the learner's speed when it had data.
 
-    python bench/trainer_loop.py [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
+    python -m bench.trainer_loop [--quick] [--configs cartpole,sim_image] [--workers 1,2,4] [--seconds 20]
         [--paired K] [--worker-priorities below_normal,normal] [--pinning on,off] [--no-loaded-baseline]
         [--repeat N]
 
@@ -44,8 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import child_command, child_env
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # bench.learner, when run as a script
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "cartpole": ("configs/cartpole_iqn.yaml", []),
     # the default sim run with its 48x36 camera image (the CPU default runs without it)
@@ -215,8 +216,8 @@ class BareLearnerProcess:
     memory size (None if it did not start), ``updates_per_s(S)`` times it for S seconds."""
 
     def __init__(self, run_dir: Path, cores: list[int] | None = None) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--alone-serve", str(run_dir)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(child_command("bench.trainer_loop", "--alone-serve", str(run_dir)),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
         if cores:
             for tid in os.listdir(f"/proc/{self.proc.pid}/task"):  # before torch starts its threads
                 os.sched_setaffinity(int(tid), cores)
@@ -390,10 +391,10 @@ def _start_load(run_dir: Path, procs: int, cores: list[int] | None, seconds: flo
     """``procs`` actor-load processes, each started and past its setup (it printed ``ready``)."""
     load = []
     for _ in range(procs):
-        cmd = [sys.executable, __file__, "--actor-load", str(run_dir), "--alone-seconds", str(seconds)]
+        cmd = child_command("bench.trainer_loop", "--actor-load", str(run_dir), "--alone-seconds", str(seconds))
         if cores:
             cmd += ["--load-cores", ",".join(map(str, cores))]
-        load.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+        load.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=child_env()))
     for p in load:
         if p.stdout is not None:
             p.stdout.readline()  # "ready", or "" if it died
@@ -410,8 +411,8 @@ def alone_median(run_dir: Path, seconds: float, rounds: int, load_procs: int = 0
         # the load outlives the timed window (setup of the bare learner included), then is killed
         load = _start_load(run_dir, load_procs, load_cores, seconds + 120) if load_procs else []
         try:
-            out = subprocess.run([sys.executable, __file__, "--alone", str(run_dir), "--alone-seconds", str(seconds)],
-                                 capture_output=True, text=True, timeout=600)
+            out = subprocess.run(child_command("bench.trainer_loop", "--alone", str(run_dir), "--alone-seconds", str(seconds)),
+                                 capture_output=True, text=True, timeout=600, env=child_env())
         finally:
             for p in load:
                 p.kill()

@@ -19,7 +19,7 @@ Prints one JSON object:
   (server, the two tlspyo endpoint children, this process's link threads): a figure that other
   load on a shared machine distorts much less than MB/s.
 
-Usage: python bench/transport.py [--quick]
+Usage: python -m bench.transport [--quick]
 """
 
 from __future__ import annotations

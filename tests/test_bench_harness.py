@@ -278,7 +278,7 @@ def test_record_takes_a_given_json_as_one_scripts_result_without_running_it(tmp_
                  "--script-args", "--device cuda"]) == 0
     results = previous_results(out)
     assert results["good"]["figures"] == {"actions_per_s": 4321.0}
-    assert results["good"]["command"] == "python bench/good.py --device cuda"
+    assert results["good"]["command"] == "python -m bench.good --device cuda"
     assert results["other"]["figures"] == {"full_run": 1}  # the others are kept
     with pytest.raises(SystemExit):
         main(["--bench-dir", str(folder), "--out", str(out), "--record", "nosuch", str(given)])

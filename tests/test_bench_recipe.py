@@ -1,15 +1,13 @@
-"""bench/recipe.py: a seed gives the same run twice (the point of studying recipes in-process), and
+"""bench/study/recipe.py: a seed gives the same run twice (the point of studying recipes in-process), and
 the run follows the trainer's rate limiter (no updates before the start size, then the ratio)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import recipe  # noqa: E402
+from bench.study import recipe
 
 CARTPOLE = str(Path(__file__).resolve().parents[1] / "configs" / "cartpole_iqn.yaml")
 

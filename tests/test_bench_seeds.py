@@ -1,23 +1,18 @@
-"""bench/seeds.py: arms parse as the user writes them, the learner's health is judged per window
+"""bench/study/runs.py: arms parse as the user writes them, the learner's health is judged per window
 against recipe.py's thresholds, the per-arm counts and the BENCHMARKS.md rows say what the runs did."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-import seeds  # noqa: E402
+import bench.__main__ as bench_main
+from bench.study import runs as seeds
 
-_spec = importlib.util.spec_from_file_location("bench_main", BENCH / "__main__.py")
-bench_main = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_main)
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def test_arms_parse_and_bad_arms_are_refused():

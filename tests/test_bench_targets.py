@@ -79,14 +79,14 @@ def test_learning_rows_take_each_tests_latest_measured_run(tmp_path: Path) -> No
         {"config": "s.yaml", "overrides": "-", "target": "finish", "reached": "2/2", "frames": "200000", "date": "3"},
     ]))
     assert recipe_targets(studies) == [
-        ("`bench/recipe.py`", "`c.yaml` greedy reaches 475 in every seed within 200,000 frames", "3/4 seeds", "1", False),
-        ("`bench/recipe.py`", "`s.yaml` greedy reaches finish in every seed within 200,000 frames", "2/2 seeds", "3", True),
+        ("`bench/study/recipe.py`", "`c.yaml` greedy reaches 475 in every seed within 200,000 frames", "3/4 seeds", "1", False),
+        ("`bench/study/recipe.py`", "`s.yaml` greedy reaches finish in every seed within 200,000 frames", "2/2 seeds", "3", True),
     ]
 
 
 def test_rewrite_puts_targets_first_and_keeps_the_measuring_machine(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
-    embedded = {"transport": {"status": "ok", "command": "python bench/transport.py", **RESULTS["transport"]}}
+    embedded = {"transport": {"status": "ok", "command": "python -m bench.transport", **RESULTS["transport"]}}
     out.write_text("# rulka benchmarks\n\n## Machine\n\n| | |\n|---|---|\n| cpu | The Old One |\n| cores | 2 |\n\n"
                    f"<!-- bench-results: {json.dumps(embedded)} -->\n")
     assert previous_machine(out) == {"cpu": "The Old One", "cores": "2"}

@@ -1,18 +1,16 @@
-"""``bench/learning.py`` (per-track first finish, greedy time vs the scripted driver) and the
+"""``bench/study/tracks.py`` (per-track first finish, greedy time vs the scripted driver) and the
 map-cycle config it measures; the 30-minute learning runs themselves are ``extended``."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.study import tracks as learning
 
-from bench import learning  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_cycle_config_plays_every_bundled_track_and_validates():
@@ -130,7 +128,7 @@ def test_record_adds_one_row_per_track_to_the_benchmarks_table(tmp_path):
          "scripted_s": 22.19, "beats_scripted": False}]}
     path = tmp_path / "track_results.json"
     path.write_text('[{"run": "earlier"}]')
-    learning.record(result, "cycle 30 min", "python bench/learning.py run", path)
+    learning.record(result, "cycle 30 min", "python -m bench.study tracks run", path)
     rows = json.loads(path.read_text())
     assert [r["run"] for r in rows] == ["earlier", "cycle 30 min", "cycle 30 min"]
     assert rows[1]["greedy"] == "14.45 s" and rows[1]["beats_scripted"] == "yes"

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_learning_iqn import _greedy_return
+
+from bench.policy_loop import greedy_return as _greedy_return
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_FRAMES = 200_000  # the single-process test's budget

@@ -3,28 +3,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
-def _greedy_return(env, actor, episodes: int, seed: int) -> float:
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        done, total = False, 0.0
-        while not done:
-            obs, r, te, tr, _ = env.step(actor.act(obs, test=True))
-            total += r
-            done = te or tr
-        returns.append(total)
-    return float(np.mean(returns))
 
 
 @pytest.mark.slow
@@ -32,11 +15,11 @@ def _greedy_return(env, actor, episodes: int, seed: int) -> float:
 def test_cartpole_iqn_reaches_475():
     """configs/cartpole_iqn.yaml, seed 0, through the trainer's own schedule (its rate limiter from
     the start size on, weights published every 100 updates, segments of 200 steps): the loop of
-    ``bench/recipe.py``, which is deterministic per seed. Its study (BENCHMARKS.md, "Recipe
+    ``bench/study/recipe.py``, which is deterministic per seed. Its study (BENCHMARKS.md, "Recipe
     studies") measured 4 of 4 seeds reaching 475 within 200k frames, seed 0 at 70k, before the file
     took double DQN targets and 16 uses per transition (2026-11-27: `rulka run` 10 of 10 seeds;
     this test took 7 min on a loaded 2-core machine with them)."""
-    import recipe  # bench/recipe.py
+    from bench.study import recipe
 
     result = recipe.run_seed(str(CONFIGS / "cartpole_iqn.yaml"), [], 0, 200_000, 5000, 20, "475",
                              stop_at_target=True)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from policy_helpers import train_on_policy
 from roles_helpers import greedy_sim_results
 
+from bench.policy_loop import train_on_policy
 from rulka.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]

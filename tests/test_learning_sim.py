@@ -9,7 +9,7 @@ slower. The minutes cap is a safety net for a very slow machine.
 Extended, not in CI (about 2.5 minutes on an idle 2-core machine, 2026-11-27; 9 minutes on a loaded
 one). Its history: on 2026-11-23, before double DQN and the learning-rate cooldown, one run finished
 2 of 3 greedy tries and the next plateaued near 209 m. How reliable the recipe is across runs is
-bench/seeds.py's seed table (BENCHMARKS.md, "Repeated runs"); outcomes of this test are in
+bench/study/runs.py's seed table (BENCHMARKS.md, "Repeated runs"); outcomes of this test are in
 bench/history/extended_runs.json.
 """
 

@@ -24,7 +24,7 @@ def test_the_readme_figures_are_the_targets_as_benchmarks_md_holds_them():
 
 
 def test_a_changed_figure_changes_the_readme_block(tmp_path: Path):
-    rows = [("`bench/seeds.py`", "`configs/sim_iqn.yaml` as the README runs it: goal", "best 5/5", "2026-12-01 10:00 UTC",
+    rows = [("`bench/study/runs.py`", "`configs/sim_iqn.yaml` as the README runs it: goal", "best 5/5", "2026-12-01 10:00 UTC",
              True)]
     text = "a\n<!-- bench:learners:begin -->\nSTALE\n<!-- bench:learners:end -->\n" \
            "<!-- bench:what-it-got:begin -->\nSTALE\n<!-- bench:what-it-got:end -->\nb\n"

@@ -82,7 +82,7 @@ class TrainerConfig(Section):
     best_policy_start_noise: NonNegativeFloat = 0.0
     """Simulator only: the candidate's k-th greedy episode on a map starts from the start line moved
     up to N metres sideways and turned up to N degrees, the k-th such start the same for every
-    candidate (and not one of the starts ``bench/seeds.py`` judges on); 0 = every race from the line. One race from the line can pick a lucky version:
+    candidate (and not one of the starts ``bench/study/runs.py`` judges on); 0 = every race from the line. One race from the line can pick a lucky version:
     a greedy race time moves by seconds between weights a few updates apart (BENCHMARKS.md,
     readme_frames_1m). Needs ``best_policy_episodes`` > 1 and requested episodes (no greedy map-cycle
     entries, ``best_policy_every_frames`` > 0)."""

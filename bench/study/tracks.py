@@ -12,11 +12,11 @@ Two ways to use it::
 
     # evaluate an existing run folder (the map cycle's best policy in <run>/best, else the latest
     # weights in <run>/weights; --policy final: the latest weights), the metrics beside it
-    python bench/learning.py evaluate RUN_DIR [--gen-seeds 1 2 3] [--policy best|final]
+    python -m bench.study tracks evaluate RUN_DIR [--gen-seeds 1 2 3] [--policy best|final]
     # train first (a full learning run: 30 minutes on a 2-core box), then evaluate
-    python bench/learning.py run --config configs/sim_iqn_cycle.yaml --minutes 30 --workers 2
+    python -m bench.study tracks run --config configs/sim_iqn_cycle.yaml --minutes 30 --workers 2
     # each also writes its JSON to RUN_DIR/learning.json; the per-track table of BENCHMARKS.md:
-    python bench/learning.py record RUN_DIR/learning.json --label NAME --command "..."
+    python -m bench.study tracks record RUN_DIR/learning.json --label NAME --command "..."
 
 Greedy episodes start like the game (no start noise) and end at the finish, at a cut-off
 (``no_progress`` after 2 s without a new zone) or at ``--max-seconds`` of race time. The
@@ -153,7 +153,7 @@ def policy_folder(run_dir: Path, policy: str) -> tuple[Path, dict[str, Any] | No
     or ``trained`` (``<run>/trained``, the weights trained last when the run ended on its average)."""
     if policy in ("average", "trained"):  # trained: the weights trained last of a run that ended on its average
         if not (run_dir / policy / "policy.safetensors").is_file():
-            raise SystemExit(f"bench/learning.py: {run_dir} kept no {policy} policy ({policy}/)")
+            raise SystemExit(f"bench/study/tracks.py: {run_dir} kept no {policy} policy ({policy}/)")
         return run_dir / policy, None
     best = run_dir / "best"
     if policy == "best" and (best / "policy.safetensors").is_file():
@@ -184,7 +184,7 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
     actor, spec = load_policy(folder)
     cfg = config_from_dict(json.loads(spec["run_config_json"]))
     if cfg.environment.backend != "sim":
-        raise SystemExit(f"bench/learning.py: {run_dir} was trained with environment.backend "
+        raise SystemExit(f"bench/study/tracks.py: {run_dir} was trained with environment.backend "
                          f"{cfg.environment.backend!r}; it evaluates simulator (backend sim) runs only")
     cycle = MapCycle.from_config(cfg)
     seen = {e.map_path for e in cycle.entries} if cycle else {cfg.environment.track}
@@ -221,7 +221,7 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
     }
 
 
-TRACK_RESULTS = Path(__file__).resolve().parent / "history" / "track_results.json"
+TRACK_RESULTS = Path(__file__).resolve().parents[1] / "history" / "track_results.json"
 
 
 def draw_gen_seeds(n: int) -> list[int]:

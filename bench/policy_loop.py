@@ -1,15 +1,28 @@
-"""Helpers for the policy-learner tests: a collector that runs an env with an actor and cuts
-segments exactly as a worker does (extras recorded per step, version in the header), and a
-greedy evaluation."""
+"""The on-policy learners' loop without the network, shared by ``bench/policy_cartpole.py`` and the
+learning tests: a collector that runs an env with an actor and cuts segments exactly as a worker
+does (extras recorded per step, version in the header), and a greedy evaluation."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from test_learning_iqn import _greedy_return as greedy_return
 
 from rulka.segment import Segment
+
+
+def greedy_return(env: Any, actor: Any, episodes: int, seed: int) -> float:
+    """The mean return of ``episodes`` greedy episodes (``act(obs, test=True)``) from seeds ``seed``, ``seed + 1``, ..."""
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        done, total = False, 0.0
+        while not done:
+            obs, r, te, tr, _ = env.step(actor.act(obs, test=True))
+            total += r
+            done = te or tr
+        returns.append(total)
+    return float(np.mean(returns))
 
 
 class SegmentCollector:

@@ -17,8 +17,8 @@ race time, metres). The JSON names, per seed, the best evaluation, the frames at
 was first reached (``--target``: a return, or ``finish`` for the simulator) and the history; the
 summary says in how many seeds the target was reached.
 
-    python bench/recipe.py --config configs/cartpole_iqn.yaml --seeds 0 1 2 3 --frames 200000
-    python bench/recipe.py --config configs/sim_iqn.yaml --seeds 0 1 2 --frames 200000 --target finish \\
+    python -m bench.study recipe --config configs/cartpole_iqn.yaml --seeds 0 1 2 3 --frames 200000
+    python -m bench.study recipe --config configs/sim_iqn.yaml --seeds 0 1 2 --frames 200000 --target finish \\
         --set exploration.epsilon_schedule='[[0,1.0],[20000,0.1]]'
 
 Seeds run ``--parallel`` at a time (default: one per core), each in its own process with one
@@ -40,7 +40,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _tracks(cfg: Any) -> list[str]:
@@ -62,8 +62,7 @@ def _evaluate(cfg: Any, actor: Any, episodes: int, seed: int, tracks: list[str] 
     from rulka.plugins import make_env
 
     if cfg.environment.backend == "sim":
-        from learning import drive  # bench/learning.py: one greedy race from the start
-
+        from bench.study.tracks import drive  # bench/study/tracks.py: one greedy race from the start
         from rulka.envs.multi_action import wrap_for_blocks
         from rulka.envs.sim.env import SimTrackEnv
 
@@ -162,7 +161,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     ``stop_at_target``: stop at the first evaluation that reaches ``target`` (learning tests).
     ``save``: a folder; the best evaluated weights go to ``<save>/seed<N>/best/`` and the final ones
     to ``<save>/seed<N>/weights/`` (policy files, as a run folder holds them: ``rulka eval``,
-    ``bench/learning.py evaluate``). ``eval_at_start``: also evaluate the weights the agent starts
+    ``bench/study/tracks.py evaluate``). ``eval_at_start``: also evaluate the weights the agent starts
     with, at 0 frames (a run from ``nn.init_from_pretrained``). ``q_limit``: the q_mean over which
     the Q-function counts as diverged (default ``DIVERGENCE``'s, the simulator's)."""
     import torch
@@ -179,7 +178,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     torch.manual_seed(seed)
     cfg = load_config(config, [*overrides, f"training.seed={seed}"], env_file=None)
     if cfg.training.algorithm not in ("iqn",):
-        raise SystemExit(f"bench/recipe.py: training.algorithm {cfg.training.algorithm!r}: replay (iqn) agents only")
+        raise SystemExit(f"bench/study/recipe.py: training.algorithm {cfg.training.algorithm!r}: replay (iqn) agents only")
     agent = make_agent(cfg, device="cpu", seed=seed)
     memory = make_memory(cfg, seed=seed)
     batch = int(cfg.training.batch_size)
@@ -192,7 +191,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     sim = cfg.environment.backend == "sim"
     tracks = _tracks(cfg) if sim else []
     if sim:
-        from learning import scripted_time_s
+        from bench.study.tracks import scripted_time_s
 
         scripted = {t: scripted_time_s(t) for t in tracks}  # the reference times the trainer ranks by
     else:
@@ -353,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--save", metavar="DIR", help="write each seed's best and final policy under DIR/seed<N>/ "
-                   "(best/, weights/: bench/learning.py evaluate DIR/seed<N> drives them on other tracks)")
+                   "(best/, weights/: bench/study/tracks.py evaluate DIR/seed<N> drives them on other tracks)")
     p.add_argument("--eval-at-start", action="store_true",
                    help="also evaluate the starting weights at 0 frames (a run from nn.init_from_pretrained)")
     p.add_argument("--record", metavar="NOTE", help="append a summary row to bench/history/recipe_studies.json "
@@ -376,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     text = json.dumps(out, indent=1)
     if args.record is not None:
-        record(out, args.record, " ".join(["python bench/recipe.py", *(argv if argv is not None else sys.argv[1:])]))
+        record(out, args.record, " ".join(["python -m bench.study recipe", *(argv if argv is not None else sys.argv[1:])]))
     if args.out:
         args.out.write_text(text)
     print(text)

@@ -7,7 +7,7 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
 - totals from its ``metrics.jsonl``: frames, updates, minutes; the exploring workers' first finish
   on the run's track (frames, minutes);
 - the learner's health: the worst mean over windows of ``--window`` metric records of ``q_mean``,
-  ``td_loss`` and ``grad_norm`` (absolute values), and which of them went over ``bench/recipe.py``'s
+  ``td_loss`` and ``grad_norm`` (absolute values), and which of them went over ``bench/study/recipe.py``'s
   divergence thresholds;
 - the in-run greedy races of the versions in the run's last fifth (``best/candidates.jsonl``): how
   many beat the scripted driver, of which the final weights are one draw; with ``--at-minutes M``
@@ -15,7 +15,7 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
   stood when the README's run would have stopped), and whether the final weights race no slower;
 - the greedy outcome of the run's best policy (``best/``, what ``rulka eval RUN`` drives) and of its
   final weights (``rulka eval RUN --final``), and of its averaged weights when it kept them
-  (``rulka eval RUN --average``, ``trainer.average_policy_frames``) on the five bundled tracks (``bench/learning.py``'s
+  (``rulka eval RUN --average``, ``trainer.average_policy_frames``) on the five bundled tracks (``bench/study/tracks.py``'s
   races), each against the scripted driver; for a map-cycle config (``map_cycle.entries``) every
   bundled track counts and ``--gen-random N`` adds N generated tracks whose seeds are drawn when the
   study starts (the same N for every run, kept in the study): tracks the run never saw; for a Gymnasium config (``environment.backend: gym``),
@@ -31,14 +31,14 @@ another has not been measured in one run.
 
 ::
 
-    python bench/seeds.py --config configs/sim_iqn.yaml --runs 3 --minutes 20
-    python bench/seeds.py --config configs/sim_grpo.yaml --runs 2 --frames 800000 \\
+    python -m bench.study runs --config configs/sim_iqn.yaml --runs 3 --minutes 20
+    python -m bench.study runs --config configs/sim_grpo.yaml --runs 2 --frames 800000 \\
         --arm reinforce:grpo.grpo_objective=reinforce --arm clipped:grpo.grpo_objective=clipped
 
-    python bench/seeds.py --config configs/sim_iqn_cycle.yaml --runs 3 --minutes 30 --gen-random 10 --name map_cycle_runs
-    python bench/seeds.py --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475 --q-limit 150
-    python bench/seeds.py --config configs/sim_iqn.yaml --runs 3 --frames 2000000 --parallel 3
-    python bench/seeds.py --config configs/sim_iqn.yaml --runs 1 --minutes 80 --at-minutes 20 --name sim_iqn_long
+    python -m bench.study runs --config configs/sim_iqn_cycle.yaml --runs 3 --minutes 30 --gen-random 10 --name map_cycle_runs
+    python -m bench.study runs --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475 --q-limit 150
+    python -m bench.study runs --config configs/sim_iqn.yaml --runs 3 --frames 2000000 --parallel 3
+    python -m bench.study runs --config configs/sim_iqn.yaml --runs 1 --minutes 80 --at-minutes 20 --name sim_iqn_long
 
 ``--record NOTE`` appends the study to ``bench/history/run_studies.json`` (BENCHMARKS.md after ``python -m
 bench --rewrite``).
@@ -62,9 +62,8 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))  # recipe.py's thresholds, learning.py's races
-RUN_STUDIES = Path(__file__).resolve().parent / "history" / "run_studies.json"
+REPO = Path(__file__).resolve().parents[2]
+RUN_STUDIES = Path(__file__).resolve().parents[1] / "history" / "run_studies.json"
 HEALTH = {"q_mean": "charts/q_mean", "td_loss": "losses/td_loss", "grad_norm": "losses/grad_norm"}
 
 
@@ -91,7 +90,7 @@ def health(records: list[dict[str, Any]], window: int, q_limit: float | None = N
     """Worst window mean of each health metric (absolute values) and the ones over the thresholds
     (recipe.py's; ``q_limit`` replaces its q_mean bound, which is sized for the simulator's
     rewards: CartPole's Q reaches 1 / (1 - 0.99) = 100 when it balances)."""
-    from recipe import divergence_limits
+    from bench.study.recipe import divergence_limits
 
     limits = divergence_limits(q_limit)
 
@@ -112,8 +111,7 @@ def health(records: list[dict[str, Any]], window: int, q_limit: float | None = N
 
 def summarise_metrics(run_dir: Path, window: int, q_limit: float | None = None) -> dict[str, Any]:
     """Totals, first exploring finish per track and the learner's health from ``metrics.jsonl``."""
-    from learning import first_finishes
-
+    from bench.study.tracks import first_finishes
     from rulka.telemetry.logger import read_metrics
 
     records = list(read_metrics(run_dir)) if (run_dir / "metrics.jsonl").is_file() else []
@@ -206,7 +204,7 @@ def greedy(run_dir: Path, policy: str, max_seconds: float, gen_seeds: list[int] 
     metres, scripted time, beats scripted; with ``gen_seeds``, the counts (``cycle_counts``) too;
     with ``perturbed`` > 0, on the tracks the run trained on, the median of that many races from
     perturbed starts (``learning.perturbed_races``: ``perturbed_s``, ``perturbed_beats_scripted``)."""
-    from learning import evaluate
+    from bench.study.tracks import evaluate
 
     result = evaluate(run_dir, list(gen_seeds or []), max_seconds, 1, policy, perturbed=perturbed)
     out = {}
@@ -440,7 +438,7 @@ def main(argv: list[str] | None = None) -> None:
     cycle = bool(cfg.map_cycle.entries) and gym is None
     if (args.gen_random or args.gen_seeds) and not cycle:
         p.error("--gen-random / --gen-seeds: map-cycle configs only (map_cycle.entries)")
-    from learning import draw_gen_seeds
+    from bench.study.tracks import draw_gen_seeds
 
     gen_seeds = [*args.gen_seeds, *draw_gen_seeds(args.gen_random)] if cycle else None
     arms = args.arm or [("as_shipped", [])]
@@ -453,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         "budget": {"minutes": args.minutes, "frames": args.frames, "workers": args.workers},
         **({"target_return": args.target_return, "eval_episodes": args.eval_episodes} if gym else {}),
         **({"map_cycle": True, "gen_seeds": gen_seeds} if cycle else {}),
-        "command": "python bench/seeds.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.study runs " + " ".join(argv if argv is not None else sys.argv[1:]),
         "arms": [],
     }
     by_arm: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in arms}
