@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import gymnasium
-import numpy as np
 import pytest
 import torch
+
+from bench.policy_loop import greedy_return
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,15 +46,6 @@ def test_simple_dqn_learns_cartpole_through_the_roles(tmp_path):
     policy = policy_file_of(run_dir)
     assert policy == run_dir / "best" / "policy.safetensors"
     actor, _ = load_policy(policy)
-    env = gymnasium.make("CartPole-v1")
-    returns = []
-    for episode in range(10):
-        obs, _ = env.reset(seed=1000 + episode)
-        done, total = False, 0.0
-        while not done:
-            obs, r, term, trunc, _ = env.step(actor.act(obs, test=True))
-            total += r
-            done = term or trunc
-        returns.append(total)
+    mean_return = greedy_return(gymnasium.make("CartPole-v1"), actor, 10, seed=1000)
     # random play averages about 22 and always pushing one way about 9
-    assert np.mean(returns) >= 100, returns
+    assert mean_return >= 100, mean_return
