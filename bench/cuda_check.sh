@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # The checks a session lent a GPU machine runs there in one call (BENCHMARKS.md "CUDA (a lent GPU
-# machine)" records what they gave). Everything it writes lands in $OUT (default /tmp/cuda_check):
-#   log.txt            the GPU, torch, the CUDA unit tests' summary, the run's last progress lines
-#   learner_cuda.json  bench/learner.py's CUDA rows: AMP; AMP + a prefetching sampler thread;
-#                      AMP + torch.compile; the same learner through Trainer.run
+# machine)" records what they gave), inside DEADLINE seconds (570: the device tool's 10-minute call,
+# with a margin; each step's timeout is what is left of it). Everything it writes lands in $OUT
+# (default /tmp/cuda_check):
+#   log.txt            the GPU, torch, each step's summary, the run's last progress lines
+#   learner_cuda.json  bench/learner.py's CUDA rows: AMP; AMP + a prefetching sampler thread; the same
+#                      learner through Trainer.run (prefetch on and off); and the learner-step rows of
+#                      issue 67 (--steps, on the guide-size network): the optimizer's foreach and Adam's
+#                      fused kernel, Munchausen's fused target forwards, and the ladder from today's
+#                      defaults through bfloat16 autocast, pinned or device batches (memory.batch_device)
+#                      to the loss compiled with CUDA graphs (nn.training.compile_mode reduce-overhead),
+#                      each rung paired with the one before it in interleaved windows
 #   run.log, metrics.jsonl, best.json, eval_best.json, eval_final.json
 #                      `rulka run` of the guide-size image network (160x120 frames, float MLP 256,
-#                      dense 1024, batch 512, torch.compile and AMP on) on the GPU with $WORKERS
-#                      simulator workers for $MINUTES minutes, then `rulka eval` of its best policy
-#                      and of its final weights (torch.compile is on here to exercise that path end to
-#                      end, though the learner rows measured it slower than eager: docs/performance.md)
+#                      dense 1024, batch 512) on the GPU with the settings docs/performance.md
+#                      recommends for a GPU trainer (AMP bfloat16, device batches, the compiled loss
+#                      with CUDA graphs) and $WORKERS simulator workers for $MINUTES minutes, then
+#                      `rulka eval` of its best policy and of its final weights
 # Packages the machine lacks travel as wheels in .whl/ (see the device tool's notes); on a machine
-# with rulka installed none are needed (WHEELS=none skips them). Knobs: WORKERS (12), MINUTES (2.5), SECONDS_PER_ROW (6),
-# DEVICE (cuda; cpu makes a dry run of the same commands on a machine without a GPU).
+# with rulka installed none are needed (WHEELS=none skips them). Knobs: WORKERS (12), MINUTES (2),
+# SECONDS_PER_ROW (6), DEADLINE (570), DEVICE (cuda; cpu makes a dry run of the same commands on a
+# machine without a GPU).
 set -u
 OUT=${OUT:-/tmp/cuda_check}
 mkdir -p "$OUT"
@@ -20,8 +28,12 @@ export PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
 WORKERS=${WORKERS:-12}
-MINUTES=${MINUTES:-2.5}
+MINUTES=${MINUTES:-2}
 SECONDS_PER_ROW=${SECONDS_PER_ROW:-6}
+DEADLINE=${DEADLINE:-570}
+SECONDS=0
+# a step's timeout: its own bound, or what is left before DEADLINE when that is less (at least 5 s)
+left() { local l=$((DEADLINE - SECONDS)); [ "$l" -lt "$1" ] && echo $((l > 5 ? l : 5)) || echo "$1"; }
 LOG="$OUT/log.txt"
 WHEELS=${WHEELS:-.whl}
 if ls "$WHEELS"/*.whl > /dev/null 2>&1; then
@@ -38,13 +50,11 @@ fi
     nproc
 } 2>&1 | tee -a "$LOG"
 
-echo "== 1. unit tests with CUDA branches" | tee -a "$LOG"
-timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_iqn_agent.py 2>&1 | tail -4 | tee -a "$LOG"
-
-echo "== 2. bench/learner.py on $DEVICE" | tee -a "$LOG"
+echo "== 1. bench/learner.py on $DEVICE ($SECONDS s in)" | tee -a "$LOG"
 extra=""
-[ "$DEVICE" = cuda ] && extra="--compile --prefetch"
-timeout 300 $PY bench/learner.py --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" $extra \
+[ "$DEVICE" = cuda ] && extra="--prefetch"
+timeout "$(left 330)" $PY bench/learner.py --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" $extra \
+    --steps --steps-networks linesight_160x120_dense1024 \
     > "$OUT/learner_cuda.json" 2> "$OUT/learner.err"
 echo "rc=$? $(tail -c 600 "$OUT/learner.err")" | tee -a "$LOG"
 $PY - "$OUT/learner_cuda.json" <<'EOF' 2>&1 | tee -a "$LOG"
@@ -55,18 +65,32 @@ for line in open(sys.argv[1]):
         print(r["network"], "compiled" if r.get("compiled") else "", "prefetch" if r.get("prefetch") else "",
               r["batches_per_s"], "batches/s", r.get("step_ms"), "ms/step, sample", r["sample_collate_ms"], "ms")
     for r in d["trainer_path"]:
-        print(r["network"], "trainer path", r["batches_per_s"], "batches/s, over bare", r["over_bare"])
+        print(r["network"], "trainer path", r["batches_per_s"], "batches/s, over bare", r["over_bare"],
+              "prefetch", r.get("prefetch"), "batches", r.get("batch_mode"))
+    for r in d.get("steps", []):
+        b, a = r.get("before", {}), r.get("after", {})
+        print("step", r["step"], r.get("network"), "before", b.get("batches_per_s", b.get("error")),
+              "after", a.get("batches_per_s", a.get("error")), "ratio", r.get("ratio"), r.get("ratio_rounds"))
 EOF
 
-echo "== 3. rulka run, guide-size image network, $WORKERS workers, $MINUTES min" | tee -a "$LOG"
+echo "== 2. unit tests with CUDA branches ($SECONDS s in)" | tee -a "$LOG"
+timeout "$(left 120)" $PY -m pytest -q -p no:cacheprovider tests/test_iqn_agent.py tests/test_learner_step.py \
+    tests/test_batch_device.py 2>&1 | tail -4 | tee -a "$LOG"
+
+echo "== 3. rulka run, guide-size image network, $WORKERS workers, $MINUTES min ($SECONDS s in)" | tee -a "$LOG"
 RUN=/tmp/cuda_check_run
 rm -rf "$RUN"
-timeout 420 $PY -m rulka.cli run configs/sim_iqn.yaml --workers "$WORKERS" --minutes "$MINUTES" --run-dir "$RUN" \
-    --stop-timeout 40 \
+run_s=$(left 240)
+# the run's minutes shrink to what is left before DEADLINE (start-up, stop and the two evals: ~110 s)
+run_min=$(awk -v m="$MINUTES" -v l="$((DEADLINE - SECONDS))" 'BEGIN { x = (l - 110) / 60; if (x < m) m = x; if (m < 0.5) m = 0.5; print m }')
+echo "run minutes $run_min" | tee -a "$LOG"
+timeout "$run_s" $PY -m rulka.cli run configs/sim_iqn.yaml --workers "$WORKERS" --minutes "$run_min" --run-dir "$RUN" \
+    --stop-timeout 30 \
     --set trainer.device="$DEVICE" --set logging.wandb.enabled=false \
     --set nn.vis.no_image=false --set nn.vis.image_size.width=160 --set nn.vis.image_size.height=120 \
     --set nn.float.mlp.hidden_dim=256 --set nn.decoder.dense_hidden_dimension=1024 \
-    --set nn.training.use_jit=true --set nn.training.use_amp=true --set training.batch_size=512 \
+    --set nn.training.use_jit=true --set nn.training.compile_mode=reduce-overhead --set nn.training.use_amp=true \
+    --set nn.training.amp_dtype=bfloat16 --set memory.batch_device=auto --set training.batch_size=512 \
     > "$OUT/run.log" 2>&1
 echo "run rc=$?" | tee -a "$LOG"
 tail -n 6 "$OUT/run.log" | tee -a "$LOG"
@@ -77,9 +101,10 @@ $PY -c "import json,sys; b=json.load(open(sys.argv[1])); print('best: v', b['ver
 for which in best final; do
     flag=""
     [ "$which" = final ] && flag="--final"
-    timeout 120 $PY -m rulka.cli eval "$RUN" $flag --episodes 3 --json > "$OUT/eval_$which.json" 2>> "$LOG"
+    timeout "$(left 60)" $PY -m rulka.cli eval "$RUN" $flag --episodes 3 --json > "$OUT/eval_$which.json" 2>> "$LOG"
     echo "eval $which rc=$?" | tee -a "$LOG"
     $PY -c "import json,sys; o=json.load(open(sys.argv[1]))['overall']; print('$which:', {k: o[k] for k in ('finished', 'episodes', 'race_time_ms_mean', 'race_time_ms_best', 'return_mean')})" \
         "$OUT/eval_$which.json" 2>&1 | tee -a "$LOG"
 done
 date -u | tee -a "$LOG"
+echo "total $SECONDS s" | tee -a "$LOG"

@@ -11,9 +11,17 @@ object per device (CPU always, CUDA when available: AMP on, so the trainer path 
     python -m bench.learner [--seconds 20] [--batch-size 512] [--threads N] [--no-trainer-path]
     python -m bench.learner --devices cuda --compile --prefetch   # a GPU machine's rows (bench/cuda_check.sh)
     python -m bench.learner --topologies [--networks vit_none_48x36,...]   # the fusion catalogue
+    python -m bench.learner --steps [--steps-only] [--rounds 8] [--threads 1]   # the learner-step rows
+
+``--steps`` (issue 67): each optimisation of the learner step against its baseline, both built in
+one run and timed in interleaved windows (``--rounds`` of them, ``--seconds`` in all per
+configuration), the ratio per window pair and its median: ``STEP_PAIRS`` (the optimizer's foreach,
+Munchausen's fused target forwards; on CUDA Adam's fused kernel) and on CUDA the ``GPU_LADDER`` from
+today's defaults through bfloat16 autocast, pinned and device batches (``memory.batch_device``) to
+the loss compiled with CUDA graphs. Without a GPU the CUDA rows are listed as not measured.
 
 On CUDA, ``--compile`` adds rows with torch.compile on (what ``nn.training.use_jit`` gives the
-trainer there) beside the AMP-only ones, and ``--prefetch`` rows where a second thread samples and
+trainer there: the update's loss compiled once) beside the AMP-only ones, and ``--prefetch`` rows where a second thread samples and
 collates the next batch while the device trains on this one (what ``trainer.prefetch_batches``
 gives the trainer); with it the trainer path is measured twice, prefetch on (auto's choice on
 CUDA) and off. ``--devices`` picks the devices (default: CPU, and CUDA when torch sees one).
@@ -82,19 +90,21 @@ def topology_network(nn_section: dict[str, Any]) -> dict[str, Any]:
                 topology=topology_from_config(cfg))
 
 
-def filled_memory(h: int, w: int, batch_size: int, transitions: int = 6000, seed: int = 0) -> MiniRaceReplayMemory:
+def filled_memory(h: int, w: int, batch_size: int, transitions: int = 6000, seed: int = 0,
+                  **memory_kw: Any) -> MiniRaceReplayMemory:
     mem = MiniRaceReplayMemory(batch_size=batch_size, memory_size_schedule=[[0, (transitions * 2, 1)]],
-                               mini_race_duration_actions=140, seed=seed)
+                               mini_race_duration_actions=140, seed=seed, **memory_kw)
     for seg in _segments(h, w, transitions // 200, seed, worker="w"):
         mem.append(seg)
     return mem
 
 
-def build_agent(net_kw: dict[str, Any], device: str, compile_net: bool = False) -> IQNAgent:
+def build_agent(net_kw: dict[str, Any], device: str, compile_net: bool = False, **hyper: Any) -> IQNAgent:
     """The benchmark's IQN agent for a ``NETWORKS`` entry (AMP on CUDA; torch.compile with
-    ``compile_net``, which the agent honours on CUDA only)."""
+    ``compile_net``, which the agent honours on CUDA only; ``hyper``: other ``IQNHyper`` fields)."""
     spec = IQNNetworkSpec(float_dim=FLOAT_DIM, n_actions=N_ACTIONS, embedding_dimension=64, **net_kw)
-    return IQNAgent(spec, IQNHyper(use_amp=device == "cuda", use_jit=compile_net), device=device, seed=0)
+    return IQNAgent(spec, IQNHyper(**{"use_amp": device == "cuda", "use_jit": compile_net, **hyper}),
+                    device=device, seed=0)
 
 
 def _segments(h: int, w: int, count: int, seed: int, t: int = 200, worker: str = "w0") -> list[Segment]:
@@ -125,8 +135,9 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
     agent = build_agent(net_kw, device)
     spec = agent.spec
     agent.batch_size = batch_size
+    # memory.batch_device auto, as a trainer's memory: device batches on CUDA (the ring fits), host on CPU
     mem = MiniRaceReplayMemory(batch_size=batch_size, memory_size_schedule=[[0, (12000, 1)]],
-                               mini_race_duration_actions=140, seed=0)
+                               mini_race_duration_actions=140, seed=0, device=device)
     warm_s = max(2.0, seconds / 5)
     # enough data for the warm-up and the window at the bare learner's pace (x1.5), and a batch
     transitions = int(1.5 * bare_batches_per_s * (warm_s + seconds) * batch_size / mem.samples_per_insert)
@@ -154,7 +165,7 @@ def measure_trainer_path(name: str, net_kw: dict[str, Any], device: str, batch_s
             "over_bare": round(n / elapsed / bare_batches_per_s, 3) if bare_batches_per_s else None,
             "segments_stored": trainer.state.segments - len(trainer.intake.deferred),
             "weights_published": trainer.state.version, "limiter_dropped": trainer.state.counters["limiter_dropped"],
-            "prefetch": trainer.learner.prefetch}
+            "prefetch": trainer.learner.prefetch, "batch_mode": mem.batch_mode}
 
 
 def train_for(agent: Any, memory: Any, batch_size: int, seconds: float, min_updates: int = 0,
@@ -235,6 +246,115 @@ def measure(name: str, net_kw: dict[str, Any], device: str, batch_size: int, sec
     return row
 
 
+# ----------------------------------------------------------------------------- learner step rows
+# Each optimisation of the learner step (issue 67) as a pair of configurations measured in one run,
+# the timed windows interleaved (before, after, before, after, ...) so that a machine's drift falls
+# on both. A configuration: IQNHyper fields, memory.batch_device, the prefetching sampler thread.
+STEP_PAIRS: dict[str, dict[str, Any]] = {
+    # torch's per-tensor loop (its own choice on CPU) vs foreach (the agent's auto there and on CUDA)
+    "optimizer_foreach": {"devices": ("cpu", "cuda"), "before": {"hyper": {"optimizer_impl": "for_loop"}},
+                          "after": {}},
+    # Munchausen: the target network on next states and on states, two forwards vs one of both
+    "munchausen_fused_forwards": {"devices": ("cpu", "cuda"),
+                                  "before": {"hyper": {"use_munchausen": True, "fuse_forwards": False}},
+                                  "after": {"hyper": {"use_munchausen": True, "fuse_forwards": True}}},
+    # Adam (trainer.agent_kwargs optimizer: adam): foreach vs torch's fused kernel (the agent's auto on CUDA)
+    "adam_fused": {"devices": ("cuda",), "before": {"hyper": {"optimizer": "adam", "optimizer_impl": "foreach"}},
+                   "after": {"hyper": {"optimizer": "adam"}}},
+}
+# On CUDA a ladder from today's defaults (AMP float16, host batches, prefetch on) to every setting
+# on, each rung paired with the one before it (and device batches also with host)
+GPU_LADDER: list[tuple[str, dict[str, Any]]] = [
+    ("today", {"prefetch": True}),
+    ("amp_bfloat16", {"prefetch": True, "hyper": {"amp_dtype": "bfloat16"}}),
+    ("batch_pinned", {"prefetch": True, "batch_device": "pinned", "hyper": {"amp_dtype": "bfloat16"}}),
+    ("batch_device", {"prefetch": True, "batch_device": "device", "hyper": {"amp_dtype": "bfloat16"}}),
+    ("compile_reduce_overhead", {"prefetch": True, "batch_device": "device",
+                                 "hyper": {"amp_dtype": "bfloat16", "use_jit": True, "compile_mode": "reduce-overhead"}}),
+]
+LADDER_PAIRS = [("amp_bfloat16", "today"), ("batch_pinned", "amp_bfloat16"), ("batch_device", "amp_bfloat16"),
+                ("compile_reduce_overhead", "batch_device"), ("compile_reduce_overhead", "today")]
+NOT_ON_GPU = "not measured on a GPU"
+
+
+def _configured(net_kw: dict[str, Any], device: str, batch_size: int, cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """(agent, memory) for one configuration, warmed up (3 updates: allocations, autotune, compile)."""
+    agent = build_agent(net_kw, device, **cfg.get("hyper", {}))
+    spec = agent.spec
+    mem = filled_memory(spec.image_height, spec.image_width, batch_size,
+                        batch_device=cfg.get("batch_device", "host"), device=device)
+    for _ in range(3):
+        agent.train(mem.sample(batch_size))
+    return agent, mem
+
+
+def measure_interleaved(net_kw: dict[str, Any], device: str, batch_size: int, configs: dict[str, dict[str, Any]],
+                        seconds: float, rounds: int = 2) -> dict[str, dict[str, Any]]:
+    """Each configuration's batches/s over ``rounds`` windows of ``seconds / rounds``, the windows
+    of all configurations taken in turn; a configuration that fails to build or train gets its error."""
+    cuda = device == "cuda"
+    built: dict[str, Any] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, cfg in configs.items():
+        t0 = time.perf_counter()
+        try:
+            built[name] = _configured(net_kw, device, batch_size, cfg)
+            if cuda:
+                torch.cuda.synchronize()
+            out[name] = {"build_and_warmup_s": round(time.perf_counter() - t0, 1), "rounds": []}
+        except Exception as exc:  # a GPU-only path that fails is a row with its error, not a lost check
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    for _ in range(rounds):
+        for name, (agent, mem) in list(built.items()):
+            cfg = configs[name]
+            loop = train_for_prefetched if cfg.get("prefetch") else train_for
+            try:
+                n, elapsed = loop(agent, mem, batch_size, seconds / rounds, min_updates=2, cuda=cuda)
+            except Exception as exc:
+                out[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                del built[name]
+                continue
+            out[name]["rounds"].append(round(n / elapsed, 3))
+    for row in out.values():
+        if "rounds" in row:
+            row["batches_per_s"] = round(float(np.mean(row["rounds"])), 3)
+            row["samples_per_s"] = round(row["batches_per_s"] * batch_size, 1)
+    return out
+
+
+def _pair_row(name: str, network: str, device: str, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"step": name, "network": network, "device": device,
+                           "before": before, "after": after}
+    if "rounds" in before and "rounds" in after:
+        ratios = [a / b for a, b in zip(after["rounds"], before["rounds"]) if b]
+        row["ratio_rounds"] = [round(r, 3) for r in ratios]
+        row["ratio"] = round(float(np.median(ratios)), 3) if ratios else None
+    return row
+
+
+def measure_steps(network: str, net_kw: dict[str, Any], device: str, batch_size: int,
+                  seconds: float, ladder: bool = True, rounds: int = 2) -> list[dict[str, Any]]:
+    """The learner-step rows for one network on one device (``STEP_PAIRS``; on CUDA the ladder)."""
+    rows = []
+    for name, pair in STEP_PAIRS.items():
+        if device not in pair["devices"]:
+            continue
+        got = measure_interleaved(net_kw, device, batch_size, {"before": pair["before"], "after": pair["after"]},
+                                  seconds, rounds)
+        rows.append(_pair_row(name, network, device, got["before"], got["after"]))
+    if device == "cuda" and ladder:
+        got = measure_interleaved(net_kw, device, batch_size, dict(GPU_LADDER), seconds, rounds)
+        for after, before in LADDER_PAIRS:
+            rows.append(_pair_row(f"{after}_vs_{before}", network, device, got[before], got[after]))
+    return rows
+
+
+def pending_gpu_rows() -> list[dict[str, Any]]:
+    """The CUDA rows this machine cannot measure, named so that a reader sees what is missing."""
+    names = [n for n, p in STEP_PAIRS.items() if "cuda" in p["devices"]] + [f"{a}_vs_{b}" for a, b in LADDER_PAIRS]
+    return [{"step": n, "device": "cuda", "result": NOT_ON_GPU} for n in names]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -252,6 +372,18 @@ def main() -> None:
                         help="on CUDA, also rows with torch.compile on (nn.training.use_jit)")
     parser.add_argument("--prefetch", action="store_true",
                         help="on CUDA, also rows with the next batch sampled on a second thread")
+    step_flags = {  # issue 67's learner-step rows
+        "--steps": {"action": "store_true", "help": "the learner-step rows: each optimisation paired with its "
+                    "baseline in one run (STEP_PAIRS; on CUDA also the ladder GPU_LADDER)"},
+        "--rounds": {"type": int, "default": 2,
+                     "help": "with --steps: interleaved timed windows per configuration (--seconds in all)"},
+        "--steps-only": {"action": "store_true", "help": "with --steps: only the step rows (no plain rows, "
+                         "no trainer path)"},
+        "--steps-networks": {"default": "", "help": "with --steps: networks for the step rows (default: "
+                             "--networks; the CUDA ladder on the last one only)"},
+    }
+    for flag, kw in step_flags.items():
+        parser.add_argument(flag, **kw)
     parser.add_argument("--topologies", action="store_true",
                         help="measure the fusion catalogue (TOPOLOGIES) with the bare learner instead")
     args = parser.parse_args()
@@ -273,7 +405,7 @@ def main() -> None:
             parser.error("--devices names cuda but torch sees no CUDA device")
     for device in devices:
         results, trainer_path = [], []
-        for n in args.networks.split(","):
+        for n in [] if args.steps_only else args.networks.split(","):
             results.append(measure(n, networks[n], device, args.batch_size, args.seconds))
             if device == "cuda" and args.prefetch:
                 results.append(measure(n, networks[n], device, args.batch_size, args.seconds, prefetch=True))
@@ -290,11 +422,20 @@ def main() -> None:
                 if device == "cuda" and args.prefetch:  # auto is on there: the same without it
                     trainer_path.append(measure_trainer_path(n, networks[n], device, args.batch_size, args.seconds,
                                                              bare["batches_per_s"], prefetch="off"))
+        steps: list[dict[str, Any]] = []
+        if args.steps:
+            names = (args.steps_networks or args.networks).split(",")
+            for n in names:
+                steps += measure_steps(n, networks[n], device, args.batch_size, args.seconds, ladder=n == names[-1],
+                                       rounds=args.rounds)
+            if "cuda" not in devices:
+                steps += pending_gpu_rows()
         print(json.dumps({"bench": "learner", "device": device, "torch": torch.__version__,
                           "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),
                           "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
                           "malloc_keeps_freed_memory": malloc_tuned,
-                          "results": results, "trainer_path": trainer_path}), flush=True)
+                          "results": results, "trainer_path": trainer_path,
+                          **({"steps": steps} if args.steps else {})}), flush=True)
 
 
 if __name__ == "__main__":

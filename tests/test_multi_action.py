@@ -139,15 +139,15 @@ def test_branching_target_is_the_mean_of_the_branches_greedy_values(monkeypatch)
     # next states: item 0 branches [1, 5, 2] and [4, 0, 3] (max 5 and 4: mean 4.5);
     # item 1 [-1, -2, -3] and [0, 2, 1] (max -1 and 2: mean 0.5)
     agent.target = FixedQ([[1, 5, 2, 4, 0, 3], [-1, -2, -3, 0, 2, 1]])
-    target, taus = agent._targets(branch_batch([[0, 0], [0, 0]], [1.0, 2.0], [0.5, 0.9]), 2, 2)
+    _, _, target, _, taus = agent._loss(branch_batch([[0, 0], [0, 0]], [1.0, 2.0], [0.5, 0.9]))
     assert taus.tolist() == [[0.25, 0.75], [0.25, 0.75]]
     np.testing.assert_allclose(target.numpy(), [[1 + 0.5 * 4.75, 1 + 0.5 * 5.25], [2 + 0.9 * 0.75, 2 + 0.9 * 1.25]],
                                rtol=1e-6)
     # Double DQN: the online net picks each branch's action (2 and 0 for item 0: values 2 and 4)
     ddqn = IQNAgent(SPEC2, IQNHyper(iqn_n=2, iqn_k=2, mini_race_actions=None, use_ddqn=True), seed=0)
     ddqn.target = agent.target
-    ddqn._online_fwd = FixedQ([[0, 0, 9, 9, 0, 0], [9, 0, 0, 0, 0, 9]])
-    target, _ = ddqn._targets(branch_batch([[0, 0], [0, 0]], [0.0, 0.0], [1.0, 1.0]), 2, 2)
+    ddqn.online = FixedQ([[0, 0, 9, 9, 0, 0], [9, 0, 0, 0, 0, 9]])
+    target = ddqn._loss(branch_batch([[0, 0], [0, 0]], [0.0, 0.0], [1.0, 1.0]))[2]
     np.testing.assert_allclose(target.numpy(), [[3.25, 3.75], [0.25, 0.75]])  # (2+4)/2, (-1+1)/2, + tau
 
 
@@ -158,7 +158,7 @@ def test_branching_loss_is_the_mean_of_the_branch_losses(monkeypatch):
                           embedding_dimension=8, n_action_branches=2)
     agent = IQNAgent(spec, IQNHyper(iqn_n=2, iqn_k=2, iqn_kappa=1.0, mini_race_actions=None), seed=0)
     agent.target = FixedQ([[0, 2, 1, 0]])  # next value: mean(2, 1) + tau -> targets 1.75, 2.25
-    agent._online_fwd = FixedQ([[1, 0, 0, 3]])  # taken (0, 1): branch 0 at 1 + tau, branch 1 at 3 + tau
+    agent.online = FixedQ([[1, 0, 0, 3]])  # taken (0, 1): branch 0 at 1 + tau, branch 1 at 3 + tau
     per_item, online, target, _, _ = agent._loss(branch_batch([[0, 1]], [0.0], [1.0]))
     assert target.tolist() == [[1.75, 2.25]]
     assert online.tolist() == [[[1.25, 1.75], [3.25, 3.75]]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -88,17 +89,72 @@ class IQNHyper:
     mini_race_actions: int | None = EnvironmentConfig().temporal_mini_race_duration_actions
     """Mini-race length in decisions (the time slot of the floats); None: no mini-race slot."""
     use_amp: bool = _NN_TRAINING.use_amp  # CUDA only
+    amp_dtype: str = _NN_TRAINING.amp_dtype
+    """Autocast dtype with ``use_amp``: float16 (a gradient scaler, which reads the GPU's inf check
+    back every step) or bfloat16 (no scaler, no such read)."""
     use_jit: bool = _NN_TRAINING.use_jit  # torch.compile, CUDA only
+    compile_mode: str = _NN_TRAINING.compile_mode
+    """torch.compile's mode with ``use_jit``: default, reduce-overhead (CUDA graphs), max-autotune."""
+    optimizer_impl: str = "auto"
+    """How the optimizer steps its tensors (not a config key; bench rows pick one through
+    ``trainer.agent_kwargs``): auto (fused where torch has it on CUDA: Adam; else foreach),
+    fused, foreach, or for_loop (torch's per-tensor loop, torch's own choice on CPU)."""
+    fuse_forwards: bool | None = None
+    """Run forwards of one network on two inputs as one forward of both (Munchausen's target
+    network on next states and states; the same numbers); None: on CUDA only (fewer launches there;
+    on the 2-core CPU machine a paired bench/learner.py --steps run found no gain)."""
 
     def __post_init__(self) -> None:
         if self.iqn_n % 2 or self.iqn_k % 2:
             raise ValueError("iqn_n and iqn_k must be even (taus are mirrored around 0.5)")
         if self.target_action not in ("quantile_max", "mean_argmax"):
             raise ValueError(f"target_action must be quantile_max or mean_argmax, got {self.target_action!r}")
+        if self.amp_dtype not in _AMP_DTYPES:
+            raise ValueError(f"amp_dtype must be float16 or bfloat16, got {self.amp_dtype!r}")
+        if self.optimizer_impl not in ("auto", "fused", "foreach", "for_loop"):
+            raise ValueError(f"optimizer_impl must be auto, fused, foreach or for_loop, got {self.optimizer_impl!r}")
 
 
-def _t(a: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
-    return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+_AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def optimizer_kwargs(opt_cls: type, impl: str, device: torch.device) -> dict[str, bool]:
+    """``fused``/``foreach`` arguments for ``opt_cls`` on ``device``: auto takes torch's fused
+    kernel where the class has one on CUDA (Adam, AdamW: one launch for every tensor), else foreach
+    (a few launches for all tensors instead of several per tensor). bench/learner.py's optimizer
+    rows measure the choice against the per-tensor loop."""
+    fused_ok = "fused" in inspect.signature(opt_cls.__init__).parameters and device.type == "cuda"
+    if impl == "auto":
+        impl = "fused" if fused_ok else "foreach"
+    if impl == "fused":
+        if not fused_ok:
+            raise ValueError(f"{opt_cls.__name__} has no fused implementation on {device.type}")
+        return {"fused": True, "foreach": False}
+    return {"foreach": impl == "foreach"}
+
+
+def _t(a: np.ndarray | torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """A batch array on ``device`` (a batch the memory assembled there passes through as it is)."""
+    if a is None:
+        return None
+    if isinstance(a, torch.Tensor):
+        return a.to(device, non_blocking=True)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
+
+
+def _forward_pair(net: torch.nn.Module, first: tuple[torch.Tensor | None, torch.Tensor],
+                  second: tuple[torch.Tensor | None, torch.Tensor], taus: torch.Tensor, n: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``net`` on two batches of B items at the same taus ``(n*B,)`` as one forward of 2B items:
+    the two ``(n*B, A)`` outputs. The network has no batch statistics (no batch norm, no dropout
+    in training; noisy layers keep one noise sample per forward), so each row is what a forward
+    of its own batch gives."""
+    (img1, flt1), (img2, flt2) = first, second
+    b = flt1.shape[0]
+    img = None if img1 is None else torch.cat([img1, img2])
+    both_taus = taus.reshape(n, 1, b).expand(n, 2, b).reshape(-1)
+    q = net(img, torch.cat([flt1, flt2]), both_taus).reshape(n, 2, b, -1)
+    return q[:, 0].reshape(n * b, -1), q[:, 1].reshape(n * b, -1)
 
 
 class IQNAgent(Learner):
@@ -124,13 +180,22 @@ class IQNAgent(Learner):
         for p in self.target.parameters():
             p.requires_grad_(False)
         opt_cls = torch.optim.RAdam if self.hp.optimizer.lower() == "radam" else torch.optim.Adam
+        self._optimizer_impl = optimizer_kwargs(opt_cls, self.hp.optimizer_impl, self.device)
         self.optimizer = opt_cls(self.online.parameters(), lr=self.lr,
-                                 betas=(self.hp.adam_beta1, self.hp.adam_beta2), eps=self.hp.adam_epsilon)
+                                 betas=(self.hp.adam_beta1, self.hp.adam_beta2), eps=self.hp.adam_epsilon,
+                                 **self._optimizer_impl)
         cuda = self.device.type == "cuda"
         self.amp = bool(self.hp.use_amp and cuda)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp)
-        # torch.compile only where it pays off and is supported; the CPU path never uses it
-        self._online_fwd = torch.compile(self.online) if (self.hp.use_jit and cuda) else self.online
+        self.amp_dtype = _AMP_DTYPES[self.hp.amp_dtype]
+        self._fuse_forwards = cuda if self.hp.fuse_forwards is None else bool(self.hp.fuse_forwards)
+        # bfloat16 has float32's range: no loss scaling, and no read of the scaler's inf check per step
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype == torch.float16)
+        # torch.compile (CUDA only) compiles the loss's forwards as one function that always runs with
+        # gradients on (the targets' forwards are inside it, under no_grad) at the batch's fixed shapes:
+        # no recompile on grad mode or on shapes. ``compile_loss`` compiles it on any device (tests).
+        self._compiled_loss: Callable[..., Any] | None = None
+        if self.hp.use_jit and cuda:
+            self.compile_loss()
         self.frames_played = 0
         self.batch_size = 512  # what the trainer samples; set by the factory from training.batch_size
         self.batches_trained = 0
@@ -160,51 +225,90 @@ class IQNAgent(Learner):
         """The taken actions as ``(B, N)`` (N action branches; N = 1 without multi-action)."""
         return _t(batch.action, self.device).long().reshape(len(batch), self.spec.n_action_branches)
 
-    def _targets(self, batch: ReplayBatch, n: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Target quantile samples (B, n) and their taus (B, n). With N action branches the
-        bootstrap is BDQ's shared one, the mean over branches of each branch's next value
-        (``rulka.agents.iqn.branching``); with N = 1 it is that branch's value."""
-        dev, nb = self.device, self.spec.n_action_branches
-        next_img, next_float = _t(batch.next_img, dev), _t(batch.next_float, dev)
-        reward = _t(batch.reward, dev).float()
-        gamma = _t(batch.gamma, dev).float()
-        taus = stratified_mirrored_taus(b, n, device=dev)
-        q_next = split_branches(self.target(next_img, next_float, taus).float(), n, b, nb)  # (n, B, N, A)
+    def _draw_taus(self, b: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """The update's quantile fractions, drawn in one fixed order: the target's, the online
+        network's on next states (Double DQN only), the online network's on states."""
+        n, dev = self.hp.iqn_n, self.device
+        target_taus = stratified_mirrored_taus(b, n, device=dev)
+        ddqn = self.hp.use_ddqn and not self.hp.use_munchausen
+        ddqn_taus = stratified_mirrored_taus(b, n, device=dev) if ddqn else None
+        return target_taus, ddqn_taus, stratified_mirrored_taus(b, n, device=dev)
+
+    def _targets(self, state_img: torch.Tensor | None, state_float: torch.Tensor, action: torch.Tensor,
+                 next_img: torch.Tensor | None, next_float: torch.Tensor, reward: torch.Tensor,
+                 gamma: torch.Tensor, taus: torch.Tensor, ddqn_taus: torch.Tensor | None) -> torch.Tensor:
+        """Target quantile samples (B, n). With N action branches the bootstrap is BDQ's shared one,
+        the mean over branches of each branch's next value (``rulka.agents.iqn.branching``); with
+        N = 1 it is that branch's value."""
+        n, b, nb = self.hp.iqn_n, next_float.shape[0], self.spec.n_action_branches
         if self.hp.use_munchausen:
             ent = self.hp.munchausen_entropy_tau
-            next_value = branched_next_value(q_next, lambda q: munchausen_next_value(q, ent))  # (n, B)
-            q_s = split_branches(self.target(_t(batch.state_img, dev), _t(batch.state_float, dev), taus),
-                                 n, b, nb).mean(0)  # (B, N, A)
-            a = self._actions(batch)
-            bonus = munchausen_bonus(q_s.reshape(b * nb, -1), a.reshape(-1), self.hp.munchausen_alpha, ent,
-                                     self.hp.munchausen_lo)
+            if self._fuse_forwards:  # the target network on next states and states in one forward
+                both = _forward_pair(self.target, (next_img, next_float), (state_img, state_float), taus, n)
+                q_next, q_s = (split_branches(q, n, b, nb) for q in both)
+            else:
+                q_next = split_branches(self.target(next_img, next_float, taus), n, b, nb)
+                q_s = split_branches(self.target(state_img, state_float, taus), n, b, nb)
+            next_value = branched_next_value(q_next.float(), lambda q: munchausen_next_value(q, ent))  # (n, B)
+            bonus = munchausen_bonus(q_s.mean(0).reshape(b * nb, -1), action.reshape(-1), self.hp.munchausen_alpha,
+                                     ent, self.hp.munchausen_lo)
             reward = reward + bonus.reshape(b, nb).mean(1)  # BDQ's branch mean, as for the bootstrap
-        elif self.hp.use_ddqn:
-            q_online_next = self._online_fwd(next_img, next_float, stratified_mirrored_taus(b, n, device=dev))
-            a_star = split_branches(q_online_next, n, b, nb).mean(0).argmax(2)  # (B, N)
-            next_value = gather_branches(q_next, a_star).mean(2)
         else:
-            next_value = branched_next_value(q_next, lambda q: greedy_next_value(q, self.hp.target_action))
-        target = (reward[None] + gamma[None] * next_value).transpose(0, 1)  # (B, n)
-        return target, taus.reshape(n, b).transpose(0, 1)
+            q_next = split_branches(self.target(next_img, next_float, taus).float(), n, b, nb)  # (n, B, N, A)
+            if ddqn_taus is not None:
+                q_online_next = self.online(next_img, next_float, ddqn_taus)
+                a_star = split_branches(q_online_next, n, b, nb).mean(0).argmax(2)  # (B, N)
+                next_value = gather_branches(q_next, a_star).mean(2)
+            else:
+                next_value = branched_next_value(q_next, lambda q: greedy_next_value(q, self.hp.target_action))
+        return (reward[None] + gamma[None] * next_value).transpose(0, 1)  # (B, n)
 
-    def _loss(self, batch: ReplayBatch
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(per-item loss (B,), online quantiles (B, N, n), targets (B, n), all online Q, target taus).
-        With N action branches each branch's quantiles at its taken action meet the shared target;
-        the per-item loss is the mean over branches (BDQ)."""
-        n, b, dev, nb = self.hp.iqn_n, len(batch), self.device, self.spec.n_action_branches
-        with torch.autocast(device_type=dev.type, dtype=torch.float16, enabled=self.amp):
+    def _loss_terms(self, state_img: torch.Tensor | None, state_float: torch.Tensor, action: torch.Tensor,
+                    next_img: torch.Tensor | None, next_float: torch.Tensor, reward: torch.Tensor,
+                    gamma: torch.Tensor, target_taus: torch.Tensor, ddqn_taus: torch.Tensor | None,
+                    taus: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The update's forwards and quantile loss on device tensors, nothing read back to the host
+        (what ``compile_loss`` compiles): (per-item loss (B,), online quantiles (B, N, n), targets
+        (B, n), all online Q). With N action branches each branch's quantiles at its taken action
+        meet the shared target; the per-item loss is the mean over branches (BDQ)."""
+        n, b, nb = self.hp.iqn_n, state_float.shape[0], self.spec.n_action_branches
+        with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp):
             with torch.no_grad():
-                target, target_taus = self._targets(batch, n, b)
-            taus = stratified_mirrored_taus(b, n, device=dev)
-            q = self._online_fwd(_t(batch.state_img, dev), _t(batch.state_float, dev), taus)
-            online = gather_branches(split_branches(q, n, b, nb), self._actions(batch)).permute(1, 2, 0)  # (B, N, n)
+                target = self._targets(state_img, state_float, action, next_img, next_float, reward, gamma,
+                                       target_taus, ddqn_taus)
+            q = self.online(state_img, state_float, taus)
+            online = gather_branches(split_branches(q, n, b, nb), action).permute(1, 2, 0)  # (B, N, n)
         online = online.float()
         item_taus = taus.reshape(n, b).transpose(0, 1)
+        # the loss is vectorised over items, branches and quantile pairs: (B*N, n', n) in one go
         per_branch = quantile_huber_loss(target.float().repeat_interleave(nb, 0), online.reshape(b * nb, n),
                                          item_taus.repeat_interleave(nb, 0), self.hp.iqn_kappa)
-        return per_branch.reshape(b, nb).mean(1), online, target, q, target_taus
+        return per_branch.reshape(b, nb).mean(1), online, target, q
+
+    def compile_loss(self, **compile_kwargs: Any) -> None:
+        """Compile ``_loss_terms`` (torch.compile, ``hp.compile_mode``, static shapes); ``train`` then
+        calls the compiled function. ``evaluate`` (no gradients) stays eager, so the compiled
+        function only ever sees one grad mode."""
+        kwargs = {"mode": self.hp.compile_mode, "dynamic": False, **compile_kwargs}
+        if kwargs.get("backend") not in (None, "inductor"):
+            kwargs.pop("mode")  # the mode is inductor's
+        self._compiled_loss = torch.compile(self._loss_terms, **kwargs)
+
+    def _loss(self, batch: ReplayBatch, compiled: bool = False
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(per-item loss (B,), online quantiles (B, N, n), targets (B, n), all online Q, target taus (B, n))."""
+        n, b, dev = self.hp.iqn_n, len(batch), self.device
+        target_taus, ddqn_taus, taus = self._draw_taus(b)
+        fn = self._loss_terms
+        if compiled and self._compiled_loss is not None:
+            fn = self._compiled_loss
+            if self.hp.compile_mode == "reduce-overhead":  # CUDA graphs: a new update, earlier outputs are done
+                torch.compiler.cudagraph_mark_step_begin()
+        per_item, online, target, q = fn(
+            _t(batch.state_img, dev), _t(batch.state_float, dev), self._actions(batch), _t(batch.next_img, dev),
+            _t(batch.next_float, dev), _t(batch.reward, dev).float(), _t(batch.gamma, dev).float(),
+            target_taus, ddqn_taus, taus)
+        return per_item, online, target, q, target_taus.reshape(n, b).transpose(0, 1)
 
     def train(self, batch: ReplayBatch) -> dict[str, float]:
         """One update on ``batch``; returns ``losses/...`` and ``charts/...`` metrics."""
@@ -217,7 +321,7 @@ class IQNAgent(Learner):
         lr = self.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        per_item, online, target, q, target_taus = self._loss(batch)
+        per_item, online, target, q, target_taus = self._loss(batch, compiled=True)
         weights = _t(batch.weights, self.device).float()
         if self.self_loss_scale is not None:
             weights = weights * self.self_loss_scale(target.float(), target_taus.float(), self.hp.iqn_kappa)
@@ -328,6 +432,23 @@ class IQNAgent(Learner):
     def extra_state(self) -> dict[str, Any]:
         return {"spec": self.spec.to_dict()}
 
+    def _keep_optimizer_impl(self) -> None:
+        """A loaded optimizer state brings the fused/foreach flags of the run that saved it (another
+        device, an older rulka): this agent's own choice is put back, and a fused kernel gets its
+        step counts on the parameters' device."""
+        for group in self.optimizer.param_groups:
+            group.update(self._optimizer_impl)
+            if "fused" in group and not self._optimizer_impl.get("fused"):
+                group["fused"] = False
+        if self._optimizer_impl.get("fused"):
+            for p, st in self.optimizer.state.items():
+                if torch.is_tensor(st.get("step")):
+                    st["step"] = st["step"].to(p.device, torch.float32)
+
     def take_sample_credit(self) -> int:
         """Extra samples the learner may draw without new data (granted by network resets)."""
         return self.resetter.take_sample_credit() if self.resetter is not None else 0
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._keep_optimizer_impl()

@@ -42,7 +42,8 @@ def load_demo_memory(cfg: Any, sources: Iterable[str | Path], *, make_memory: Ca
     steps = sum(seg.num_transitions for segs in episodes for seg in segs)
     if steps == 0:
         raise UserError("the demonstration episodes hold no step")
-    memory = make_memory(cfg, seed=seed, memory_size_schedule=[[0, [steps + 1, 1]]], buffer_test_ratio=0.0)
+    memory = make_memory(cfg, seed=seed, memory_size_schedule=[[0, [steps + 1, 1]]], buffer_test_ratio=0.0,
+                         batch_device="host")  # DemoLoss reads the batch's actions as numpy
     for i, segs in enumerate(episodes):
         for seg in segs:
             # one key per file: recordings from different sources may reuse episode ids

@@ -40,6 +40,7 @@ from rulka.config.schedules import staircase_schedule as step_schedule
 from rulka.config.sections import EnvironmentConfig, MemoryConfig, TrainingConfig
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
+from rulka.memory.batch_device import DeviceBatcher, resolve_batch_device, ring_bytes
 from rulka.memory.episodes import EpisodeStitcher, Stretch
 from rulka.memory.files import ChunkStore, read_replay, write_replay
 from rulka.memory.frames import FrameStore
@@ -52,7 +53,9 @@ Schedule = Sequence[Sequence[Any]]
 
 @dataclasses.dataclass
 class ReplayBatch:
-    """A sampled batch (numpy arrays). ``state_img``/``next_img`` are None without images."""
+    """A sampled batch: numpy arrays, or with ``memory.batch_device`` pinned/device the arrays the
+    learner reads (images, floats, action, reward, gamma, weights) as tensors on its device.
+    ``state_img``/``next_img`` are None without images."""
 
     state_img: np.ndarray | None
     state_float: np.ndarray
@@ -170,7 +173,9 @@ class MiniRaceReplayMemory(Memory):
                  min_horizon_to_update_priority_actions: int | None = None,
                  buffer_test_ratio: float = _MEMORY.buffer_test_ratio, test_every: int = 20,
                  n_actions: int | None = None, n_action_branches: int = 1, max_pending_episodes: int = 256,
-                 finish_reward_per_action_left: float = 0.0, seed: int | None = None) -> None:
+                 finish_reward_per_action_left: float = 0.0, batch_device: str = _MEMORY.batch_device,
+                 device: str = "cpu", device_frames_max_gb: float = _MEMORY.device_frames_max_gb,
+                 seed: int | None = None) -> None:
         if n_steps < 1:
             raise ValueError("n_steps must be >= 1")
         self.batch_size = int(batch_size)
@@ -195,6 +200,13 @@ class MiniRaceReplayMemory(Memory):
         self.n_action_branches = int(n_action_branches)
         self.max_pending = int(max_pending_episodes)
         self.rng = np.random.default_rng(seed)
+        # memory.batch_device: where batches are assembled (rulka.memory.batch_device); resolved at the
+        # first sample, when the frame layout is known
+        self.batch_device, self.device = batch_device, str(device)
+        self.device_frames_max_bytes = int(device_frames_max_gb * 2**30)
+        resolve_batch_device(batch_device, self.device, 0, 0)  # a bad name fails here, not at the first sample
+        self.batcher: DeviceBatcher | None = None
+        self._batch_mode: str | None = None
         # sample() may run on the trainer's prefetch thread while the agent trains; the PER
         # priority callback the agent calls then (update_priorities) takes the same lock
         self._sample_lock = threading.Lock()
@@ -298,9 +310,25 @@ class MiniRaceReplayMemory(Memory):
         return max(0, self.trainable_updates() - self.batches_sampled)
 
     # ------------------------------------------------------------------ frames
-    def _frames_needed(self) -> int:
+    def _frames_needed(self, train_capacity: int | None = None) -> int:
         # one frame per transition plus one final frame per episode: keep a 25% margin
-        return int(1.25 * (self.train.capacity + self.test.capacity)) + self.max_pending * (self.n_max + 2) + 64
+        train = self.train.capacity if train_capacity is None else train_capacity
+        test = self.test.capacity if train_capacity is None else max(1, int(train * self.test_ratio) + 1)
+        return int(1.25 * (train + test)) + self.max_pending * (self.n_max + 2) + 64
+
+    @property
+    def batch_mode(self) -> str:
+        """Where batches are assembled: host, pinned or device (``memory.batch_device`` resolved
+        against the learner's device and the image ring the size schedule can reach)."""
+        if self._batch_mode is None:
+            largest = max(size for _, (size, _) in self.memory_size_schedule)
+            layout = {k: v for k, v in self.frames.layout().items() if k == "img"}
+            self._batch_mode = resolve_batch_device(self.batch_device, self.device,
+                                                    ring_bytes(layout, self._frames_needed(largest)),
+                                                    self.device_frames_max_bytes)
+            if self._batch_mode != "host":
+                self.batcher = DeviceBatcher(self._batch_mode, self.device)
+        return self._batch_mode
 
     # ------------------------------------------------------------------ append
     def _valid(self, serials: np.ndarray) -> np.ndarray:
@@ -449,9 +477,19 @@ class MiniRaceReplayMemory(Memory):
         if time is not None:
             state_float[:, 0] = c.time
             next_float[:, 0] = c.next_time
+        action = ar["action"][slots].copy()
+        if self.batch_mode != "host":  # the same rows, as tensors on the learner's device
+            dev = self.batcher
+            assert dev is not None
+            return ReplayBatch(
+                state_img=None if self.img is None else dev.gather(self.frames, "img", s),
+                state_float=dev.tensor(state_float), action=dev.tensor(action), reward=dev.tensor(c.reward),
+                next_img=None if self.img is None else dev.gather(self.frames, "img", ns),
+                next_float=dev.tensor(next_float), gamma=dev.tensor(c.gamma), weights=dev.tensor(weights),
+                slots=slots, time=time, frames_played=self.frames_played)
         return ReplayBatch(
             state_img=None if self.img is None else self.img[s],
-            state_float=state_float, action=ar["action"][slots].copy(), reward=c.reward,
+            state_float=state_float, action=action, reward=c.reward,
             next_img=None if self.img is None else self.img[ns], next_float=next_float,
             gamma=c.gamma, weights=weights, slots=slots, time=time, frames_played=self.frames_played)
 

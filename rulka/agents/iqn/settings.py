@@ -118,7 +118,7 @@ def hyper_from_config(cfg: RulkaConfig) -> IQNHyper:
         epsilon_z_exponent=exp.epsilon_z_exponent, epsilon_z_max_actions=exp.epsilon_z_max_actions,
         noisy_resample_every_actions=btr.noisy_resample_every_actions,
         mini_race_actions=cfg.temporal_mini_race_duration_actions if uses_mini_races(cfg) else None,
-        use_jit=t.use_jit, use_amp=t.use_amp,
+        use_jit=t.use_jit, use_amp=t.use_amp, amp_dtype=t.amp_dtype, compile_mode=t.compile_mode,
     )
 
 
@@ -141,6 +141,9 @@ def memory_kwargs_from_config(cfg: RulkaConfig) -> dict[str, Any]:
         buffer_test_ratio=mem.buffer_test_ratio,
         finish_reward_per_action_left=(cfg.rewards.finish_reward_per_ms_left_in_mini_race * cfg.environment.ms_per_block
                                        if mini else 0.0),
+        # random crops (performance.apply_randomcrop_augmentation) work on numpy batches: host there
+        batch_device="host" if cfg.performance.apply_randomcrop_augmentation else mem.batch_device,
+        device=cfg.trainer.torch_device(), device_frames_max_gb=mem.device_frames_max_gb,
     )
 
 

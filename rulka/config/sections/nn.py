@@ -298,14 +298,28 @@ class NnTrainingConfig(Section):
 
     use_jit: bool = True
     """Compile networks with TorchScript / torch.compile where supported.
-    IQN compiles on CUDA only; on an H200 the compiled learner was slower than eager in every paired
-    row of bench/learner.py --compile (docs/performance.md), so the shipped configs turn it off."""
+    IQN compiles on CUDA only: its update's forwards and loss as one function with gradients always on
+    and static shapes (no recompile on grad mode or shapes; compile_mode picks torch.compile's mode).
+    On an H200 the earlier per-network compile was slower than eager in every paired row of
+    bench/learner.py --compile (docs/performance.md); this one is not measured on a GPU yet, so the
+    shipped configs keep it off."""
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+    """torch.compile's mode with use_jit (IQN on CUDA; reduce-overhead: CUDA graphs).
+
+    reduce-overhead replays the compiled forwards and backward as CUDA graphs (fewer kernel
+    launches, more GPU memory). Not measured on a GPU yet (bench/learner.py --steps)."""
     use_ddqn: bool = False
     """Double DQN targets: online net picks the action, target net evaluates it."""
     target_action: Literal["quantile_max", "mean_argmax"] = "quantile_max"
     """No-DDQN target: max per target quantile (Linesight) or argmax of the quantile mean (IQN paper)."""
     use_amp: bool = True
     """Mixed precision on CUDA (ignored on CPU)."""
+    amp_dtype: Literal["float16", "bfloat16"] = "float16"
+    """Autocast dtype with use_amp (IQN): float16 (with a loss scaler) or bfloat16 (none needed).
+
+    float16 scales the loss (a GradScaler, which reads its inf check back from the GPU every
+    update); bfloat16 keeps float32's range and needs neither (Ampere and newer GPUs). Not
+    measured on a GPU yet (bench/learner.py --steps)."""
     clip_grad_value: PositiveFloat = 1000
     """Clip each gradient element to +-value."""
     clip_grad_norm: PositiveFloat = 30
