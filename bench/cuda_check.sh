@@ -5,8 +5,10 @@
 # (default /tmp/cuda_check):
 #   log.txt            the GPU, torch, each step's summary, the run's last progress lines
 #   learner_cuda.json  bench/learner.py's CUDA rows: AMP; AMP + a prefetching sampler thread; the same
-#                      learner through Trainer.run (prefetch on and off); and the learner-step rows of
-#                      issue 67 (--steps, on the guide-size network): the optimizer's foreach and Adam's
+#                      learner through Trainer.run (prefetch on and off)
+#   learner_steps_cuda.json
+#                      the learner-step rows of issue 67 (--steps, on the guide-size network; each row
+#                      also in learner_steps.err as measured): the optimizer's foreach and Adam's
 #                      fused kernel, Munchausen's fused target forwards, and the ladder from today's
 #                      defaults through bfloat16 autocast, pinned or device batches (memory.batch_device)
 #                      to the loss compiled with CUDA graphs (nn.training.compile_mode reduce-overhead),
@@ -53,18 +55,27 @@ fi
 echo "== 1. bench/learner.py on $DEVICE ($SECONDS s in)" | tee -a "$LOG"
 extra=""
 [ "$DEVICE" = cuda ] && extra="--prefetch"
-timeout "$(left 330)" $PY bench/learner.py --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" $extra \
-    --steps --steps-networks linesight_160x120_dense1024 \
+timeout "$(left 150)" $PY bench/learner.py --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" $extra \
     > "$OUT/learner_cuda.json" 2> "$OUT/learner.err"
 echo "rc=$? $(tail -c 600 "$OUT/learner.err")" | tee -a "$LOG"
-$PY - "$OUT/learner_cuda.json" <<'EOF' 2>&1 | tee -a "$LOG"
+# the learner-step rows (issue 67) in a call of their own: each row also goes to learner_steps.err as
+# it is measured, so a call cut short by its timeout keeps the rows it finished
+timeout "$(left 270)" $PY bench/learner.py --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" --steps --steps-only \
+    --networks linesight_160x120_dense1024 > "$OUT/learner_steps_cuda.json" 2> "$OUT/learner_steps.err"
+echo "steps rc=$?" | tee -a "$LOG"
+grep -h '^{' "$OUT/learner_steps_cuda.json" > /dev/null 2>&1 || grep -h '"learner_step_row"' "$OUT/learner_steps.err" \
+    | $PY -c "import json, sys; print(json.dumps({'steps': [json.loads(l) for l in sys.stdin]}))" > "$OUT/learner_steps_cuda.json"
+cat "$OUT/learner_cuda.json" "$OUT/learner_steps_cuda.json" > "$OUT/learner_all.json"
+$PY - "$OUT/learner_all.json" <<'EOF' 2>&1 | tee -a "$LOG"
 import json, sys
 for line in open(sys.argv[1]):
+    if not line.strip():
+        continue
     d = json.loads(line)
-    for r in d["results"]:
+    for r in d.get("results", []):
         print(r["network"], "compiled" if r.get("compiled") else "", "prefetch" if r.get("prefetch") else "",
               r["batches_per_s"], "batches/s", r.get("step_ms"), "ms/step, sample", r["sample_collate_ms"], "ms")
-    for r in d["trainer_path"]:
+    for r in d.get("trainer_path", []):
         print(r["network"], "trainer path", r["batches_per_s"], "batches/s, over bare", r["over_bare"],
               "prefetch", r.get("prefetch"), "batches", r.get("batch_mode"))
     for r in d.get("steps", []):

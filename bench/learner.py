@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from typing import Any
 
@@ -334,18 +335,24 @@ def _pair_row(name: str, network: str, device: str, before: dict[str, Any], afte
 
 def measure_steps(network: str, net_kw: dict[str, Any], device: str, batch_size: int,
                   seconds: float, ladder: bool = True, rounds: int = 2) -> list[dict[str, Any]]:
-    """The learner-step rows for one network on one device (``STEP_PAIRS``; on CUDA the ladder)."""
+    """The learner-step rows for one network on one device (``STEP_PAIRS``; on CUDA the ladder).
+    Each row is also written to stderr as it is measured (a run cut short keeps what it measured)."""
     rows = []
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(json.dumps({"bench": "learner_step_row", **row}), file=sys.stderr, flush=True)
+
     for name, pair in STEP_PAIRS.items():
         if device not in pair["devices"]:
             continue
         got = measure_interleaved(net_kw, device, batch_size, {"before": pair["before"], "after": pair["after"]},
                                   seconds, rounds)
-        rows.append(_pair_row(name, network, device, got["before"], got["after"]))
+        emit(_pair_row(name, network, device, got["before"], got["after"]))
     if device == "cuda" and ladder:
         got = measure_interleaved(net_kw, device, batch_size, dict(GPU_LADDER), seconds, rounds)
         for after, before in LADDER_PAIRS:
-            rows.append(_pair_row(f"{after}_vs_{before}", network, device, got[before], got[after]))
+            emit(_pair_row(f"{after}_vs_{before}", network, device, got[before], got[after]))
     return rows
 
 
