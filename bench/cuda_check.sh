@@ -15,9 +15,10 @@
 #                      each rung paired with the one before it in interleaved windows
 #   run.log, metrics.jsonl, best.json, eval_best.json, eval_final.json
 #                      `rulka run` of the guide-size image network (160x120 frames, float MLP 256,
-#                      dense 1024, batch 512) on the GPU with the settings docs/performance.md
-#                      recommends for a GPU trainer (AMP bfloat16, device batches, the compiled loss
-#                      with CUDA graphs) and $WORKERS simulator workers for $MINUTES minutes, then
+#                      dense 1024, batch 512) on the GPU with AMP bfloat16 and device batches (what
+#                      docs/performance.md recommends for a GPU trainer) and the loss compiled with
+#                      CUDA graphs (to exercise that path end to end; still to be measured) and
+#                      $WORKERS simulator workers for $MINUTES minutes (less if DEADLINE is near), then
 #                      `rulka eval` of its best policy and of its final weights
 # Packages the machine lacks travel as wheels in .whl/ (see the device tool's notes); on a machine
 # with rulka installed none are needed (WHEELS=none skips them). Knobs: WORKERS (12), MINUTES (2),
