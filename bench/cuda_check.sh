@@ -56,12 +56,12 @@ fi
 echo "== 1. bench/learner.py on $DEVICE ($SECONDS s in)" | tee -a "$LOG"
 extra=""
 [ "$DEVICE" = cuda ] && extra="--prefetch"
-timeout "$(left 150)" $PY bench/learner.py --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" $extra \
+timeout "$(left 150)" $PY -m bench.learner --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" $extra \
     > "$OUT/learner_cuda.json" 2> "$OUT/learner.err"
 echo "rc=$? $(tail -c 600 "$OUT/learner.err")" | tee -a "$LOG"
 # the learner-step rows (issue 67) in a call of their own: each row also goes to learner_steps.err as
 # it is measured, so a call cut short by its timeout keeps the rows it finished
-timeout "$(left 270)" $PY bench/learner.py --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" --steps --steps-only \
+timeout "$(left 270)" $PY -m bench.learner --devices "$DEVICE" --seconds "$SECONDS_PER_ROW" --steps --steps-only \
     --networks linesight_160x120_dense1024 > "$OUT/learner_steps_cuda.json" 2> "$OUT/learner_steps.err"
 echo "steps rc=$?" | tee -a "$LOG"
 grep -h '^{' "$OUT/learner_steps_cuda.json" > /dev/null 2>&1 || grep -h '"learner_step_row"' "$OUT/learner_steps.err" \
