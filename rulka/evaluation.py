@@ -68,20 +68,46 @@ class EvalReport:
     seed: int
     episodes: list[EpisodeResult] = field(default_factory=list)
     start_noise: float = 0.0  # the simulator's start moved up to this many metres and degrees
+    # the simulator's decision period (ms): the maps' solver times (``rulka sim optimal``) are
+    # looked up for it; None for any other env
+    solver_ms_per_action: int | None = None
 
     def summary(self) -> dict[str, Any]:
-        """Plain data: overall and per-map mean/std of return, finish rate, race times."""
+        """Plain data: overall and per-map mean/std of return, finish rate, race times; on the
+        simulator each map's solver time and the race times as ratios to it (``with_solver_time``)."""
         maps: dict[str, list[EpisodeResult]] = {}
         for ep in self.episodes:
             maps.setdefault(ep.map_name, []).append(ep)
+        per_map = {name or "-": summarise(eps) for name, eps in maps.items()}
+        if self.solver_ms_per_action is not None:
+            for name, row in per_map.items():
+                with_solver_time(row, name, self.solver_ms_per_action)
         return {
             "policy": self.policy, "actor": self.actor, "env": self.env, "seed": self.seed,
             **({"start_noise": self.start_noise} if self.start_noise else {}),
+            **({"solver_ms_per_action": self.solver_ms_per_action} if self.solver_ms_per_action else {}),
             "episodes": len(self.episodes),
             "overall": summarise(self.episodes),
-            "maps": {name or "-": summarise(eps) for name, eps in maps.items()},
+            "maps": per_map,
             "episode_results": [asdict(ep) for ep in self.episodes],
         }
+
+
+def with_solver_time(row: dict[str, Any], map_name: str, ms_per_action: int) -> dict[str, Any]:
+    """Add to a map's summary the solver's time (``optimal_time_ms``: the fastest race
+    ``rulka sim optimal`` found with these decisions, None when none is on record) and the mean and
+    best race times and the scripted driver's time as ratios to it."""
+    from rulka.envs.sim.optimal import solver_time_ms
+
+    opt = solver_time_ms(map_name, ms_per_action)
+    row["optimal_time_ms"] = opt
+    if opt:
+        for key, out in (("race_time_ms_mean", "race_time_mean_over_optimal"),
+                         ("race_time_ms_best", "race_time_best_over_optimal"),
+                         ("reference_time_ms", "reference_over_optimal")):
+            if row.get(key):
+                row[out] = round(float(row[key]) / opt, 4)
+    return row
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -291,8 +317,11 @@ def evaluate(policy: LoadedPolicy, episodes: int = 10, seed: int = 0, max_steps:
             raise UserError(f"--start-noise moves the simulator's start (environment.backend sim); "
                             f"this policy's env is {describe_env(policy.cfg)}")
         base.start_noise = float(start_noise)
+    env_cfg = policy.cfg.environment
+    sim_discrete = env_cfg.backend == "sim" and not env_cfg.continuous_actions
     report = EvalReport(policy=str(policy.file), actor=policy.actor_name, env=describe_env(policy.cfg), seed=seed,
-                        start_noise=float(start_noise))
+                        start_noise=float(start_noise),
+                        solver_ms_per_action=int(env_cfg.ms_per_action) if sim_discrete else None)
     try:
         for i in range(episodes):
             rec = recorder if i == 0 else None
@@ -340,8 +369,12 @@ def format_table(summaries: Sequence[Mapping[str, Any]]) -> str:
                  if s.get("start_noise") else "")
         lines.append(f"{tag}{s['policy']} (actor {s['actor']}) on {s['env']}: {n} greedy "
                      f"episode{'s' if n != 1 else ''}, {seeds}{moved}")
+    solver = any("optimal_time_ms" in row for s in summaries for row in s["maps"].values())
     header = f"{'map':<18}{'':4}{'episodes':>8}  {'return':>18}  {'finish':>7}  {'race time':>16}  {'best':>8}  {'ref':>8}"
+    if solver:  # the simulator: the solver's time, and the mean race time and the driver's as ratios to it
+        header += f"  {'solver':>8}  {'x solver':>8}  {'ref x':>6}"
     lines += ["", header]
+    missing: list[str] = []
     names: list[str] = []
     for s in summaries:
         names += [n for n in s["maps"] if n not in names]
@@ -357,8 +390,24 @@ def format_table(summaries: Sequence[Mapping[str, Any]]) -> str:
             race = _pm(row.get("race_time_ms_mean"), row.get("race_time_ms_std"), 1000.0, 2, " s")
             best = f"{row['race_time_ms_best'] / 1000:.2f} s" if row.get("race_time_ms_best") else "-"
             ref = f"{row['reference_time_ms'] / 1000:.2f} s" if row.get("reference_time_ms") else "-"
-            lines.append(f"{name[:18]:<18}{tag:>3} {row['episodes']:>8}  {_pm(row['return_mean'], row['return_std']):>18}"
-                         f"  {finish:>7}  {race:>16}  {best:>8}  {ref:>8}")
+            line = (f"{name[:18]:<18}{tag:>3} {row['episodes']:>8}  {_pm(row['return_mean'], row['return_std']):>18}"
+                    f"  {finish:>7}  {race:>16}  {best:>8}  {ref:>8}")
+            if solver and name != "(all)":
+                opt = row.get("optimal_time_ms")
+                ratio = row.get("race_time_mean_over_optimal")
+                ref_ratio = row.get("reference_over_optimal")
+                line += (f"  {f'{opt / 1000:.2f} s' if opt else 'none':>8}  {f'{ratio:.3f}' if ratio else '-':>8}"
+                         f"  {f'{ref_ratio:.3f}' if ref_ratio else '-':>6}")
+                if not opt:
+                    missing.append(name)
+            lines.append(line)
+    if missing:
+        period = next((s.get("solver_ms_per_action") for s in summaries if s.get("solver_ms_per_action")), "?")
+        lines.append(f"(no solver time on record for {', '.join(sorted(set(missing)))} at {period} ms decisions: "
+                     "`rulka sim optimal TRACK` searches one)")
+    if solver:
+        lines.append("(solver: the fastest race `rulka sim optimal` found with the same actions and decision period; "
+                     "x solver: mean race time / solver time; ref x: the scripted driver's time / solver time)")
     cut = sum(s["overall"]["cut"] for s in summaries)
     if cut:
         lines.append(f"({cut} episode(s) stopped at --max-steps, not by the env)")

@@ -193,6 +193,31 @@ def test_sim_race_time_equals_sim_render(sim_policy, capsys, tmp_path):
     assert f"slalom: policy finished in {driver_ms / 1000:.2f} s" in out  # the policy's own track
 
 
+def test_sim_race_time_as_a_ratio_to_the_solver_beside_the_driver(sim_policy, capsys, tmp_path, monkeypatch):
+    """On the simulator each map shows the solver's time (``rulka sim optimal``, the shipped table
+    at the policy's decision period) and the race time and the scripted driver's as ratios to it;
+    a map the table lacks says so."""
+    from rulka.envs.sim import optimal
+
+    path, driver_ms = sim_policy
+    opt = optimal.solver_time_ms("slalom", 50)
+    assert opt is not None and opt < driver_ms
+    result = _eval_json(capsys, str(path), "--episodes", "1")
+    row = result["maps"]["slalom"]
+    assert result["solver_ms_per_action"] == 50 and row["optimal_time_ms"] == opt
+    assert row["race_time_mean_over_optimal"] == row["race_time_best_over_optimal"] == round(driver_ms / opt, 4)
+    assert row["reference_over_optimal"] == round(row["reference_time_ms"] / opt, 4)
+    assert main(["eval", str(path), "--episodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "solver" in out and "x solver" in out and f"{opt / 1000:.2f} s" in out and f"{driver_ms / opt:.3f}" in out
+    empty = tmp_path / "times.json"
+    empty.write_text(json.dumps({"format": optimal.SOLVER_TIMES_FORMAT, "times": {"50": {}}}), encoding="utf-8")
+    monkeypatch.setattr(optimal, "SOLVER_TIMES_FILE", empty)
+    assert main(["eval", str(path), "--episodes", "1"]) == 0
+    assert "no solver time on record for slalom at 50 ms decisions" in capsys.readouterr().out
+    assert _eval_json(capsys, str(path), "--episodes", "1")["maps"]["slalom"]["optimal_time_ms"] is None
+
+
 def test_start_noise_moves_the_sim_start_and_is_refused_elsewhere(sim_policy, cartpole_runs, capsys):
     """--start-noise: the simulator repeats a greedy race from the line exactly; from moved starts
     (drawn from each episode's seed) the same actions drive other races, the same ones each time."""

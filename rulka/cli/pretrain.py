@@ -1,7 +1,8 @@
 """``rulka pretrain``: recordings and pretraining before an RL run.
 
 ``rulka pretrain record CONFIG --out DIR`` drives races with the simulator's scripted driver and
-writes them as episode files (``rulka dpo record`` records a saved policy the same way).
+writes them as episode files (``rulka dpo record`` records a saved policy the same way); with
+``--tape FILE`` it replays the optimal-race solver's action tapes (``rulka sim optimal``) instead.
 ``rulka pretrain bc CONFIG EPISODES... --out DIR`` clones the recorded actions into the network
 the config trains (IQN or the actor-critic); ``rulka pretrain visual CONFIG EPISODES... --out DIR``
 trains its image stem on the recorded frames without labels. Both write a folder for
@@ -20,7 +21,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("pretrain", help="record expert episodes; behaviour cloning; visual pretraining",
                                    description=__doc__.split("\n\n")[1])
     sub = parser.add_subparsers(dest="pretrain_command", metavar="ACTION", required=True)
-    p = sub.add_parser("record", help="record the simulator's scripted driver as episode files")
+    p = sub.add_parser("record", help="record the simulator's scripted driver (or solver tapes) as episode files")
     p.add_argument("config", help="run config (environment.backend: sim)")
     p.add_argument("--out", required=True, help="folder for the episode files")
     p.add_argument("--episodes", type=int, default=4)
@@ -29,6 +30,9 @@ def register(subparsers: Any) -> None:
                    help="override a config key (repeatable)")
     p.add_argument("--start-noise", type=float, default=1.0,
                    help="random start offset: metres sideways and degrees of heading (default 1; 0: the game's start)")
+    p.add_argument("--tape", action="append", default=[], metavar="FILE",
+                   help="replay this solver tape (`rulka sim optimal`'s JSON) on its track instead of driving "
+                        "the scripted driver (repeatable; --episodes, --seed and --start-noise then do nothing)")
     p.set_defaults(func=cmd_record)
     for name, helptext, func in (("bc", "clone recorded actions into the config's network", cmd_bc),
                                  ("visual", "train the config's image stem on recorded frames (no labels)", cmd_visual)):
@@ -62,8 +66,12 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from rulka.pretrain.data import record_scripted
+    from rulka.pretrain.data import record_scripted, record_tapes
 
+    if args.tape:
+        paths = record_tapes(_config(args), args.tape, args.out)
+        print(f"wrote {len(paths)} episode files to {args.out} (solver tapes)")
+        return 0
     paths = record_scripted(_config(args), args.out, args.episodes, seed=args.seed,
                             start_noise=args.start_noise)
     print(f"wrote {len(paths)} episode files to {args.out}")

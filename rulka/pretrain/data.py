@@ -1,6 +1,7 @@
 """Recorded episodes for pretraining, in rulka's inert episode format (``*.rulka-episode``,
 ``rulka.agents.policy.episodes``): from the simulator's scripted driver (``record_scripted``),
-from a saved policy (``rulka dpo record``) or from any other source that writes that format.
+from the optimal-race solver's action tapes (``record_tapes``, ``rulka sim optimal``), from a
+saved policy (``rulka dpo record``) or from any other source that writes that format.
 
 ``load_steps`` turns episode files into arrays of (observation, action) pairs: every observation
 that an action was taken from (the last frame of an episode has none)."""
@@ -58,6 +59,62 @@ def record_scripted(cfg: Any, out_dir: str | Path, episodes: int, seed: int = 0,
             paths.append(write_episode(out / f"scripted-{seed + i}{EPISODE_SUFFIX}", [seg]))
     finally:
         env.close()
+    return paths
+
+
+class TapeActor:
+    """An action tape (``rulka.envs.sim.optimal.Tape``) as an actor: its actions in order."""
+
+    def __init__(self, actions: list[int]) -> None:
+        self.actions = list(actions)
+        self.t = 0
+
+    def act(self, obs: Any, test: bool = False) -> int:
+        if self.t >= len(self.actions):
+            raise UserError(f"the tape ended after {len(self.actions)} actions and the race had not")
+        self.t += 1
+        return int(self.actions[self.t - 1])
+
+
+def record_tapes(cfg: Any, tapes: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
+    """Replay each solver tape (``rulka sim optimal``'s JSON) in the configured simulator on the
+    tape's track and write it as an episode file in ``out_dir`` (the observations, rewards and
+    actions the learner would have seen driving that race); returns the paths.
+
+    The config must be the simulator with discrete actions and the tape's decision period, and the
+    replayed race must finish in the tape's time: anything else is a one-line UserError."""
+    from rulka.config import config_from_dict
+    from rulka.envs.sim.optimal import Tape
+    from rulka.plugins import make_env
+
+    env_cfg = cfg.environment
+    if env_cfg.backend != "sim" or env_cfg.continuous_actions:
+        raise UserError("solver tapes replay in the built-in simulator with discrete actions "
+                        "(environment.backend: sim, continuous_actions: false)")
+    out = Path(out_dir)
+    paths = []
+    for i, path in enumerate(tapes):
+        tape = Tape.read(path)
+        if tape.ms_per_action != env_cfg.ms_per_action:
+            raise UserError(f"tape '{path}' decides every {tape.ms_per_action} ms; the config every "
+                            f"{env_cfg.ms_per_action} ms (environment.tm_engine_step_per_action)")
+        data = cfg.to_dict()
+        data["environment"]["track"] = tape.track
+        env = make_env(config_from_dict(data))
+        try:
+            env.unwrapped.start_noise = 0.0  # the tape was driven from the start line
+            seg, _ = record_episode(env, TapeActor(tape.actions), seed=0, greedy=True, worker_id="tape",
+                                    episode_id=i)
+            car = env.unwrapped.car
+            got = car.finish_time_ms if car.finished else None
+        finally:
+            env.close()
+        if got != tape.race_time_ms or len(seg.arrays["action"]) != len(tape.actions):
+            raise UserError(f"tape '{path}' does not replay in this env: it raced "
+                            f"{got if got is not None else 'no finish'} in {len(seg.arrays['action'])} actions, "
+                            f"the tape says {tape.race_time_ms} ms in {len(tape.actions)}")
+        stem = Path(path).stem
+        paths.append(write_episode(out / f"tape-{i}-{stem}{EPISODE_SUFFIX}", [seg]))
     return paths
 
 
