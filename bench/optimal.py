@@ -3,13 +3,13 @@ generated ones, at the learner's default decision period (50 ms, configs/sim_iqn
 
 For each track: the scripted driver's time, the best seed race, the solver's time at --width and
 at twice it (so a reader sees whether more search still helped), nodes expanded and seconds.
-Prints one JSON object. With --write it also stores that object in bench/optimal_times.json (one
+Prints one JSON object. With --write it also stores that object in bench/history/optimal_times.json (one
 run per decision period) and the per-track times in rulka/envs/sim/optimal_times.json (the file ``rulka eval`` reads for its
 ``solver`` column); with --tapes DIR it writes each track's action tape there.
 
-    python bench/optimal.py [--width 8] [--tracks default,gen:671432803] [--write] [--tapes DIR]
-    python bench/optimal.py --steps-per-action 10 --write --tapes DIR      # 100 ms decisions first,
-    python bench/optimal.py --write --tapes DIR --seed-tapes DIR           # then 50 ms seeded with them
+    python -m bench.optimal [--width 8] [--tracks default,gen:671432803] [--write] [--tapes DIR]
+    python -m bench.optimal --steps-per-action 10 --write --tapes DIR      # 100 ms decisions first,
+    python -m bench.optimal --write --tapes DIR --seed-tapes DIR           # then 50 ms seeded with them
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from rulka.envs.video import file_stem  # noqa: E402
 # the generated tracks of the map-cycle studies (configs/sim_iqn_cycle.yaml, bench/run_studies.json)
 GEN_SEEDS = (671432803, 1953026504, 1275237860, 686880200, 1738703944, 1986020193, 2001172939, 212475639,
              623225193, 896663489)
-BENCH_FILE = Path(__file__).with_name("optimal_times.json")
+BENCH_FILE = Path(__file__).with_name("history") / "optimal_times.json"
 
 
 def main() -> int:
@@ -73,7 +73,7 @@ def main() -> int:
     result = {
         "benchmark": "optimal_race_solver",
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python " + " ".join(["bench/optimal.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench.optimal", *sys.argv[1:]]),
         "host": platform.node(), "cpu": pinned, "load_average_1min": round(os.getloadavg()[0], 2),
         "ms_per_action": 10 * args.steps_per_action, "width": args.width, "doubled_width": 2 * args.width,
         "seconds_total": round(time.perf_counter() - t0, 1), "cpu_seconds_total": round(time.process_time() - c0, 1),
@@ -100,7 +100,7 @@ def coarser_tapes(folder: Path | None, track: str, ms_per_action: int) -> list[T
 
 
 def write_results(result: dict) -> None:
-    """Merge ``result`` into bench/optimal_times.json (one run per decision period) and its times
+    """Merge ``result`` into bench/history/optimal_times.json (one run per decision period) and its times
     into the table ``rulka eval`` reads (rulka/envs/sim/optimal_times.json)."""
     period = str(result["ms_per_action"])
     runs: dict[str, dict] = {}
@@ -117,7 +117,7 @@ def write_results(result: dict) -> None:
     SOLVER_TIMES_FILE.write_text(json.dumps({
         "format": SOLVER_TIMES_FORMAT,
         "about": "fastest races `rulka sim optimal` found (ms), per decision period (ms) and track; "
-                 "written by bench/optimal.py --write (details in bench/optimal_times.json)",
+                 "written by bench/optimal.py --write (details in bench/history/optimal_times.json)",
         "times": table}, indent=2) + "\n", encoding="utf-8")
 
 
