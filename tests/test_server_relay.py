@@ -284,7 +284,7 @@ def test_client_that_stops_reading_is_cut_off(core, keys):
     w = connect(core, creds, "w1")
     w.proto.pauseProducing()  # what Twisted does when w's socket buffer is full
     core.max_backlog_bytes = 5000
-    send_message(t, creds["trainer"], "weights", b"q" * 8000, 40, "workers", -1)
+    send_message(t, creds["trainer"], "ack", b"q" * 8000, 40, "w:w1", 1)
     assert w.closed and core.bad["slow_client"] == 1
     w2 = connect(core, creds, "w2")  # others are not affected
     assert not w2.closed
@@ -447,3 +447,49 @@ def test_operator_reads_status_and_nothing_else(core, keys):
     w = connect(core, creds, "w1")
     w.send("OBJ", {"status": -1}, serialize(None))
     assert w.received() == [{"refused": "status_forbidden"}]
+
+
+def test_a_worker_behind_gets_only_the_newest_weights_and_is_not_cut_off(core, keys):
+    """Weights wait at the relay, not in a slow worker's buffer: a version superseded before the
+    worker started on it is skipped (counted), the one it started is finished first."""
+    _, creds = keys
+    t = connect(core, creds, "trainer")
+    slow, fast = connect(core, creds, "w1"), connect(core, creds, "w2")
+    core.max_backlog_bytes = 5000  # far below one version: weights must not count toward it
+    write = slow.proto.send_obj
+
+    def write_and_fill(obj):  # every chunk fills Twisted's buffer for it: it pauses the relay's writes
+        write(obj)
+        slow.proto.pauseProducing()
+
+    slow.proto.send_obj = write_and_fill
+    for n, byte in ((10, b"a"), (11, b"b"), (12, b"c"), (13, b"d")):
+        send_message(t, creds["trainer"], "weights", byte * 8000, n, "workers", -1)
+    assert len(fast.received()) == 4 * 8  # a worker that reads gets every version
+    got = slow.received()
+    assert [(e["n"], e["i"]) for e in got] == [(10, 0)]  # one chunk written before the buffer filled
+    assert not slow.closed and core.bad.get("slow_client", 0) == 0
+    for _ in range(20):  # the worker reads: one chunk at a time, as Twisted says the buffer drained
+        slow.proto.resumeProducing()
+    got += slow.received()
+    # version 10 (started) is finished, 11 and 12 are skipped, 13 (the newest) follows
+    assert [e["n"] for e in got] == [10] * 8 + [13] * 8 and [e["i"] for e in got[8:]] == list(range(8))
+    assert b"".join(e["d"] for e in got[8:]) == b"d" * 8000
+    assert core.clients["w1"].weights_superseded == 2 and core.weights_superseded == 2
+    assert core.clients["w2"].weights_superseded == 0
+    assert core.status()["server"]["weights_superseded"] == 2
+
+
+def test_weights_abandoned_by_a_leaving_trainer_do_not_stall_a_worker(core, keys):
+    _, creds = keys
+    t = connect(core, creds, "trainer")
+    send_message(t, creds["trainer"], "weights", b"a" * 2500, 10, "workers", -1)
+    part = message(creds["trainer"], "weights", b"b" * 2500, 11, "workers", -1)
+    for ch, c, obj in part[:2]:  # the trainer leaves after 2 of 3 chunks
+        t.send("OBJ", {ch: c}, obj)
+    w = Client(core).hello(creds["w1"], ["workers", "w:w1"])
+    assert [(e["n"], e["i"]) for e in w.received()] == [(11, 0), (11, 1)]
+    t.proto.connectionLost()
+    t2 = connect(core, creds, "trainer")
+    send_message(t2, creds["trainer"], "weights", b"c" * 2500, 12, "workers", -1)
+    assert [(e["n"], e["i"]) for e in w.received()] == [(12, 0), (12, 1), (12, 2)]

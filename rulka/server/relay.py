@@ -21,9 +21,12 @@ Here:
   only to the trainer, and only the trainer to workers;
 - the trainer queue is bounded in bytes and shared fairly: each sender may hold at most an equal
   share of it (the bound over the workers connected or queued), and the trainer is served one
-  whole message per sender in turn, so a flooding worker cannot crowd out an honest one; the
-  latest complete ``weights`` message (all its chunks) is retained and sent to every worker as
-  it joins;
+  whole message per sender in turn, so a flooding worker cannot crowd out an honest one;
+- the latest complete ``weights`` message (all its chunks) is retained for workers that join;
+  each worker's connection sends the newest weights only, one chunk whenever its write buffer
+  has drained: a version superseded before that worker started on it is skipped (counted,
+  ``weights_superseded``), never queued behind the newer one, so a worker on a slow link is not
+  cut off for a backlog of weights and gets the newest version next;
 - every client has counters (messages/bytes in/out, bad inputs by reason), and the latest
   ``stats`` per sender are kept for ``rulka status``;
 - a client that does not read is not read from either: when Twisted's write buffer for it is
@@ -51,6 +54,7 @@ import collections
 import hmac
 import logging
 import secrets
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +86,10 @@ STALL_TIMEOUT_S = 30.0  # a frame whose header arrived must be complete within t
 # token buckets per connection: (refill per second, burst); links ping every heartbeat_s (and
 # ten times a second for their first seconds), `rulka status` asks once a second
 RATE_LIMITS = {"ping": (20.0, 40.0), "status": (1.0, 5.0)}
+# bytes a worker's socket may hold not yet sent (Linux, macOS: TCP_NOTSENT_LOWAT); the kernel's
+# send buffer grows to several MB on its own, which would hold a dozen old weights chunks that
+# the relay can no longer skip; bytes in flight are not limited by it (nor the link's rate)
+UNSENT_BYTES = 128 * 1024
 READ_PAUSE_BYTES = 256 * 1024  # backlog beyond which the relay stops reading from a client
 LOG_EVERY_S = 5.0  # one log line per (reason, client) this often; the counters count every one
 FRAME_OVERHEAD = 4096  # envelope fields + tlspyo tuple around one chunk
@@ -100,11 +108,12 @@ class ClientCounters:
     bad: dict[str, int] = field(default_factory=dict)
     connected: bool = True
     last_seen: float = field(default_factory=time.time)
+    weights_superseded: int = 0  # weights versions never sent to it because a newer one came first
 
     def as_dict(self) -> dict[str, Any]:
         return {"address": self.address, "connected": self.connected, "messages_in": self.messages_in,
                 "bytes_in": self.bytes_in, "messages_out": self.messages_out, "bytes_out": self.bytes_out,
-                "bad": dict(self.bad), "last_seen_s": round(time.time() - self.last_seen, 3)}
+                "bad": dict(self.bad), "weights_superseded": self.weights_superseded, "last_seen_s": round(time.time() - self.last_seen, 3)}
 
 
 class RelayCore:
@@ -138,6 +147,13 @@ class RelayCore:
         self.retained_n = -1
         self.incoming: list[bytes] = []  # chunks of the weights message being received
         self.incoming_n = -1
+        # weights messages are numbered as they start arriving (serials), so a worker's connection
+        # knows how many versions it skipped; each connection sends the newest one (pump_weights)
+        self.weights_serial = 0
+        self.incoming_serial = 0
+        self.incoming_count = 0
+        self.retained_serial = 0
+        self.weights_superseded = 0  # versions not sent to some worker because a newer one came first
         self.clients: dict[str, ClientCounters] = {}  # identity -> counters (kept after disconnect)
         self.bad: dict[str, int] = collections.defaultdict(int)
         self.stats: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -240,15 +256,39 @@ class RelayCore:
                     self._turn.append(sender)
 
     def broadcast_weights_chunk(self, obj: bytes, env: dict[str, Any]) -> None:
+        """Keep one chunk of a weights message and let every worker's connection take what it can:
+        a connection sends the newest version only (``RelayProtocol.pump_weights``)."""
         n = env["n"]
         if n != self.incoming_n:
             if n <= self.retained_n:
                 return  # an older message than the one retained: drop it
+            self.weights_serial += 1
             self.incoming, self.incoming_n = [], n
+            self.incoming_serial, self.incoming_count = self.weights_serial, env["c"]
         self.incoming.append(obj)
-        if len(self.incoming) >= env["c"]:
-            self.retained, self.retained_n = self.incoming, n
+        if len(self.incoming) >= self.incoming_count:
+            self.retained, self.retained_n, self.retained_serial = self.incoming, n, self.incoming_serial
             self.incoming, self.incoming_n = [], -1
+        self.pump_all_weights()
+
+    def abandon_incoming_weights(self) -> None:
+        """The trainer left in the middle of a weights message: it will never complete."""
+        if self.incoming:
+            self.incoming, self.incoming_n = [], -1
+            self.pump_all_weights()
+
+    def newest_weights(self) -> tuple[list[bytes], int, int] | None:
+        """(chunks, chunk count, serial) of the newest weights message: the one arriving, else
+        the retained one; None before the first."""
+        if self.incoming:
+            return self.incoming, self.incoming_count, self.incoming_serial
+        if self.retained:
+            return self.retained, len(self.retained), self.retained_serial
+        return None
+
+    def pump_all_weights(self) -> None:
+        for conn in list(self.workers.values()):
+            conn.pump_weights()
 
     def status(self) -> dict[str, Any]:
         server = {
@@ -258,6 +298,8 @@ class RelayCore:
             "trainer_queue_chunks": len(self.trainer_queue),
             "trainer_queue_bytes": self.trainer_queue_bytes,
             "retained_weights_bytes": sum(len(c) for c in self.retained),
+            "weights_versions": self.weights_serial,
+            "weights_superseded": self.weights_superseded,
             "bad_inputs": dict(self.bad),
             "clients": {who: c.as_dict() for who, c in self.clients.items()},
         }
@@ -270,6 +312,27 @@ class RelayCore:
                                           "samples_per_s": None, "weights_version": None,
                                           "last_seen_s": round(time.time() - self.clients[name].last_seen, 3)})
         return report
+
+
+def limit_unsent_bytes(transport: Any, limit: int = UNSENT_BYTES) -> bool:
+    """Keep at most ``limit`` unsent bytes in the socket under ``transport`` (TLS or TCP), so
+    what waits for a slow client waits in the relay, where a newer weights version can replace
+    it. False where the OS has no TCP_NOTSENT_LOWAT (Windows): the kernel buffer then holds what
+    it holds."""
+    opt = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    sock = None
+    for _ in range(3):  # TLSMemoryBIOProtocol -> tcp.Server, which has the socket
+        sock = getattr(transport, "socket", None)
+        if isinstance(sock, socket.socket) or transport is None:
+            break
+        transport = getattr(transport, "transport", None)
+    if opt is None or not isinstance(sock, socket.socket):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, opt, limit)
+    except OSError:
+        return False
+    return True
 
 
 class RelayProtocol(protocol.Protocol):
@@ -295,6 +358,11 @@ class RelayProtocol(protocol.Protocol):
         self.counters = ClientCounters(address)
         self._stall_timer: Any = None
         self._reading_paused = False
+        # the weights message being sent to this worker: its chunks, count, serial, chunks sent
+        self._w_chunks: list[bytes] | None = None
+        self._w_count = 0
+        self._w_serial = 0
+        self._w_sent = 0
         self._buckets = {name: [burst, 0.0] for name, (_, burst) in RATE_LIMITS.items()}
 
     # -- Twisted callbacks ---------------------------------------------------------------------
@@ -302,6 +370,7 @@ class RelayProtocol(protocol.Protocol):
         self.core.conn_serial += 1
         self.conn_id = self.core.conn_serial
         self.transport.registerProducer(self, True)  # Twisted says when its write buffer is full
+        limit_unsent_bytes(self.transport)
         self._nonce = secrets.token_bytes(NONCE_BYTES)  # the client signs it: its HELLO is good here only
         self._write([self._next_stamp(), "HELLO", relay_hello(self._nonce)])
         self._hello_timer = self.core.clock.callLater(HELLO_TIMEOUT_S, self._hello_timeout)
@@ -318,6 +387,8 @@ class RelayProtocol(protocol.Protocol):
         if self._reading_paused and not self.closing:
             self._reading_paused = False
             self.transport.resumeProducing()
+        if self.alive and not self.observer and self.identity != "trainer":
+            self.pump_weights()
 
     def stopProducing(self) -> None:
         self._paused = False
@@ -335,6 +406,7 @@ class RelayProtocol(protocol.Protocol):
         if who == "trainer" and self.core.trainer is self:
             self.core.trainer = None
             self.core.trainer_credit = 0
+            self.core.abandon_incoming_weights()
         elif self.core.workers.get(who) is self:
             del self.core.workers[who]
         log.info("%s disconnected (%s)", who, self.address)
@@ -450,8 +522,7 @@ class RelayProtocol(protocol.Protocol):
             core.trainer, core.trainer_credit = self, 0
         else:
             core.workers[identity] = self
-            for obj in [*core.retained, *core.incoming]:
-                self.send_obj(obj)  # late joiner: the current weights at once
+            self.pump_weights()  # late joiner: the newest weights at once
         log.info("%s connected from %s", identity, self.address)
         return None
 
@@ -495,7 +566,8 @@ class RelayProtocol(protocol.Protocol):
             return None  # stored above; not forwarded
         if channel == "workers":
             if env["k"] == "weights":
-                core.broadcast_weights_chunk(obj, env)
+                core.broadcast_weights_chunk(obj, env)  # each worker's connection sends it when it can
+                return None
             for conn in list(core.workers.values()):
                 conn.send_obj(obj)
             return None
@@ -549,6 +621,36 @@ class RelayProtocol(protocol.Protocol):
             elif self._backlog > READ_PAUSE_BYTES and not self._reading_paused and not self.closing:
                 self._reading_paused = True
                 self.transport.pauseProducing()
+
+    def pump_weights(self) -> None:
+        """Send this worker the newest weights, one chunk at a time while Twisted's write buffer
+        for it has room (the chunks wait in the relay, shared by every worker, not in a buffer of
+        this connection). A version that is complete before this worker started on it is skipped
+        when a newer one exists, so a worker behind a slow link gets the newest version next
+        instead of a queue of old ones, and its backlog never grows with the versions published.
+        A version it started is finished first (on a link slower than the publishing rate,
+        dropping it would mean never finishing one)."""
+        core = self.core
+        while not self._paused and not self.closing:
+            chunks = self._w_chunks
+            if chunks is not None and self._w_sent < self._w_count:
+                if self._w_sent < len(chunks):
+                    self._w_sent += 1
+                    self.send_obj(chunks[self._w_sent - 1])
+                    continue
+                if chunks is core.incoming:
+                    return  # the rest of this message has not arrived from the trainer yet
+                # abandoned by the trainer (it left mid-message): the worker drops the partial one
+            newest = core.newest_weights()
+            if newest is None or newest[2] <= self._w_serial:
+                self._w_chunks = None
+                return
+            skipped = newest[2] - self._w_serial - 1 if self._w_serial else 0
+            if skipped > 0:
+                self.counters.weights_superseded += skipped
+                core.weights_superseded += skipped
+            self._w_chunks, self._w_count, self._w_serial = newest
+            self._w_sent = 0
 
     def send_obj(self, obj: bytes) -> None:
         """Forward one envelope (already serialized by its sender) to this client."""
