@@ -34,11 +34,17 @@ def test_round_trip(compress):
     assert out.tensors["steps"].dtype == torch.int64 and out.tensors["steps"].item() == 7
 
 
-def test_float16_halves_float_tensors_only():
-    out = decode_weights(encode_weights(blob(dtype="float16"), TRAINER), TRAINER.public_key())
-    assert out.tensors["fc.weight"].dtype == torch.float16
+def test_float16_halves_large_float_tensors_only():
+    b = blob(dtype="float16")
+    b.tensors["big"] = torch.linspace(-2, 2, 2048)
+    b.tensors["huge"] = torch.full((2048,), 1e6)  # beyond float16's range: stays float32
+    out = decode_weights(encode_weights(b, TRAINER), TRAINER.public_key())
+    assert out.tensors["big"].dtype == torch.float16
+    assert torch.equal(out.tensors["big"].float(), torch.linspace(-2, 2, 2048).half().float())
+    assert out.tensors["huge"].dtype == torch.float32 and float(out.tensors["huge"][0]) == 1e6
+    # small tensors (biases, exploration rates) stay exact
+    assert out.tensors["fc.weight"].dtype == torch.float32 and out.tensors["fc.bias"].dtype == torch.float32
     assert out.tensors["steps"].dtype == torch.int64
-    assert torch.equal(out.tensors["fc.weight"].float(), blob().tensors["fc.weight"])  # exact in fp16
 
 
 def test_zstd_compresses_redundant_weights():

@@ -44,7 +44,14 @@ class WeightsBlob:
     version: int
     tensors: dict[str, Any]
     actor_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
-    dtype: str = "float32"  # "float32" or "float16": how floating tensors travel
+    # "float32" or "float16": how floating tensors travel; with "float16" only the large ones
+    # (HALF_MIN_ELEMENTS and up, all finite and within float16's range): the worker loads them
+    # into its float32 network, and tests/test_weights_half.py checks greedy actions do not change
+    dtype: str = "float32"
+
+
+HALF_MIN_ELEMENTS = 1024  # with dtype float16, smaller tensors (biases, norms, exploration rates) stay float32
+HALF_MAX = 65504.0  # the largest finite float16: a tensor beyond it stays float32
 
 
 def _to_torch(name: str, value: Any, dtype: str) -> torch.Tensor:
@@ -53,7 +60,9 @@ def _to_torch(name: str, value: Any, dtype: str) -> torch.Tensor:
         raise TypeError(f"weights entry {name!r} is a {type(value).__name__}, not a tensor or array")
     t = t.detach().to("cpu")
     if t.is_floating_point():
-        t = t.to(torch.float16 if dtype == "float16" else torch.float32)
+        half = (dtype == "float16" and t.numel() >= HALF_MIN_ELEMENTS
+                and bool(torch.isfinite(t).all()) and float(t.abs().max()) <= HALF_MAX)
+        t = t.to(torch.float16 if half else torch.float32)
     return t.contiguous()
 
 

@@ -20,11 +20,14 @@ from rulka.trainer.credit import WorkerBook
 from rulka.trainer.state import RunState
 
 
-def signed_encoder(signing_key: Any) -> Callable[[Any], bytes]:
-    """Weights blob -> signed bytes, with the trainer's Ed25519 key."""
+def signed_encoder(signing_key: Any, dtype: str = "float16") -> Callable[[Any], bytes]:
+    """Weights blob -> signed bytes (zstd), with the trainer's Ed25519 key; floating tensors travel
+    as ``dtype`` (``trainer.weights_dtype``)."""
+    import dataclasses
+
     from rulka.net.weights import encode_weights
 
-    return lambda blob: encode_weights(blob, signing_key)
+    return lambda blob: encode_weights(dataclasses.replace(blob, dtype=dtype), signing_key)
 
 
 class Publisher:

@@ -136,7 +136,9 @@ class Trainer:
         if weights_encoder is None:
             if signing_key is None:
                 raise ValueError("Trainer needs signing_key (the trainer's Ed25519 key) or weights_encoder")
-            weights_encoder = signed_encoder(signing_key)
+            # float16 where tests/test_weights_half.py shows greedy actions do not change (iqn's argmax)
+            dtype = tc.weights_dtype or ("float16" if cfg.training.algorithm == "iqn" else "float32")
+            weights_encoder = signed_encoder(signing_key, dtype)
         # the run's best policy (rulka.trainer.best): evaluation versions and their greedy episodes
         self.best_policy = (BestPolicy.for_config(cfg, self.run_dir / BEST_DIR if self.run_dir is not None else None)
                             if self.config_given else None)
