@@ -12,6 +12,7 @@ from rulka.net.keys import add_worker, generate_keys, load_credentials, revoke_w
 from rulka.net.settings import NetworkSettings
 from rulka.net.stats import encode_stats
 from rulka.net.wire import challenge_token, deserialize, hello_nonce, join_token, make_envelopes, serialize
+from rulka.server import relay as relay_module
 from rulka.server.relay import (
     HELLO_TIMEOUT_S,
     RATE_LIMITS,
@@ -449,26 +450,31 @@ def test_operator_reads_status_and_nothing_else(core, keys):
     assert w.received() == [{"refused": "status_forbidden"}]
 
 
-def test_a_worker_behind_gets_only_the_newest_weights_and_is_not_cut_off(core, keys):
+def test_a_worker_behind_gets_only_the_newest_weights_and_is_not_cut_off(core, keys, monkeypatch):
     """Weights wait at the relay, not in a slow worker's buffer: a version superseded before the
-    worker started on it is skipped (counted), the one it started is finished first."""
+    worker started on it is skipped (counted), the one it started is finished first, and the
+    relay keeps reading the worker's segments meanwhile."""
     _, creds = keys
+    monkeypatch.setattr(relay_module, "READ_PAUSE_BYTES", 500)  # below one chunk
     t = connect(core, creds, "trainer")
     slow, fast = connect(core, creds, "w1"), connect(core, creds, "w2")
     core.max_backlog_bytes = 5000  # far below one version: weights must not count toward it
-    write = slow.proto.send_obj
+    write = slow.transport.writeSequence
 
-    def write_and_fill(obj):  # every chunk fills Twisted's buffer for it: it pauses the relay's writes
-        write(obj)
+    def write_and_fill(data):  # every chunk fills Twisted's buffer: it pauses the relay's writes at once
+        write(data)
         slow.proto.pauseProducing()
 
-    slow.proto.send_obj = write_and_fill
+    slow.transport.writeSequence = write_and_fill
     for n, byte in ((10, b"a"), (11, b"b"), (12, b"c"), (13, b"d")):
         send_message(t, creds["trainer"], "weights", byte * 8000, n, "workers", -1)
     assert len(fast.received()) == 4 * 8  # a worker that reads gets every version
     got = slow.received()
     assert [(e["n"], e["i"]) for e in got] == [(10, 0)]  # one chunk written before the buffer filled
     assert not slow.closed and core.bad.get("slow_client", 0) == 0
+    assert slow.transport.producerState == "producing"  # its own sends are still read
+    send_message(slow, creds["w1"], "segment", b"s" * 100, 1, "trainer", 1)
+    assert len(core.trainer_queue) == 1
     for _ in range(20):  # the worker reads: one chunk at a time, as Twisted says the buffer drained
         slow.proto.resumeProducing()
     got += slow.received()

@@ -42,10 +42,15 @@ def test_a_worker_behind_a_slow_link_gets_the_newest_weights_and_stays_connected
         versions = [bytes([v]) * 300_000 for v in range(20)]
         for blob in versions:
             trainer.broadcast("weights", blob)
+        for i in range(5):  # while the weights go down, its segments still go up
+            worker.send("segment", b"seg%d" % i)
         got: list[bytes] = []
+        segments: list[bytes] = []
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (not got or got[-1] != versions[-1]):
-            got += [m.payload for m in worker.receive(timeout=0.2) if m.kind == "weights"]
+        while time.monotonic() < deadline and (not got or got[-1] != versions[-1] or len(segments) < 5):
+            got += [m.payload for m in worker.receive(timeout=0.1) if m.kind == "weights"]
+            segments += [m.payload for m in trainer.receive(timeout=0.1) if m.kind == "segment"]
+        assert segments == [b"seg%d" % i for i in range(5)]
         assert got and got[-1] == versions[-1], "the newest version never arrived"
         assert len(got) <= 4, f"{len(got)} versions sent through the slow link, not only the newest"
         assert all(p in versions for p in got)

@@ -610,11 +610,15 @@ class RelayProtocol(protocol.Protocol):
         if self.closing:
             return
         body = serialize(frame)
+        paused = self._paused
         self.transport.write(f"{len(body):<{HEADER}}".encode() + body)
-        self._count_backlog(len(body) + HEADER)
+        self._count_backlog(len(body) + HEADER, paused)
 
-    def _count_backlog(self, n: int) -> None:
-        if self._paused:
+    def _count_backlog(self, n: int, paused: bool) -> None:
+        """``paused``: whether Twisted's buffer was full before these ``n`` bytes were written (the
+        write that fills it is not backlog: else a worker sent a weights chunk whenever its buffer
+        drains would never be read from, and its segments would wait behind the weights)."""
+        if paused:
             self._backlog += n
             if self._backlog > self.core.max_backlog_bytes:
                 self._reject("slow_client", f"{self._backlog} bytes waiting to be read")
@@ -658,10 +662,11 @@ class RelayProtocol(protocol.Protocol):
             return
         # msgpack of [stamp, "OBJ", obj] written around ``obj`` without copying it
         prefix = b"\x93" + serialize(self._next_stamp()) + b"\xa3OBJ" + b"\xc6" + len(obj).to_bytes(4, "big")
+        paused = self._paused
         self.transport.writeSequence([f"{len(prefix) + len(obj):<{HEADER}}".encode() + prefix, obj])
         self.counters.messages_out += 1
         self.counters.bytes_out += len(obj)
-        self._count_backlog(len(obj) + len(prefix) + HEADER)
+        self._count_backlog(len(obj) + len(prefix) + HEADER, paused)
 
     # -- closing -------------------------------------------------------------------------------
     def _reject(self, reason: str, detail: str = "") -> None:
