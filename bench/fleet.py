@@ -25,10 +25,11 @@ reason (the relay's counters and the workers' own); the fairness of the intake a
 (Jain's index of segments received per worker, min/max ratio); and the relay's
 ``weights_superseded``. The load of the machine (``os.getloadavg``) is recorded with it.
 
-    python bench/fleet.py                         # 16 workers, 48x36 weights, 60 s, unthrottled
-    python bench/fleet.py --workers 256 --procs 4 --seconds 120
-    python bench/fleet.py --workers 40 --network guide --mbit 50 --publish-s 60 --seconds 180
-    python bench/fleet.py --workers 40 --network guide --seconds 120
+    python bench/fleet.py                          # --scenarios quick: 16 workers, 48x36, 20 Mbit/s, 40 s
+    python bench/fleet.py --scenarios fleet256     # 256 workers through 100 Mbit/s
+    python bench/fleet.py --scenarios guide_50mbit # 40 workers, guide-size network, 50 Mbit/s
+    python bench/fleet.py --scenarios guide_unthrottled
+    python bench/fleet.py --scenarios quick --workers 8 --seconds 20   # flags given win over the preset
 """
 
 from __future__ import annotations
@@ -314,6 +315,27 @@ def reach_times(published: dict[int, float], loads: dict[str, list[tuple[int, fl
     return rows
 
 
+def staleness(published: dict[int, float], loads: dict[str, list[tuple[int, float]]], workers: list[str],
+              t_from: float, t_to: float, step_s: float = 1.0) -> dict[str, Any]:
+    """How far behind each worker's policy is, sampled every ``step_s``: versions behind the newest
+    published, and seconds since the version after the one it runs was published (0 when it runs
+    the newest). The issue's bound: at most 2 versions or 60 s behind, whichever is longer."""
+    max_v, max_s, samples, over = 0, 0.0, 0, 0
+    t = t_from
+    while t <= t_to:
+        newest = max((v for v, tp in published.items() if tp <= t), default=0)
+        for w in workers:
+            running = max((v for v, tl in loads.get(w, []) if tl <= t), default=0)
+            behind_v = newest - running
+            behind_s = t - published[running + 1] if behind_v > 0 else 0.0
+            max_v, max_s = max(max_v, behind_v), max(max_s, behind_s)
+            samples += 1
+            over += behind_v > 2 and behind_s > 60.0
+        t += step_s
+    return {"max_versions_behind": max_v, "max_seconds_behind": round(max_s, 1), "samples": samples,
+            "samples_over_bound": over}
+
+
 def jain(xs: list[int]) -> float | None:
     if not xs or not any(xs):
         return None
@@ -418,6 +440,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                     "published": len(intake.published),
                     "reach": reach_times(intake.published, loads, names),
                     "loads_per_worker_mean": round(sum(len(v) for v in loads.values()) / max(1, len(loads)), 2)},
+        "staleness": staleness(intake.published, loads, names, min(intake.published.values(), default=t_end),
+                               t_end) if intake.published else None,
         "policy_lag_versions": {"segments": len(lags), "mean": round(sum(lags) / len(lags), 3) if lags else None,
                                 "p50": percentile(lags, 0.5), "p99": percentile(lags, 0.99),
                                 "max": max(lags) if lags else None},
@@ -433,6 +457,16 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "workers_reported": len(results),
         "proxy": {"mbit": args.mbit},
     }
+
+
+# the issue's three sizes (issue 66) and a quick default; flags given on the command line win
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "quick": {"workers": 16, "procs": 2, "seconds": 40.0, "ramp_s": 5.0, "network": "48x36", "mbit": 20.0},
+    "fleet256": {"workers": 256, "procs": 4, "seconds": 60.0, "ramp_s": 40.0, "network": "48x36", "mbit": 100.0},
+    "guide_50mbit": {"workers": 40, "procs": 2, "seconds": 150.0, "ramp_s": 10.0, "network": "guide", "mbit": 50.0},
+    "guide_unthrottled": {"workers": 40, "procs": 2, "seconds": 60.0, "ramp_s": 10.0, "network": "guide",
+                          "mbit": 0.0, "publish_s": 20.0},
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,12 +488,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--names", help=argparse.SUPPRESS)
     parser.add_argument("--keys", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--scenarios", default="quick",
+                        help=f"comma-separated presets run one after the other ({', '.join(SCENARIOS)})")
     args = parser.parse_args(argv)
     if args.as_workers:
         return run_workers(args)
-    if args.params is None:
-        args.params = NETWORKS[args.network]
-    print(json.dumps(orchestrate(args), indent=1))
+    given = {a.dest for a in parser._actions if any(o in (argv if argv is not None else sys.argv[1:])
+                                                     for o in a.option_strings)}
+    runs = {}
+    for name in args.scenarios.split(","):
+        run = argparse.Namespace(**vars(args))
+        for key, value in SCENARIOS[name].items():
+            if key not in given:
+                setattr(run, key, value)
+        if "params" not in given:
+            run.params = NETWORKS[run.network]
+        runs[name] = orchestrate(run)
+    print(json.dumps({"benchmark": "fleet", "runs": runs}, indent=1))
     return 0
 
 
