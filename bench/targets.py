@@ -126,6 +126,48 @@ def _e2e(figures: dict[str, Any]) -> Measured:
     return "-", None
 
 
+def _fleet_run(figures: dict[str, Any], scenario: str) -> dict[str, Any] | None:
+    run = dig(figures, f"runs.{scenario}")
+    return run if isinstance(run, dict) else None
+
+
+def _fleet256(figures: dict[str, Any]) -> Measured:
+    run = _fleet_run(figures, "fleet256")
+    if run is None:
+        return "-", None
+    n, rss = dig(run, "config.workers"), dig(run, "relay.peak_rss_mb")
+    lost, dup, slow = dig(run, "segments.lost"), dig(run, "segments.duplicated"), dig(run, "disconnects.slow_client")
+    if not all(isinstance(x, int | float) for x in (n, rss, lost, dup, slow)):
+        return "-", None
+    text = f"{n} workers: relay peak RSS {_num(rss)} MB, {lost} lost, {dup} duplicated, {slow} cut off as slow"
+    return text, n >= 256 and rss < 512 and lost == 0 and dup == 0 and slow == 0
+
+
+def _fleet_guide_50mbit(figures: dict[str, Any]) -> Measured:
+    run = _fleet_run(figures, "guide_50mbit")
+    if run is None:
+        return "-", None
+    st, reconnects = dig(run, "staleness"), dig(run, "disconnects.reconnects")
+    if not isinstance(st, dict) or not isinstance(reconnects, int):
+        return "-", None
+    text = (f"{dig(run, 'config.workers')} workers at {_num(dig(run, 'config.mbit'))} Mbit/s: at most "
+            f"{st['max_versions_behind']} versions / {_num(st['max_seconds_behind'])} s behind, "
+            f"{st['samples_over_bound']} of {st['samples']} samples over the bound, {reconnects} reconnects")
+    return text, st["samples_over_bound"] == 0 and reconnects == 0
+
+
+def _fleet_guide_unthrottled(figures: dict[str, Any]) -> Measured:
+    run = _fleet_run(figures, "guide_unthrottled")
+    reach = dig(run, "weights.reach") if run is not None else None
+    if not isinstance(reach, list) or not reach:
+        return "-", None
+    p99 = [r.get("p99_s") for r in reach]
+    if any(x is None for x in p99[:-1]) or p99[-1] is None and len(p99) == 1:
+        return "a version never reached 99% of the workers", False
+    worst = max(x for x in p99 if x is not None)
+    return f"99% of {dig(run, 'config.workers')} workers in {_num(worst)} s at worst ({len(p99)} versions)", worst < 5.0
+
+
 @dataclass(frozen=True)
 class Target:
     script: str
@@ -152,6 +194,12 @@ TARGETS: list[Target] = [
            _zero("segments_lost", "segments_duplicated", "sequence_numbers_reused")),
     Target("soak", "relay peak RSS within its bound",
            _bounded("relay_rss_peak_mb", "relay_rss_bound_mb", " MB", most=True)),
+    Target("fleet", "256 workers: relay peak RSS < 512 MB, 0 segments lost or duplicated, none cut off as slow",
+           _fleet256),
+    Target("fleet", "40 guide-size workers through 50 Mbit/s: every policy <= 2 versions or 60 s behind, 0 reconnects",
+           _fleet_guide_50mbit),
+    Target("fleet", "40 guide-size workers unthrottled: a new version reaches 99% of them in < 5 s",
+           _fleet_guide_unthrottled),
     Target("sac_pendulum", "SAC reaches a mean return of -200 on Pendulum-v1, in no more env steps than TMRL",
            _sac_vs_tmrl),
     Target("policy_cartpole", "PPO, GRPO and DPO each reach a greedy 475 on CartPole-v1",
