@@ -10,7 +10,7 @@ from twisted.internet.testing import StringTransport
 
 from rulka.net.keys import add_worker, generate_keys, load_credentials, revoke_worker
 from rulka.net.settings import NetworkSettings
-from rulka.net.stats import encode_stats
+from rulka.net.stats import build_status, encode_stats
 from rulka.net.wire import challenge_token, deserialize, hello_nonce, join_token, make_envelopes, serialize
 from rulka.server import relay as relay_module
 from rulka.server.relay import (
@@ -483,7 +483,18 @@ def test_a_worker_behind_gets_only_the_newest_weights_and_is_not_cut_off(core, k
     assert b"".join(e["d"] for e in got[8:]) == b"d" * 8000
     assert core.clients["w1"].weights_superseded == 2 and core.weights_superseded == 2
     assert core.clients["w2"].weights_superseded == 0
-    assert core.status()["server"]["weights_superseded"] == 2
+    status = core.status()
+    assert status["server"]["weights_superseded"] == 2
+    # w1 got 10 and 13 in full (13 is the newest): behind by nothing now, like w2
+    assert status["server"]["clients"]["w1"]["weights_behind"] == 0
+    assert status["server"]["clients"]["w2"]["weights_behind"] == 0
+    send_message(t, creds["trainer"], "weights", b"e" * 8000, 14, "workers", -1)  # w1 gets one chunk of 14
+    status = core.status()
+    assert status["server"]["clients"]["w1"]["weights_behind"] == 1
+    assert status["server"]["clients"]["w2"]["weights_behind"] == 0
+    row = {r["name"]: r for r in build_status(status["server"], {"w1": (0.0, {"weights_version": 3})}, {},
+                                              now=1.0)["workers"]}
+    assert row["w1"]["weights_behind"] == 1 and row["w1"]["weights_behind_s"] >= 0
 
 
 def test_weights_abandoned_by_a_leaving_trainer_do_not_stall_a_worker(core, keys):

@@ -17,7 +17,8 @@ from rulka.errors import UserError
 def _report(trainer_seen: float | None = 1.0, worker_seen: tuple[float, ...] = (0.5, 2.0)) -> dict[str, Any]:
     workers = [
         {"name": f"pc{i + 1}", "address": f"192.168.1.{10 + i}:50{i}00", "episodes": 120 * (i + 1),
-         "samples_per_s": 512.25, "weights_version": 7 - i, "last_seen_s": seen}
+         "samples_per_s": 512.25, "weights_version": 7 - i, "last_seen_s": seen,
+         "weights_behind": i, "weights_behind_s": 42.4 * i}
         for i, seen in enumerate(worker_seen)
     ]
     trainer = None if trainer_seen is None else {
@@ -44,9 +45,10 @@ def test_table_lists_workers_and_trainer(tmp_path: Path) -> None:
     assert lines[0] == "server   uptime 12s  workers connected 2"
     assert lines[1] == "trainer  weights version 7  updates 34,000  samples 1,200,000  last seen 1.0s ago"
     header = lines[3].split()
-    assert header == ["WORKER", "ADDRESS", "EPISODES", "SAMPLES/S", "VERSION", "LAST", "SEEN"]
-    assert lines[4].split() == ["pc1", "192.168.1.10:50000", "120", "512.2", "7", "0.5s", "ago"]
-    assert lines[5].split() == ["pc2", "192.168.1.11:50100", "240", "512.2", "6", "2.0s", "ago"]
+    assert header == ["WORKER", "ADDRESS", "EPISODES", "SAMPLES/S", "VERSION", "BEHIND", "LAST", "SEEN"]
+    assert lines[4].split() == ["pc1", "192.168.1.10:50000", "120", "512.2", "7", "0", "0.5s", "ago"]
+    # the relay has 1 newer version it has not finished sending pc2, complete there for 42 s
+    assert lines[5].split() == ["pc2", "192.168.1.11:50100", "240", "512.2", "6", "1", "(42", "s)", "2.0s", "ago"]
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
         help="show the workers and trainer connected to a rulka-server",
         description=(
             "Ask a rulka-server which workers and which trainer are connected and print a table "
-            "(name, address, episodes, samples/s, weights version, last seen). Exits 0 when the "
+            "(name, address, episodes, samples/s, weights version, versions behind, last seen). Exits 0 when the "
             "trainer and at least one worker reported within --stale-s seconds, 1 when the trainer "
             "or every worker is gone, 2 when the server cannot be reached."
         ),
@@ -117,6 +117,17 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [header, *rows]]
 
 
+def _behind(worker: Mapping[str, Any]) -> str:
+    """Newer weights versions the relay has and has not finished sending to this worker, and for how
+    long ("-": not reported): a growing figure means the relay's uplink is the limit."""
+    n, age = worker.get("weights_behind"), worker.get("weights_behind_s")
+    if not isinstance(n, int):
+        return "-"
+    if n == 0:
+        return "0"
+    return f"{n} ({age:.0f} s)" if isinstance(age, int | float) else str(n)
+
+
 def format_status(report: Mapping[str, Any], stale_s: float = 30.0) -> str:
     """The human-readable status: server line, trainer line, then one row per worker."""
     lines = []
@@ -133,10 +144,10 @@ def format_status(report: Mapping[str, Any], stale_s: float = 30.0) -> str:
         lines.append("trainer  not connected")
     workers = sorted(report.get("workers") or [], key=lambda w: str(w.get("name")))
     if workers:
-        header = ["WORKER", "ADDRESS", "EPISODES", "SAMPLES/S", "VERSION", "LAST SEEN", ""]
+        header = ["WORKER", "ADDRESS", "EPISODES", "SAMPLES/S", "VERSION", "BEHIND", "LAST SEEN", ""]
         rows = [[
             str(w.get("name", "?")), str(w.get("address") or "-"), format_value(w.get("episodes")),
-            format_value(w.get("samples_per_s")), format_value(w.get("weights_version")),
+            format_value(w.get("samples_per_s")), format_value(w.get("weights_version")), _behind(w),
             _seconds(w.get("last_seen_s")),
             "" if _alive(w, stale_s, _connected(report, str(w.get("name")))) else "GONE",
         ] for w in workers]

@@ -89,5 +89,11 @@ def build_status(
             "weights_version": stats.get("weights_version"),
             "last_seen_s": round(max(0.0, now - t), 3),
         })
+        # the relay's view: weights versions complete at the relay and not yet all sent to this
+        # worker, and for how long (a relay uplink too slow for the fleet shows here)
+        client = (server.get("clients") or {}).get(sender) or {}
+        for key in ("weights_behind", "weights_behind_s"):
+            if key in client:
+                row[key] = client[key]
         workers.append(row)
     return {"server": dict(server), "trainer": trainer, "workers": workers}

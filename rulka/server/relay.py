@@ -154,6 +154,7 @@ class RelayCore:
         self.incoming_count = 0
         self.retained_serial = 0
         self.weights_superseded = 0  # versions not sent to some worker because a newer one came first
+        self.weights_completed_at: dict[int, float] = {}  # serial -> when it was complete here (the latest 256)
         self.clients: dict[str, ClientCounters] = {}  # identity -> counters (kept after disconnect)
         self.bad: dict[str, int] = collections.defaultdict(int)
         self.stats: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -268,6 +269,9 @@ class RelayCore:
         self.incoming.append(obj)
         if len(self.incoming) >= self.incoming_count:
             self.retained, self.retained_n, self.retained_serial = self.incoming, n, self.incoming_serial
+            self.weights_completed_at[self.incoming_serial] = time.time()
+            if len(self.weights_completed_at) > 256:
+                del self.weights_completed_at[min(self.weights_completed_at)]
             self.incoming, self.incoming_n = [], -1
         self.pump_all_weights()
 
@@ -303,6 +307,12 @@ class RelayCore:
             "bad_inputs": dict(self.bad),
             "clients": {who: c.as_dict() for who, c in self.clients.items()},
         }
+        now = time.time()
+        for name, conn in self.workers.items():
+            # versions complete here and not yet all written to this worker: what its link is behind
+            newer = [t for serial, t in self.weights_completed_at.items() if serial > conn.weights_done_serial]
+            server["clients"][name]["weights_behind"] = len(newer)
+            server["clients"][name]["weights_behind_s"] = round(now - min(newer), 1) if newer else 0.0
         addresses = {who: c.address for who, c in self.clients.items()}
         report = build_status(server, self.stats, addresses, now=time.time())
         reported = {row["name"] for row in report["workers"]}
@@ -363,6 +373,7 @@ class RelayProtocol(protocol.Protocol):
         self._w_count = 0
         self._w_serial = 0
         self._w_sent = 0
+        self.weights_done_serial = 0  # the newest weights message whose last chunk was written to it
         self._buckets = {name: [burst, 0.0] for name, (_, burst) in RATE_LIMITS.items()}
 
     # -- Twisted callbacks ---------------------------------------------------------------------
@@ -640,6 +651,8 @@ class RelayProtocol(protocol.Protocol):
             if chunks is not None and self._w_sent < self._w_count:
                 if self._w_sent < len(chunks):
                     self._w_sent += 1
+                    if self._w_sent == self._w_count:
+                        self.weights_done_serial = self._w_serial
                     self.send_obj(chunks[self._w_sent - 1])
                     continue
                 if chunks is core.incoming:
