@@ -25,11 +25,11 @@ reason (the relay's counters and the workers' own); the fairness of the intake a
 (Jain's index of segments received per worker, min/max ratio); and the relay's
 ``weights_superseded``. The load of the machine (``os.getloadavg``) is recorded with it.
 
-    python bench/fleet.py                          # --scenarios quick: 16 workers, 48x36, 20 Mbit/s, 40 s
-    python bench/fleet.py --scenarios fleet256     # 256 workers through 100 Mbit/s
-    python bench/fleet.py --scenarios guide_50mbit # 40 workers, guide-size network, 50 Mbit/s
-    python bench/fleet.py --scenarios guide_unthrottled
-    python bench/fleet.py --scenarios quick --workers 8 --seconds 20   # flags given win over the preset
+    python -m bench.fleet                          # --scenarios quick: 16 workers, 48x36, 20 Mbit/s, 40 s
+    python -m bench.fleet --scenarios fleet256     # 256 workers through 100 Mbit/s
+    python -m bench.fleet --scenarios guide_50mbit # 40 workers, guide-size network, 50 Mbit/s
+    python -m bench.fleet --scenarios guide_unthrottled
+    python -m bench.fleet --scenarios quick --workers 8 --seconds 20   # flags given win over the preset
 """
 
 from __future__ import annotations

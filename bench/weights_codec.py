@@ -17,7 +17,7 @@ For each IQN network a worker runs (configs/sim_iqn.yaml's 184-float one, the sa
 
 Prints one JSON object.
 
-    python bench/weights_codec.py [--quick] [--updates 100] [--lr 5e-5] [--observations 256]
+    python -m bench.weights_codec [--quick] [--updates 100] [--lr 5e-5] [--observations 256]
 """
 
 from __future__ import annotations
