@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rulka.agents.acting import build_actor
 from rulka.compress import SegmentDecoder, ZstdCompressor, codec_name, frame_segment
 from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.envs.map_cycle import MapCycle
@@ -339,7 +340,7 @@ class Worker:
                 log.warning("weights v%d carry no actor_spec; cannot build an actor", blob.version)
                 self.stats.weights_rejected += 1
                 return False
-            self.actor = build_plugin("actor", spec["actor"], spec.get("kwargs"), self.cfg)
+            self.actor = build_actor(spec["actor"], spec.get("kwargs"), self.cfg)
         self.actor.load_weights(blob.tensors)
         frames = spec.get("frames_played")
         if isinstance(frames, int) and not isinstance(frames, bool) and frames >= 0:
@@ -621,7 +622,7 @@ class Worker:
         spec = dict(blob.actor_spec or {})
         try:
             if self.eval_actor is None:
-                self.eval_actor = build_plugin("actor", spec["actor"], spec.get("kwargs"), self.cfg)
+                self.eval_actor = build_actor(spec["actor"], spec.get("kwargs"), self.cfg)
             self.eval_actor.load_weights(blob.tensors)
         except Exception as exc:  # noqa: BLE001 - the same weights loaded into self.actor; never fatal
             log.warning("evaluation version v%d not loaded: %s", blob.version, str(exc)[:200])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,6 +11,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    field_validator,
 )
 
 from rulka.config.sections.common import Section
@@ -54,8 +56,34 @@ class WorkerConfig(Section):
     """CPU threads torch may use for inference in the worker (1: fastest for one observation).
     One observation at a time: more threads only take cores from the game. numpy's BLAS gets
     the same limit (float-only IQN networks act in numpy on CPU)."""
+    device: str = "auto"
+    """Device the worker acts on: auto (cuda where torch sees a GPU), cpu, cuda, cuda:N.
+
+    On CUDA the policy step runs in fp16 autocast with the CNN in channels_last,
+    captured once as a CUDA graph; new weights are copied into it in place (docs/performance.md).
+    cuda on a PC whose torch sees no GPU stops the worker with a one-line error."""
+    cpu_int8: bool = True
+    """CPU: an image network's dense heads act with int8 weights, float32 deciding near ties.
+
+    The heads run with int8 weights (torch's dynamic quantisation), and the float32 advantages decide whenever the two best actions are within 10% of the spread of
+    Q, so the greedy action stays float32's (bench/actor.py: the fastest CPU path that acts as
+    eager on the recorded frames). false: float32 throughout. Float-only networks act in numpy."""
     pause_for_credit: bool = True
     """Pause between segments while the trainer withholds credit (false: a real-time game).
     The trainer withholds credit while its learner is behind the replay ratio. A real-time game
     that cannot wait keeps acting; the trainer defers, then drops (counted), what its rate
     limiter cannot admit."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+            raise ValueError(f"must be auto, cpu, cuda or cuda:N, got {value!r}")
+        return value
+
+    def torch_device(self) -> str:
+        """``device`` with ``auto`` resolved on this machine (imports torch); raises ConfigError
+        naming ``worker.device`` when a named GPU is not there."""
+        from rulka.nn.inference import resolve_device
+
+        return str(resolve_device(self.device, "worker.device"))

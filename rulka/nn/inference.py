@@ -1,0 +1,98 @@
+"""Batch-1 inference for actors: the device a worker acts on, a CUDA-graph step, int8 weights.
+
+A worker decides one observation at a time, so a policy step is short and its fixed costs
+(Python, op dispatch, kernel launches, weights streamed from memory) dominate. What this module
+offers an actor (``rulka.agents.iqn.actor`` uses it):
+
+- ``resolve_device``: ``worker.device`` (``auto | cpu | cuda | cuda:N``) to a torch device, with
+  a one-line ``ConfigError`` naming the key when a named GPU is not there.
+- ``GraphStep``: a function of fixed-shape tensors captured once as a CUDA graph (under fp16
+  autocast when asked) and replayed per call. The graph reads the module's parameters where
+  they live, so new weights loaded with ``load_state_dict`` (which copies into the existing
+  tensors) are used by the next replay: no re-capture and no new allocation per weights version.
+  Autocast's weight cache is off while capturing, so the fp16 casts are part of the graph and
+  re-read the fp32 parameters at each replay.
+- ``int8_linears``: a copy of a module whose ``nn.Linear`` layers run with int8 weights and
+  dynamically quantised activations (fbgemm/oneDNN), for CPUs; the caller checks its argmax
+  against float32 (it is not exact).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from rulka.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+
+
+def resolve_device(setting: str, key: str = "worker.device") -> torch.device:
+    """``auto`` (cuda where torch sees a GPU, else cpu), ``cpu``, ``cuda`` or ``cuda:N`` as a torch
+    device; a named GPU that torch cannot see raises ``ConfigError`` naming ``key``."""
+    if not re.fullmatch(DEVICE_PATTERN, setting):
+        raise ConfigError(f"config key `{key}` must be auto, cpu, cuda or cuda:N, got {setting!r}")
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if setting.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"config key `{key}` is {setting} but torch sees no CUDA device on this machine "
+                              "(set it to auto or cpu, or install a CUDA build of torch)")
+        index = setting.partition(":")[2]
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(f"config key `{key}` is {setting} but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device(setting)
+
+
+class GraphStep:
+    """``fn(*inputs)`` on fixed-shape CUDA tensors, captured once as a CUDA graph.
+
+    ``inputs`` are the example tensors (their shapes and dtypes are fixed from then on); each
+    call copies new values into the static copies, replays the graph and returns the static
+    output (a view that the next call overwrites: copy what you keep). ``half``: fp16 autocast.
+    """
+
+    def __init__(self, fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], half: bool = True,
+                 warmup: int = 3) -> None:
+        self.fn, self.half = fn, half
+        self.static = [t.clone() for t in inputs]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.inference_mode():  # warm-up (cuDNN/cuBLAS plans) off the capture
+            for _ in range(warmup):
+                self._run()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(self.graph):
+            self.out = self._run()
+        self.replays = 0
+
+    def _run(self) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=torch.float16, enabled=self.half, cache_enabled=False):
+            return self.fn(*self.static).float()
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+        for dst, src in zip(self.static, inputs):
+            dst.copy_(src, non_blocking=True)
+        self.graph.replay()
+        self.replays += 1
+        return self.out
+
+
+def int8_linears(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` (eval mode) whose ``nn.Linear`` layers hold int8 weights (one scale per
+    output row) and quantise their input per call (torch's dynamic quantisation). Convolutions
+    and everything else stay float32."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch marks the eager quantisation API deprecated; it is what runs here
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(module).eval(), {nn.Linear: per_channel_dynamic_qconfig})
