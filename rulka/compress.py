@@ -79,11 +79,14 @@ class ZstdCompressor(SampleCompressor):
 
     ``level``: zstd level (3 is fast enough for a 20 Hz loop on one core);
     ``delta``: ``"auto"`` (keep the delta encoding of a frame array only if it compresses
-    better), ``True`` (always) or ``False`` (never);
+    better; both ways are tried on one segment in ``AUTO_RECHECK_SEGMENTS`` per array name and
+    the choice is kept for the segments between: trying both on every segment tripled the
+    worker's compression time), ``True`` (always) or ``False`` (never);
     ``max_output_bytes``: largest segment ``decompress`` accepts.
     """
 
     codec = "zstd"
+    AUTO_RECHECK_SEGMENTS = 16
 
     def __init__(self, level: int = 3, delta: bool | str = "auto",
                  max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
@@ -93,6 +96,7 @@ class ZstdCompressor(SampleCompressor):
         self.delta = delta
         self.max_output_bytes = int(max_output_bytes)
         self._cctx = zstandard.ZstdCompressor(level=self.level)
+        self._auto: dict[str, tuple[bool, int]] = {}  # "auto": array name -> (delta?, segments left to reuse it)
 
     def _compress_bytes(self, raw: bytes) -> bytes:
         return self._cctx.compress(raw)
@@ -109,8 +113,13 @@ class ZstdCompressor(SampleCompressor):
                 arr = segment.arrays[name]
                 encoded = np.ascontiguousarray(delta_encode(arr)).tobytes()
                 if self.delta == "auto":
-                    raw = plain["a"][name][2]
-                    if len(self._compress_bytes(encoded)) >= len(self._compress_bytes(raw)):
+                    use, left = self._auto.get(name, (False, 0))
+                    if left <= 0:
+                        raw = plain["a"][name][2]
+                        use = len(self._compress_bytes(encoded)) < len(self._compress_bytes(raw))
+                        left = self.AUTO_RECHECK_SEGMENTS
+                    self._auto[name] = (use, left - 1)
+                    if not use:
                         continue
                 plain["a"][name][2] = encoded
                 delta_names.append(name)
