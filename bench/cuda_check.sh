@@ -13,16 +13,23 @@
 #                      defaults through bfloat16 autocast, pinned or device batches (memory.batch_device)
 #                      to the loss compiled with CUDA graphs (nn.training.compile_mode reduce-overhead),
 #                      each rung paired with the one before it in interleaved windows
+#   actor_cuda.json    bench/actor.py's CUDA rows (worker.device: cuda): the guide-size and 48x36
+#                      networks' batch-1 greedy step, eager fp32 vs the captured fp16 graph, their
+#                      agreement, ms per forward of N = 1, 2, 4, 8 observations (the batched design)
+#                      and the memory of one process's CUDA context
+#   tmnf_fake_cuda.json bench/tmnf_fake.py's instances rows on CUDA: 1, 2, 4 processes, each a TMNF
+#                      fake at 160x120 acted on by the guide-size network, actions/s per instance
+#                      and device memory (ACTOR_ROWS=0 skips these two)
 #   run.log, metrics.jsonl, best.json, eval_best.json, eval_final.json
 #                      `rulka run` of the guide-size image network (160x120 frames, float MLP 256,
 #                      dense 1024, batch 512) on the GPU with AMP bfloat16 and device batches (what
 #                      docs/performance.md recommends for a GPU trainer) and the loss compiled with
 #                      CUDA graphs (to exercise that path end to end; still to be measured) and
-#                      $WORKERS simulator workers for $MINUTES minutes (less if DEADLINE is near), then
+#                      $WORKERS simulator workers (acting on the GPU: worker.device) for $MINUTES minutes (less if DEADLINE is near), then
 #                      `rulka eval` of its best policy and of its final weights
 # Packages the machine lacks travel as wheels in .whl/ (see the device tool's notes); on a machine
 # with rulka installed none are needed (WHEELS=none skips them). Knobs: WORKERS (12), MINUTES (2),
-# SECONDS_PER_ROW (6), DEADLINE (570), DEVICE (cuda; cpu makes a dry run of the same commands on a
+# SECONDS_PER_ROW (6), DEADLINE (570), ACTOR_ROWS (1), DEVICE (cuda; cpu makes a dry run of the same commands on a
 # machine without a GPU).
 set -u
 OUT=${OUT:-/tmp/cuda_check}
@@ -89,6 +96,29 @@ echo "== 2. unit tests with CUDA branches ($SECONDS s in)" | tee -a "$LOG"
 timeout "$(left 120)" $PY -m pytest -q -p no:cacheprovider tests/test_iqn_agent.py tests/test_learner_step.py \
     tests/test_batch_device.py 2>&1 | tail -4 | tee -a "$LOG"
 
+timeout "$(left 60)" $PY -m pytest -q -p no:cacheprovider tests/test_acting.py -k "cuda or weights_swap" 2>&1 \
+    | tail -4 | tee -a "$LOG"
+
+if [ "${ACTOR_ROWS:-1}" != 0 ]; then
+    echo "== 2b. the worker's actor on $DEVICE: bench.actor and bench.tmnf_fake instances ($SECONDS s in)" | tee -a "$LOG"
+    timeout "$(left 100)" $PY -m bench.actor --parts paths --devices "$DEVICE" --seconds 1 --rounds 2 --frames 50 \
+        --no-compile > "$OUT/actor_cuda.json" 2> "$OUT/actor.err"
+    echo "actor rc=$? $(tail -c 300 "$OUT/actor.err")" | tee -a "$LOG"
+    timeout "$(left 90)" $PY -m bench.tmnf_fake --parts instances --devices "$DEVICE" --seconds 4 \
+        > "$OUT/tmnf_fake_cuda.json" 2> "$OUT/tmnf_fake.err"
+    echo "tmnf_fake rc=$? $(tail -c 300 "$OUT/tmnf_fake.err")" | tee -a "$LOG"
+    $PY - "$OUT/actor_cuda.json" "$OUT/tmnf_fake_cuda.json" <<'EOF' 2>&1 | tee -a "$LOG"
+import json, sys
+actor, tmnf = (json.load(open(p)) for p in sys.argv[1:3])
+for r in actor["paths"]:
+    print("actor", r["network"], r["device"], r["path"], r.get("ms"), "ms", r.get("over_eager"), "x eager,",
+          "agrees", r.get("agrees_with_eager"), r.get("ms_per_forward_of_n", ""), r.get("device_used_mb", ""))
+for r in tmnf["instances"]:
+    print("tmnf_fake", r["device"], r["instances"], "instances:", r["actions_per_s_per_instance"], "actions/s each,",
+          "device MB", r.get("device_used_mb_all"), "reserved/process", r.get("torch_reserved_mb_per_process"))
+EOF
+fi
+
 echo "== 3. rulka run, guide-size image network, $WORKERS workers, $MINUTES min ($SECONDS s in)" | tee -a "$LOG"
 RUN=/tmp/cuda_check_run
 rm -rf "$RUN"
@@ -98,7 +128,7 @@ run_min=$(awk -v m="$MINUTES" -v l="$((DEADLINE - SECONDS))" 'BEGIN { x = (l - 1
 echo "run minutes $run_min" | tee -a "$LOG"
 timeout "$run_s" $PY -m rulka.cli run configs/sim_iqn.yaml --workers "$WORKERS" --minutes "$run_min" --run-dir "$RUN" \
     --stop-timeout 30 \
-    --set trainer.device="$DEVICE" --set logging.wandb.enabled=false \
+    --set trainer.device="$DEVICE" --set worker.device="$DEVICE" --set logging.wandb.enabled=false \
     --set nn.vis.no_image=false --set nn.vis.image_size.width=160 --set nn.vis.image_size.height=120 \
     --set nn.float.mlp.hidden_dim=256 --set nn.decoder.dense_hidden_dimension=1024 \
     --set nn.training.use_jit=true --set nn.training.compile_mode=reduce-overhead --set nn.training.use_amp=true \

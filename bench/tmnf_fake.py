@@ -12,11 +12,20 @@ For the same seeded action sequence on the default track it measures:
   physics runs in the game's process, in parallel with the worker's pipeline);
 - frames at 160x120: actions per second with the image, ms per frame on the client (BGRA ->
   grayscale) and the frame path's extra ms per action (pause, request, render, 76.8 kB over the
-  socket, conversion) over float-only runs of the same actions (alternated, best of two each).
+  socket, conversion) over float-only runs of the same actions (alternated, best of two each);
+- the worker's own cost (``worker_own``): a real ``Worker`` (segments, compression, outbox, over
+  an in-process link) driving the fake at 160x120 with an actor that costs nothing (the same
+  seeded actions), ms per action over the simulator alone: everything but the game and the policy
+  forward, with the game in the worker's process and in its own; ``loop_ms_per_action`` is the
+  part of it the worker's loop adds over the bare env;
+- instances (``instances``): 1, 2 and 4 processes at once, each a TMNF fake at 160x120 (in its
+  process) acted on by the guide-size network (``IQNActor.accelerate`` on the device:
+  ``worker.device``), actions/s per instance; on CUDA with the memory each process's context
+  takes (one process per instance, each with its own CUDA context: docs/performance.md).
 
 Prints one JSON object.
 
-    python -m bench.tmnf_fake [--quick]
+    python -m bench.tmnf_fake [--quick] [--devices cpu,cuda] [--parts env,worker,instances]
 """
 
 from __future__ import annotations
@@ -37,6 +46,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from rulka.config import config_from_dict  # noqa: E402
+
+TARGETS = {"worker_own_ms_per_action_inproc_max": 0.3, "worker_own_ms_per_action_process_max": 0.8,
+           "cuda_guide_instance_actions_per_s_min": 200}
 
 
 def actions(n: int, seed: int = 0) -> list[int]:
@@ -72,23 +84,7 @@ def run_sim(acts: list[int]) -> float:
 
 
 def run_tmnf(acts: list[int], image: bool, process: bool) -> tuple[float, dict]:
-    from rulka.envs.tmnf.env import TmnfEnv
-    from rulka.envs.tmnf.game import FakeLauncher, ScriptLauncher
-
-    tmp = None
-    if process:
-        tmp = Path(tempfile.mkdtemp()) / "launch_fake.sh"
-        tmp.write_text(f"#!/bin/sh\nexec {sys.executable} -m rulka.envs.tmnf.fake --port $1 --countdown-ms -100\n")
-        tmp.chmod(tmp.stat().st_mode | stat.S_IEXEC)
-        import socket
-
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        env = TmnfEnv(cfg(image), launcher=ScriptLauncher(str(tmp)), port=port)
-    else:
-        env = TmnfEnv(cfg(image), launcher=FakeLauncher(countdown_ms=-100), port=0)
+    env, _ = _env(cfg(image), process)
     try:
         s, episodes = drive(env, acts)
         counters = {"episodes": episodes, "game_lost": env.counters["game_lost"]}
@@ -107,13 +103,175 @@ def frame_conversion_ms(n: int) -> float:
     return (time.perf_counter() - t0) / n * 1000
 
 
+class FreeActor:
+    """An actor that costs nothing: the seeded actions in turn (the worker's own cost alone)."""
+
+    def __init__(self, acts: list[int]) -> None:
+        self.acts, self.i = acts, 0
+
+    def act_with_info(self, obs, test: bool = False):
+        self.i += 1
+        return self.acts[self.i % len(self.acts)], {}
+
+    def act(self, obs, test: bool = False):
+        return self.act_with_info(obs, test)[0]
+
+    def reset(self) -> None:
+        pass
+
+    def load_weights(self, weights) -> None:
+        pass
+
+
+def run_worker(acts: list[int], process: bool) -> float:
+    """Actions/s of a ``Worker`` (free actor, in-process link, no credit pauses) on the fake at 160x120."""
+    from rulka.net.local import LocalHub
+    from rulka.worker.worker import Worker
+
+    c = config_from_dict({"environment": {"backend": "tmnf", "game_launch": "fake", "tmi_protection_timeout_s": 30},
+                          "nn": {"vis": {"no_image": False, "image_size": {"width": 160, "height": 120}}},
+                          "worker": {"pause_for_credit": False}})
+    env, tmp = _env(c, process)
+    worker = Worker(c, LocalHub(queue_size=100_000).worker_link("w0"), env=env, actor=FreeActor(acts),
+                    state_dir=tempfile.mkdtemp(), wait_for_welcome=False)
+    try:
+        worker.run(max_steps=20, drain_timeout_s=0)  # connect, build the track, first segment
+        t0 = time.perf_counter()
+        stats = worker.run(max_steps=len(acts), drain_timeout_s=0)
+        return stats.steps / (time.perf_counter() - t0) if stats.steps else 0.0
+    finally:
+        worker.close()
+        env.close()
+
+
+def _env(c, process: bool):
+    from rulka.envs.tmnf.env import TmnfEnv
+    from rulka.envs.tmnf.game import FakeLauncher, ScriptLauncher
+
+    if not process:
+        return TmnfEnv(c, launcher=FakeLauncher(countdown_ms=-100), port=0), None
+    tmp = Path(tempfile.mkdtemp()) / "launch_fake.sh"
+    tmp.write_text(f"#!/bin/sh\nexec {sys.executable} -m rulka.envs.tmnf.fake --port $1 --countdown-ms -100\n")
+    tmp.chmod(tmp.stat().st_mode | stat.S_IEXEC)
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return TmnfEnv(c, launcher=ScriptLauncher(str(tmp)), port=port), tmp
+
+
+def worker_own(acts: list[int]) -> dict:
+    """ms per action of the worker over the simulator alone (image on both), game in process and
+    apart, and of the worker's loop over the bare env (in process); best of two each."""
+    from rulka.envs.sim.env import SimTrackEnv
+
+    ms = lambda rate: 1000.0 / rate  # noqa: E731
+    sim, bare, inproc, proc = [], [], [], []
+    for _ in range(2):
+        env = SimTrackEnv(config=cfg(True), image=True)
+        sim.append(len(acts) / drive(env, acts)[0])
+        bare.append(run_tmnf(acts, image=True, process=False)[0])
+        inproc.append(run_worker(acts, process=False))
+        proc.append(run_worker(acts, process=True))
+    s, b, i, p = max(sim), max(bare), max(inproc), max(proc)
+    return {"sim_image_actions_per_s": round(s, 1), "tmnf_image_bare_actions_per_s": round(b, 1),
+            "worker_inproc_actions_per_s": round(i, 1), "worker_process_actions_per_s": round(p, 1),
+            "ms_per_action_inproc": round(ms(i) - ms(s), 3), "ms_per_action_process": round(ms(p) - ms(s), 3),
+            "loop_ms_per_action": round(ms(i) - ms(b), 3)}
+
+
+def _instance(device: str, seconds: float, out) -> None:
+    """One instance: the fake at 160x120 in this process and the guide-size actor on ``device``."""
+    import torch
+
+    torch.set_num_threads(1)
+    from bench.actor import IMAGE_NETWORKS, actor_for
+    from rulka.envs.tmnf.env import TmnfEnv
+    from rulka.envs.tmnf.game import FakeLauncher
+
+    actor = actor_for(IMAGE_NETWORKS["guide160x120"])
+    actor.accelerate(device, int8=True)
+    env = TmnfEnv(cfg(True), launcher=FakeLauncher(countdown_ms=-100), port=0)
+    try:
+        obs, _ = env.reset()
+        n, t0, warm = 0, time.perf_counter(), 20
+        while True:
+            obs, _, terminated, truncated, _ = env.step(actor.act(obs))
+            if terminated or truncated:
+                obs, _ = env.reset()
+            n += 1
+            if n == warm:
+                t0 = time.perf_counter()
+            elif n > warm and time.perf_counter() - t0 >= seconds:
+                break
+        row = {"actions_per_s": (n - warm) / (time.perf_counter() - t0)}
+        if device.startswith("cuda"):
+            free, total = torch.cuda.mem_get_info()
+            row.update(torch_reserved_mb=round(torch.cuda.memory_reserved() / 2**20, 1),
+                       device_used_mb=round((total - free) / 2**20, 1))
+        out.put(row)
+    finally:
+        env.close()
+
+
+def instances(devices: list[str], seconds: float) -> list[dict]:
+    import multiprocessing as mp
+
+    import torch
+
+    ctx = mp.get_context("spawn")  # as on Windows
+    rows = []
+    for device in devices:
+        if device == "cuda" and not torch.cuda.is_available():
+            rows += [{"device": "cuda", "instances": n, "actions_per_s_per_instance": "not measured"} for n in (1, 2, 4)]
+            continue
+        for n in (1, 2, 4):
+            q = ctx.Queue()
+            procs = [ctx.Process(target=_instance, args=(device, seconds, q)) for _ in range(n)]
+            for p in procs:
+                p.start()
+            got = [q.get(timeout=seconds + 240) for _ in procs]
+            for p in procs:
+                p.join(30)
+            rates = [g["actions_per_s"] for g in got]
+            row = {"device": device, "instances": n, "actions_per_s_per_instance": round(float(np.mean(rates)), 1),
+                   "slowest": round(min(rates), 1), "total_actions_per_s": round(sum(rates), 1)}
+            if device == "cuda":
+                row["device_used_mb_all"] = max(g["device_used_mb"] for g in got)
+                row["torch_reserved_mb_per_process"] = max(g["torch_reserved_mb"] for g in got)
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer actions (a smoke run)")
+    parser.add_argument("--devices", default="cpu,cuda", help="instances rows: comma-separated cpu, cuda")
+    parser.add_argument("--parts", default="env,worker,instances", help="comma-separated: env, worker, instances")
+    parser.add_argument("--seconds", type=float, default=10.0, help="each instance's timed run")
     args = parser.parse_args()
     n = 300 if args.quick else 3000
     acts = actions(n)
+    parts = args.parts.split(",")
     t_start = time.time()
+    result: dict = {"bench": "tmnf_fake", "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                    "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version()}, "actions": n,
+                    "targets": TARGETS}
+    if "env" in parts:
+        result.update(env_rows(acts, n, args.quick))
+    if "worker" in parts:
+        result["worker_own"] = worker_own(acts[: max(n // 3, 200)])
+    if "instances" in parts:
+        result["instances"] = instances(args.devices.split(","), 3.0 if args.quick else args.seconds)
+        one_gpu = [r for r in result["instances"] if r["device"] == "cuda" and r["instances"] == 1]
+        result["cuda_guide_instance_actions_per_s"] = one_gpu[0]["actions_per_s_per_instance"] if one_gpu else "not measured"
+    result["seconds"] = round(time.time() - t_start, 1)
+    print(json.dumps(result))
+
+
+def env_rows(acts: list[int], n: int, quick: bool) -> dict:
     sim = run_sim(acts)
     inproc, c_in = run_tmnf(acts, image=False, process=False)
     proc, c_proc = run_tmnf(acts, image=False, process=True)
@@ -128,11 +286,7 @@ def main() -> None:
         flat_rates.append(run_tmnf(acts[:n_img], image=False, process=True)[0])
     img, flat = max(img_rates), max(flat_rates)
     ms = lambda rate: 1000.0 / rate  # noqa: E731
-    result = {
-        "bench": "tmnf_fake",
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version()},
-        "actions": n,
+    return {
         "sim_actions_per_s": round(sim, 1),
         "tmnf_inproc_actions_per_s": round(inproc, 1),
         "tmnf_process_actions_per_s": round(proc, 1),
@@ -140,12 +294,10 @@ def main() -> None:
         "overhead_ms_per_action_process": round(ms(proc) - ms(sim), 3),
         "image_160x120_actions_per_s": round(img, 1),
         "frame_path_ms_per_action_160x120": round(ms(img) - ms(flat), 3),
-        "frame_conversion_ms_160x120": round(frame_conversion_ms(200 if args.quick else 2000), 4),
+        "frame_conversion_ms_160x120": round(frame_conversion_ms(200 if quick else 2000), 4),
         "episodes": {"inproc": c_in["episodes"], "process": c_proc["episodes"], "image": c_img["episodes"]},
         "game_lost": c_in["game_lost"] + c_proc["game_lost"] + c_img["game_lost"],
-        "seconds": round(time.time() - t_start, 1),
     }
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ RESULTS = {
 
 def table(tmp_path: Path) -> str:
     (tmp_path / "extended_runs.json").write_text("[]")
-    return "\n".join(targets_table(lambda name: RESULTS.get(name), tmp_path, {"transport": "", "sim": "", "actor": ""}))
+    return "\n".join(targets_table(lambda name: RESULTS.get(name), tmp_path, {"transport": "", "sim": "", "pipeline": ""}))
 
 
 def test_benchmark_targets_judge_the_latest_figures(tmp_path: Path) -> None:
@@ -38,9 +38,9 @@ def test_benchmark_targets_judge_the_latest_figures(tmp_path: Path) -> None:
     assert "| 77 MB | 2026-01-04 00:00 UTC | yes |" in text
     # a script never run is shown, not dropped
     assert "| `sim` | simulator >= 5,000 actions/s with the image on one core | not measured |  | - |" in text
-    # 4 hold of the 12 rows (3 of transport's and trainer_loop's and soak's 6 rows; the rest not measured)
-    assert "4 of 12 hold" in text
-    assert "Figures without a target (they describe rather than judge): `actor`." in text
+    # 4 hold of the 18 rows (3 of transport's and trainer_loop's and soak's 6 rows; the rest not measured)
+    assert "4 of 18 hold" in text
+    assert "Figures without a target (they describe rather than judge): `pipeline`." in text
 
 
 def test_spi_outside_ten_percent_fails(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_p
     text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
     # comparisons between arms are not goals: they stay out of the targets table and its count
     assert "1/2 seeds (at 800 steps)" not in text
-    assert "0 of 12 hold" in text  # the 12 unmeasured benchmark targets only
+    assert "0 of 18 hold" in text  # the 18 unmeasured benchmark targets only
     section = "\n".join(learner_fix_studies(path))
     assert ("| g | clipped | 0, 1 | 1,000 | -, 800 | 300.5, 476 | 2026-01-05 00:00 UTC "
             "| `python bench/learner_fix_studies.py grpo` |") in section
@@ -349,3 +349,18 @@ def test_gpu_checks_give_a_target_row_per_check_from_its_latest_run_and_their_ow
     text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
     assert "| `bench/cuda_check.sh` | image network finishes on a GPU | pass: 3 of 3 |" in text
     assert cuda_targets(tmp_path / "missing.json") == []
+
+
+def test_actor_rows_judge_the_fastest_exact_cpu_path_and_leave_gpu_rows_unmeasured(tmp_path: Path) -> None:
+    (tmp_path / "extended_runs.json").write_text("[]")
+    figures = {"best_cpu": {"guide160x120": {"path": "int8", "decisions_per_s": 250.0},
+                            "sim_image48x36": {"path": "batch1", "decisions_per_s": 2500.0}},
+               "cuda_guide_step_ms": "not measured",
+               "targets": {"guide160x120_greedy_per_s_min": 200, "sim_image48x36_greedy_per_s_min": 3000,
+                           "cuda_guide160x120_step_ms_max": 1.0}}
+    results = {"actor": {"date": "2026-01-05 00:00 UTC", "figures": figures}}
+    rows = [r for r in targets_table(results.get, tmp_path, {"actor": ""}) if r.startswith("| `actor`")]
+    assert len(rows) == 3
+    assert rows[0].endswith("| 250 decisions/s | 2026-01-05 00:00 UTC | yes |")
+    assert rows[1].endswith("| 2,500 decisions/s | 2026-01-05 00:00 UTC | **no** |")
+    assert "| - | 2026-01-05 00:00 UTC |" in rows[2] and "yes" not in rows[2]
