@@ -111,17 +111,16 @@ class ZstdCompressor(SampleCompressor):
         if self.delta is not False:
             for name in frame_names:
                 arr = segment.arrays[name]
-                encoded = np.ascontiguousarray(delta_encode(arr)).tobytes()
                 if self.delta == "auto":
                     use, left = self._auto.get(name, (False, 0))
                     if left <= 0:
-                        raw = plain["a"][name][2]
-                        use = len(self._compress_bytes(encoded)) < len(self._compress_bytes(raw))
+                        trial = np.ascontiguousarray(delta_encode(arr)).tobytes()
+                        use = len(self._compress_bytes(trial)) < len(self._compress_bytes(plain["a"][name][2]))
                         left = self.AUTO_RECHECK_SEGMENTS
                     self._auto[name] = (use, left - 1)
-                    if not use:
+                    if not use:  # the delta encoding is not even computed
                         continue
-                plain["a"][name][2] = encoded
+                plain["a"][name][2] = np.ascontiguousarray(delta_encode(arr)).tobytes()
                 delta_names.append(name)
         return self._compress_bytes(pack({"f": _FORMAT, "delta": delta_names, "s": plain}))
 

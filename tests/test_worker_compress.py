@@ -163,3 +163,18 @@ def test_trainer_stores_segments_of_a_worker_that_compresses_with_none(tmp_path)
     trainer.close()
     assert trainer.state.counters.get("bad_segment", 0) == 0
     assert len(memory) == seg.num_transitions
+
+
+def test_auto_delta_choice_is_kept_between_rechecks_and_made_again_after() -> None:
+    """"auto" tries both encodings on one segment in AUTO_RECHECK_SEGMENTS (per array) and keeps
+    the choice in between; every segment still decodes to itself whichever encoding it got."""
+    base = np.random.default_rng(3).integers(0, 200, size=(32, 32)).astype(np.uint8)
+    ramp = make_segment(40, np.stack([base + np.uint8(i % 50) for i in range(41)]))  # delta wins
+    noise = make_segment(40, np.random.default_rng(4).integers(0, 256, size=(41, 32, 32)).astype(np.uint8))
+    comp, never, always = ZstdCompressor(), ZstdCompressor(delta=False), ZstdCompressor(delta=True)
+    assert_same(comp.decompress(comp.compress(ramp)), ramp)  # decided here: delta
+    for _ in range(ZstdCompressor.AUTO_RECHECK_SEGMENTS - 1):  # kept, though delta does not pay on noise
+        out = comp.compress(noise)
+        assert out == always.compress(noise)
+        assert_same(comp.decompress(out), noise)
+    assert comp.compress(noise) == never.compress(noise)  # tried both again: raw
