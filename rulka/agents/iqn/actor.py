@@ -16,6 +16,9 @@ from rulka.nn.blocks import DuelingHead, NoisyLinear, cosine_embedding
 from rulka.nn.numpy_forward import UnsupportedModule, compile_sequential, run_steps, to_f32
 
 log = logging.getLogger(__name__)
+# int8 heads only pay where the heads' dense layers are large (the guide-size network's 6.0 M
+# weights: 1.64x eager per CPU-second; the 48x36 network's: slower than float32, bench/actor.py)
+INT8_MIN_HEAD_WEIGHTS = 1_000_000
 
 EXPLORATION_KEY = "exploration"  # weights entry [epsilon, epsilon_boltzmann, tau_epsilon_boltzmann]
 
@@ -98,10 +101,11 @@ class _TorchMeanQ:
 
     The same arithmetic as ``mean_q``, less its per-call waste: the features broadcast over the
     taus instead of being repeated, and the greedy taus' embedding (fixed midpoints) computed once
-    per weights version. On CUDA the step runs in fp16 autocast with the CNN in channels_last,
+    per weights version, and the CNN in channels_last. On CUDA the step runs in fp16 autocast,
     captured once per noise mode as a CUDA graph (``rulka.nn.inference.GraphStep``) that reads the
-    parameters in place, so a weights swap needs no re-capture. On CPU, ``int8``: the dueling
-    heads (the bulk of the arithmetic: k rows through the first dense layers) run with int8
+    parameters in place, so a weights swap needs no re-capture. On CPU, ``int8`` (heads of at
+    least ``INT8_MIN_HEAD_WEIGHTS`` weights): the dueling heads (the bulk of the arithmetic: k
+    rows through the first dense layers) run with int8
     weights (``rulka.nn.inference.int8_linears``), and whenever the two best actions are closer
     than ``int8_guard`` times the spread of Q over the actions, the float32 advantage stream
     decides instead (the value stream shifts every action alike). On the guide-size network int8
@@ -116,8 +120,10 @@ class _TorchMeanQ:
         self.cuda = device.type == "cuda"
         self.midpoints = (torch.arange(k, dtype=torch.float32, device=device) + 0.5) / k
         self.cuda_graph, self.half = cuda_graph and self.cuda, half and self.cuda
+        linears = [m for m in net.head.modules() if isinstance(m, nn.Linear)]
         self.int8 = (int8 and not self.cuda and type(net.head) is DuelingHead and net.spec.n_actions > 1
-                     and not any(isinstance(m, NoisyLinear) for m in net.head.modules()))
+                     and not any(isinstance(m, NoisyLinear) for m in net.head.modules())
+                     and sum(m.weight.numel() for m in linears) >= INT8_MIN_HEAD_WEIGHTS)
         self.int8_guard = float(int8_guard)
         self.int8_rechecks = 0  # decisions the float32 advantages took over (a near tie under int8)
         self.int8_overruled = 0  # of those, the ones where int8's own argmax was not float32's
@@ -125,7 +131,7 @@ class _TorchMeanQ:
         self._graphs: dict[bool, Any] = {}
         self._greedy_emb: torch.Tensor | None = None
         self._head8: nn.Module | None = None
-        if self.cuda and net.img_head is not None:
+        if net.img_head is not None:  # CUDA and CPU alike (bench/actor.py: faster on both CPU networks)
             net.img_head.to(memory_format=torch.channels_last)
         self.refresh()
 
