@@ -43,7 +43,8 @@ SCRIPTS: dict[str, str] = {
     "learner": "IQN training batches/s and samples/s at batch 512",
     "learner_topologies": "the guide's network catalogue (fusion modes, ViT stems): IQN batches/s at batch 512, "
                           "the plain CNN as the baseline of the same run",
-    "actor": "IQN actor decisions/s at batch 1 on one core, numpy path vs torch, per worker network",
+    "actor": "IQN actor decisions/s at batch 1 on one core, numpy path vs torch per worker network; the image "
+             "networks' actor paths (eager, batch1, int8, compile, ONNX Runtime; CUDA graph where a GPU is)",
     "trainer_loop": "trainer role with N unpaced workers: updates/s over IQNAgent.train alone, samples per insert",
     "allocator": "IQN learner updates/s and page faults per update: glibc's malloc defaults vs what rulka-trainer sets",
     "colocation": "bare learner beside a paced run on the other cores vs the same run paused: what sharing the machine costs",
@@ -54,7 +55,8 @@ SCRIPTS: dict[str, str] = {
     "peer_tmrl": "TMRL 0.7.1 side by side: relay path on the same payloads, bytes on the wire per transition",
     "sac_pendulum": "SAC on Pendulum-v1: `rulka run` vs TMRL 0.7.1's pipeline, wall-clock and env steps to -200",
     "tm2020_fake": "TM2020 worker loop on the fake game at 20 Hz: jitter p50/p99, capture+pipeline ms per step",
-    "tmnf_fake": "TMNF worker on the fake game over the plugin protocol: actions/s per worker, ms per step over the sim, ms per 160x120 frame",
+    "tmnf_fake": "TMNF worker on the fake game over the plugin protocol: actions/s per worker, ms per step over the sim, "
+                 "ms per 160x120 frame, the worker's own ms per action, actions/s per instance at 1, 2, 4 instances",
     "policy_cartpole": "PPO / GRPO / DPO on CartPole-v1: env steps and seconds to a greedy 475 (CleanRL ppo.py beside)",
     "soak": "real processes for minutes through a trainer stall, worker/relay/trainer kills: segments lost or "
             "duplicated, fair share, time until segments flow again, relay peak RSS",
