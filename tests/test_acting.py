@@ -108,6 +108,24 @@ def test_weights_swap_reaches_the_batch1_path(int8: bool) -> None:
 
 
 
+def test_new_weights_reach_the_int8_heads_without_stalling_the_actor() -> None:
+    """A weights swap does not wait for the int8 heads to be rebuilt (0.2-0.3 s here): the actor
+    acts at once with the float32 heads, then with the new weights' int8 heads, as eager does."""
+    obs, net = frames(60, GUIDE)
+    eager, fast = actor(net, SEED), actor(net, SEED)
+    fast.accelerate("cpu", int8=True)
+    new = actor(net, 0).get_weights()
+    eager.load_weights(new)
+    fast.load_weights(new)
+    want = eager_greedy(eager, obs).tolist()
+    assert fast.act(obs[0], test=True) == want[0]  # at once, whether the int8 heads are ready or not
+    f = fast._fast
+    assert f is not None and f.wait_int8(120)
+    calls, rechecks = f.calls, f.int8_rechecks
+    assert [fast.act(o, test=True) for o in obs] == want
+    assert f.int8_rechecks - rechecks < f.calls - calls  # int8 decided some of them
+
+
 def test_prepare_actor_follows_worker_device() -> None:
     cfg = config_from_dict({"worker": {"device": "cpu", "cpu_int8": False}})
     a = build_actor("iqn", {"network": dataclasses.asdict(IQNNetworkSpec(embedding_dimension=64, **SMALL))}, cfg)

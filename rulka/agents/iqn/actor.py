@@ -4,6 +4,7 @@ NoisyNet's sampled weights when the network has noisy layers)."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import numpy as np
@@ -131,18 +132,49 @@ class _TorchMeanQ:
         self._graphs: dict[bool, Any] = {}
         self._greedy_emb: torch.Tensor | None = None
         self._head8: nn.Module | None = None
+        self._lock = threading.Lock()
+        self._version = 0  # weights versions seen (``invalidate``)
+        self._builder: threading.Thread | None = None
         if net.img_head is not None:  # CUDA and CPU alike (bench/actor.py: faster on both CPU networks)
             net.img_head.to(memory_format=torch.channels_last)
-        self.refresh()
+        self.refresh(background=False)
 
-    def refresh(self) -> None:
-        """After new weights: drop what was derived from the old ones (captured graphs keep
-        reading the parameters in place and stay)."""
+    def invalidate(self) -> None:
+        """Before new weights are loaded: nothing derived from the old ones is used from now on."""
+        with self._lock:
+            self._version += 1
+            self._head8 = None
+            self._greedy_emb = None
+
+    def refresh(self, background: bool = True) -> None:
+        """After new weights (captured graphs keep reading the parameters in place and stay): the
+        int8 heads are built again, on a thread of their own with ``background`` (the worker acts
+        with the float32 heads meanwhile instead of stalling the game: 0.2-0.3 s on the 2-core
+        machine), else at once."""
         self._greedy_emb = None
-        if self.int8:
-            from rulka.nn.inference import int8_linears
+        if not self.int8:
+            return
+        from rulka.nn.inference import int8_linears
 
-            self._head8 = int8_linears(self.net.head)
+        version = self._version
+
+        def build() -> None:
+            head8 = int8_linears(self.net.head)
+            with self._lock:
+                if self._version == version:  # else newer weights came meanwhile: a later build has them
+                    self._head8 = head8
+
+        if background:
+            self._builder = threading.Thread(target=build, name="int8-heads", daemon=True)
+            self._builder.start()
+        else:
+            build()
+
+    def wait_int8(self, timeout: float | None = None) -> bool:
+        """Wait for the int8 heads of the current weights (tests, benchmarks); whether they are in use."""
+        if self._builder is not None:
+            self._builder.join(timeout)
+        return self._head8 is not None
 
     def _embed(self, taus: torch.Tensor) -> torch.Tensor:
         return self.net.iqn_fc(cosine_embedding(taus, self.net.embedding_dimension))
@@ -160,9 +192,10 @@ class _TorchMeanQ:
         else:
             emb = self._embed(taus)
         x = feats * emb  # (k, width): the features broadcast over the taus
-        if self._head8 is not None:
-            value = self._head8.value(x)
-            q = DuelingHead.combine(value, self._head8.advantage(x)).mean(dim=0)
+        head8 = self._head8
+        if head8 is not None:
+            value = head8.value(x)
+            q = DuelingHead.combine(value, head8.advantage(x)).mean(dim=0)
             top2 = torch.topk(q, 2).values
             if float(top2[0] - top2[1]) >= self.int8_guard * float(q.max() - q.min()):
                 return q
@@ -412,6 +445,8 @@ class IQNActor(ActorModule):
         tensors = {k: torch.as_tensor(np.asarray(v)) if not isinstance(v, torch.Tensor) else v
                    for k, v in weights.items()}
         explo = tensors.pop(EXPLORATION_KEY, None)
+        if self._fast is not None:
+            self._fast.invalidate()
         self.net.load_state_dict(tensors)  # copies into the existing parameters (a captured graph reads them)
         self._refresh_numpy()
         if self._fast is not None:
