@@ -38,8 +38,8 @@ def test_benchmark_targets_judge_the_latest_figures(tmp_path: Path) -> None:
     assert "| 77 MB | 2026-01-04 00:00 UTC | yes |" in text
     # a script never run is shown, not dropped
     assert "| `sim` | simulator >= 5,000 actions/s with the image on one core | not measured |  | - |" in text
-    # 4 hold of the 18 rows (3 of transport's and trainer_loop's and soak's 6 rows; the rest not measured)
-    assert "4 of 18 hold" in text
+    # 4 hold of the 21 rows (3 of transport's and trainer_loop's and soak's 6 rows; the rest not measured)
+    assert "4 of 21 hold" in text
     assert "Figures without a target (they describe rather than judge): `pipeline`." in text
 
 
@@ -122,7 +122,7 @@ def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_p
     text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
     # comparisons between arms are not goals: they stay out of the targets table and its count
     assert "1/2 seeds (at 800 steps)" not in text
-    assert "0 of 18 hold" in text  # the 18 unmeasured benchmark targets only
+    assert "0 of 21 hold" in text  # the 21 unmeasured benchmark targets only
     section = "\n".join(learner_fix_studies(path))
     assert ("| g | clipped | 0, 1 | 1,000 | -, 800 | 300.5, 476 | 2026-01-05 00:00 UTC "
             "| `python bench/learner_fix_studies.py grpo` |") in section
