@@ -205,7 +205,7 @@ TARGETS: list[Target] = [
     Target("policy_cartpole", "PPO, GRPO and DPO each reach a greedy 475 on CartPole-v1",
            _cartpole_learners),
     Target("actor", "guide-size network (160x120, dense 1024) >= 200 greedy decisions/s at batch 1 on one CPU core "
-           "(the fastest path that acts as eager)",
+           "(the fastest path a worker runs that acts as eager)",
            _bounded("best_cpu.guide160x120.decisions_per_s", "targets.guide160x120_greedy_per_s_min", " decisions/s")),
     Target("actor", "48x36 image network >= 3,000 greedy decisions/s at batch 1 on one CPU core",
            _bounded("best_cpu.sim_image48x36.decisions_per_s", "targets.sim_image48x36_greedy_per_s_min", " decisions/s")),
