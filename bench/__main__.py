@@ -60,6 +60,8 @@ SCRIPTS: dict[str, str] = {
     "policy_cartpole": "PPO / GRPO / DPO on CartPole-v1: env steps and seconds to a greedy 475 (CleanRL ppo.py beside)",
     "soak": "real processes for minutes through a trainer stall, worker/relay/trainer kills: segments lost or "
             "duplicated, fair share, time until segments flow again, relay peak RSS",
+    "optimal": "the optimal-race solver (rulka sim optimal) on the 5 bundled and 10 generated tracks: race time, "
+               "ratio to the scripted driver, whether doubling the beam still improved it",
     "fleet": "simulated workers (own TLS connection and key each) against a real relay and trainer link through a "
              "throttled uplink: relay CPU/MB and peak RSS, time until a version reaches 50/99/100%, policy lag, "
              "segments lost/duplicated, disconnects, fairness (default: the quick scenario)",

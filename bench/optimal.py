@@ -39,6 +39,7 @@ BENCH_FILE = Path(__file__).with_name("history") / "optimal_times.json"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="the default track only, width 4 (python -m bench --quick)")
     parser.add_argument("--steps-per-action", type=int, default=5)
     parser.add_argument("--tracks", default=None, help="comma-separated (default: bundled + the ten generated)")
     parser.add_argument("--write", action="store_true", help="store the results (see the module docstring)")
@@ -48,6 +49,8 @@ def main() -> int:
                              "period (a run at 100 ms seeding one at 50 ms)")
     args = parser.parse_args()
     pinned = pin_one_core()
+    if args.quick:
+        args.tracks, args.width = args.tracks or "default", 4
     tracks = args.tracks.split(",") if args.tracks else [*bundled_track_names(), *(f"gen:{s}" for s in GEN_SEEDS)]
     rows = []
     t0 = time.perf_counter()

@@ -92,7 +92,7 @@ def test_the_real_suite_lists_every_script() -> None:
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
         "transport", "sim", "pipeline", "learner", "learner_topologies", "actor", "trainer_loop", "allocator", "colocation", "ingest", "checkpoint", "e2e", "peer_tmrl",
-        "sac_pendulum", "tm2020_fake", "tmnf_fake", "policy_cartpole", "soak", "fleet"]
+        "sac_pendulum", "tm2020_fake", "tmnf_fake", "policy_cartpole", "soak", "optimal", "fleet"]
 
 
 def test_parse_json_and_flatten() -> None:
