@@ -171,7 +171,7 @@ def test_the_trainer_marks_versions_and_writes_the_best_one(tmp_path):
     trainer.publisher.publish()  # v1: a candidate
     trainer.agent.w.data.fill_(8.0)
     trainer.publisher.publish()  # v2: v1 is not complete yet
-    assert [b.actor_spec.get("eval_policy") for b in published] == [True, None]
+    assert [b.header.get("eval_policy") for b in published] == [True, None]
     trainer.ingest([_eval_episode(0, "a", 1, 20_000), _eval_episode(1, "b", 2, 18_000)])  # b of v2: not a candidate
     assert not (tmp_path / "run" / "best").exists()
     trainer.ingest([_eval_episode(2, "b", 1, None)])  # v1 complete: a finished, b cut off at 300 m
@@ -182,7 +182,7 @@ def test_the_trainer_marks_versions_and_writes_the_best_one(tmp_path):
     assert tensors["w"].tolist() == [7.0]  # v1's weights, not the agent's current ones
     assert spec["actor"] == "roles_helpers:ConstActor" and "run_config_json" in spec
     trainer.publisher.publish()  # v3: the next candidate
-    assert published[-1].actor_spec.get("eval_policy") is True
+    assert published[-1].header.get("eval_policy") is True
     # v3 is slower in all (40 s) but under the reference on a (18 s < 19 s): it is the new best
     trainer.ingest([_eval_episode(3, "a", 3, 18_000), _eval_episode(4, "b", 3, 22_000)])
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
@@ -199,7 +199,7 @@ def test_no_candidates_when_turned_off(tmp_path):
     for i, cfg in enumerate((exploring_only, off, single_off, {"trainer": {"best_policy_every_frames": 0}})):
         trainer, published = _trainer(tmp_path / str(i), cfg)
         trainer.publisher.publish()
-        assert trainer.best_policy is None and "eval_policy" not in published[0].actor_spec
+        assert trainer.best_policy is None and "eval_policy" not in published[0].header
         trainer.close()
 
 
@@ -268,19 +268,19 @@ def test_a_gym_run_asks_for_the_candidates_episodes_and_keeps_the_best(tmp_path)
     assert trainer.best_policy is not None and trainer.best_policy.ranking == best_mod.RETURN
     trainer.agent.w.data.fill_(3.0)
     trainer.publisher.publish()  # v1: a candidate, its episodes asked of a worker
-    assert published[0].actor_spec["eval_policy"] is True and published[0].actor_spec["eval_policy_episodes"] == 2
+    assert published[0].header["eval_policy"] is True and published[0].header["eval_policy_episodes"] == 2
     trainer.publisher.publish()  # v2: v1 not scored yet
-    assert "eval_policy" not in published[1].actor_spec
+    assert "eval_policy" not in published[1].header
     trainer.ingest([_gym_segment(0, 1, 100.0), _gym_segment(1, 1, 300.0)])
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
     assert (best["version"], best["return_mean"]) == (1, 200.0)
     _, tensors, _ = read_policy_file(tmp_path / "run" / "best")
     assert tensors["w"].tolist() == [3.0]
     trainer.publisher.publish()  # v3: complete, but fewer than 1000 frames played since v1 was marked
-    assert "eval_policy" not in published[2].actor_spec
+    assert "eval_policy" not in published[2].header
     trainer.state.samples += 1000
     trainer.publisher.publish()  # v4: the next candidate
-    assert published[3].actor_spec.get("eval_policy") is True
+    assert published[3].header.get("eval_policy") is True
     trainer.close()
 
 
@@ -289,7 +289,7 @@ def test_an_exploring_cycle_asks_for_a_pass_of_the_cycle(tmp_path):
                                      {"short_name": "b", "map_path": "b"}]}}
     trainer, published = _trainer(tmp_path, cfg)
     trainer.publisher.publish()
-    assert published[0].actor_spec["eval_policy_episodes"] == 3 and trainer.best_policy.maps == ["a", "b"]
+    assert published[0].header["eval_policy_episodes"] == 3 and trainer.best_policy.maps == ["a", "b"]
     trainer.ingest([_eval_episode(0, "a", 1, 20_000), _eval_episode(1, "a", 1, 25_000), _eval_episode(2, "b", 1, 18_000)])
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
     assert best["race_time_total_ms"] == 38_000  # a's first race counts
@@ -325,7 +325,7 @@ def test_the_workers_greedy_entries_drive_the_evaluation_version():
     link.broadcast("weights", encode_weights(WeightsBlob("run", 2, _weights(1), spec), key))
     worker.pump()  # both received before the first episode: the actor starts with v2
     # a one-map cycle (a config refuses map_cycle for gym envs; CartPole ignores the reset options)
-    worker._map_cycle = MapCycle([MapCycleEntry(short_name="cp", map_path="cp"),
+    worker.runner.map_cycle = MapCycle([MapCycleEntry(short_name="cp", map_path="cp"),
                                   MapCycleEntry(short_name="cp", map_path="cp", is_exploration=False)])
     worker.run(max_episodes=2, drain_timeout_s=0)
     payloads = worker.outbox.due(time.monotonic(), 0.0, 10**6, limit=10**6)
@@ -404,7 +404,7 @@ def test_a_candidate_with_one_lucky_race_loses_to_a_steadier_one(tmp_path):
     never drives under 25 s but its median is 26 s: v2 is the best policy."""
     bp = BestPolicy(["default"], tmp_path / "best", single=True, episodes=3, request_episodes=3, every_frames=10,
                     start_noise=0.3)
-    assert bp.request("pc1") == {"eval_policy_episodes": 3, "eval_policy_worker": "pc1", "eval_policy_start_noise": 0.3}
+    assert bp.request("pc1").to_wire() == {"eval_policy_episodes": 3, "eval_policy_worker": "pc1", "eval_policy_start_noise": 0.3}
     bp.mark(1, W, {}, 0, 0)
     assert [bp.add_result(1, "default", True, t, 617.0, 22_840) for t in (20_000, 30_000, 31_000)] == [False, False, True]
     bp.mark(2, W, {}, 10, 0)
@@ -419,7 +419,7 @@ def test_a_candidate_with_one_lucky_race_loses_to_a_steadier_one(tmp_path):
     assert [json.loads(line)["race_time_total_ms"] for line in lines] == [30_000, 26_000, 27_000]
     again = BestPolicy(["default"], tmp_path / "best", single=True, episodes=3)  # a resumed run keeps v2's median
     assert again.best_key == (-1, 0, 26_000.0, -0.0)
-    assert BestPolicy(["default"], None, single=True, request_episodes=1).request("pc1") == {
+    assert BestPolicy(["default"], None, single=True, request_episodes=1).request("pc1").to_wire() == {
         "eval_policy_episodes": 1, "eval_policy_worker": "pc1"}  # no start noise: nothing about it
 
 
@@ -537,7 +537,7 @@ def test_inside_the_cooldown_of_a_run_that_ends_on_its_average_the_average_is_a_
         trainer.state.samples = samples
         trainer.publisher.publish()
         blob = published[-1]
-        assert blob.actor_spec.get("eval_policy") is True
+        assert blob.header.get("eval_policy") is True
         trainer.ingest([_gym_segment(next(seq), blob.version, ret)])
         return blob
 

@@ -13,10 +13,11 @@ from roles_helpers import ConstActor, CountingAgent, CountingEnv, ListMemory
 from rulka.compress import SegmentDecoder, ZstdCompressor
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
+from rulka.net.messages import Ack
 from rulka.net.weights import decode_weights
 from rulka.segment import Segment, pack
 from rulka.trainer.trainer import Trainer
-from rulka.worker.worker import Worker, decode_ack
+from rulka.worker.worker import Worker
 
 
 @pytest.fixture
@@ -149,12 +150,12 @@ def test_segment_claiming_another_worker_is_refused(keys):
 
 
 def test_ack_payload_is_validated():
-    assert decode_ack(pack([1, 2, 3])) == [1, 2, 3]
+    assert Ack.decode(pack([1, 2, 3])).seqs == [1, 2, 3]
     from rulka.errors import BadInput
 
     for bad in (pack({"a": 1}), pack([1, "2"]), pack([True]), b"\xc1"):
         with pytest.raises(BadInput):
-            decode_ack(bad)
+            Ack.decode(bad)
 
 
 def test_non_numeric_extras_are_left_out_and_a_failing_memory_is_counted(keys, tmp_path):

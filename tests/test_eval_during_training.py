@@ -17,7 +17,7 @@ from rulka.compress import SegmentDecoder, ZstdCompressor
 from rulka.config import config_from_dict
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
-from rulka.net.stats import encode_stats
+from rulka.net.messages import Stats
 from rulka.net.weights import WeightsBlob, decode_weights, encode_weights
 from rulka.segment import Segment
 from rulka.telemetry import MetricsLogger
@@ -44,10 +44,10 @@ def test_every_kth_version_asks_one_worker_in_turn(tmp_path):
     trainer, published, logger = _trainer(tmp_path, every=2, episodes=3)
     trainer.publisher.publish()  # v1: no worker known yet
     trainer.publisher.publish()  # v2: asks any worker
-    trainer.ingest([Message("stats", name, encode_stats({"episodes": 0})) for name in ("pc2", "pc1")])
+    trainer.ingest([Message("stats", name, Stats({"episodes": 0}).encode()) for name in ("pc2", "pc1")])
     for _ in range(4):
         trainer.publisher.publish()  # v3..v6
-    asks = {b.version: (b.actor_spec.get("eval_episodes"), b.actor_spec.get("eval_worker")) for b in published}
+    asks = {b.version: (b.header.get("eval_episodes"), b.header.get("eval_worker")) for b in published}
     assert asks == {1: (None, None), 2: (3, ""), 3: (None, None), 4: (3, "pc2"), 5: (None, None), 6: (3, "pc1")}
     assert trainer.state.counters["eval_requests"] == 3
     trainer.close()
@@ -58,7 +58,7 @@ def test_no_eval_requests_by_default(tmp_path):
     trainer, published, logger = _trainer(tmp_path, every=0)
     for _ in range(5):
         trainer.publisher.publish()
-    assert not any("eval_episodes" in b.actor_spec for b in published)
+    assert not any("eval_episodes" in b.header for b in published)
     trainer.close()
     logger.close()
 

@@ -30,8 +30,8 @@ from test_e2e_restarts import Procs, accepted, wait_for
 from test_reliability_gaps import _children
 
 from rulka.errors import BadInput
-from rulka.net.hello import Hello, Welcome, decode_hello, decode_welcome, encode_hello, encode_welcome
 from rulka.net.keys import add_operator, add_worker, generate_keys, load_credentials
+from rulka.net.messages import Hello, Welcome
 from rulka.net.settings import NetworkSettings
 from rulka.net.wire import MAX_WIRE_INT
 from rulka.server.server import Server
@@ -65,7 +65,7 @@ def test_a_spill_file_numbered_past_the_wire_is_quarantined_without_moving_next_
     out_of_range = [line for line in lines if "outside the wire's range" in line]
     assert len(out_of_range) == 2 and any(TOO_BIG in line for line in out_of_range), lines
     assert all("\n" not in line for line in lines)
-    assert decode_hello(encode_hello(Hello(counters.next_seq, counters.next_episode, len(outbox)))).next_seq == 42
+    assert Hello.decode(Hello(counters.next_seq, counters.next_episode, len(outbox)).encode()).next_seq == 42
     # and the state written survives a restart as it is
     again = WorkerCounters(tmp_path)
     assert again.intact and again.next_seq == 42
@@ -109,13 +109,13 @@ def test_a_worker_state_at_the_wire_maximum_is_kept_and_never_passed(tmp_path):
 
 def test_a_welcome_or_hello_past_the_wire_is_bad_input():
     top = MAX_WIRE_INT - 1  # the highest accepted number a worker can continue above
-    assert decode_welcome(encode_welcome(Welcome(top, top))).highest_seq == top
-    assert decode_hello(encode_hello(Hello(MAX_WIRE_INT, 0, 0))).next_seq == MAX_WIRE_INT
+    assert Welcome.decode(Welcome(top, top).encode()).highest_seq == top
+    assert Hello.decode(Hello(MAX_WIRE_INT, 0, 0).encode()).next_seq == MAX_WIRE_INT
     for bad in (MAX_WIRE_INT, 2**64 - 1):
         with pytest.raises(BadInput, match="highest_seq"):
-            decode_welcome(encode_welcome(Welcome(bad, 0)))
+            Welcome.decode(Welcome(bad, 0).encode())
     with pytest.raises(BadInput, match="next_seq"):
-        decode_hello(encode_hello(Hello(2**64 - 1, 0, 0)))
+        Hello.decode(Hello(2**64 - 1, 0, 0).encode())
 
 
 @pytest.mark.integration

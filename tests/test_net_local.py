@@ -7,7 +7,7 @@ import pytest
 
 from rulka.net.link import LinkClosed, OutboxFull
 from rulka.net.local import LocalHub
-from rulka.net.stats import encode_stats
+from rulka.net.messages import Stats
 
 
 def test_worker_to_trainer_carries_authenticated_sender():
@@ -104,9 +104,9 @@ def test_status_keeps_latest_stats_per_sender():
     hub = LocalHub()
     trainer = hub.trainer_link()
     w = hub.worker_link("w1")
-    w.send("stats", encode_stats({"episodes": 1, "samples_per_s": 10.0, "weights_version": 3}))
-    w.send("stats", encode_stats({"episodes": 2, "samples_per_s": 12.5, "weights_version": 4}))
-    trainer.broadcast("stats", encode_stats({"updates": 7, "weights_version": 4}))
+    w.send("stats", Stats({"episodes": 1, "samples_per_s": 10.0, "weights_version": 3}).encode())
+    w.send("stats", Stats({"episodes": 2, "samples_per_s": 12.5, "weights_version": 4}).encode())
+    trainer.broadcast("stats", Stats({"updates": 7, "weights_version": 4}).encode())
     st = hub.status()
     assert st["trainer"]["updates"] == 7
     [row] = st["workers"]

@@ -19,7 +19,7 @@ def blob(version=3, dtype="float32"):
         tensors={"fc.weight": torch.arange(6, dtype=torch.float32).reshape(2, 3) / 4,
                  "fc.bias": np.array([1.5, -2.0], dtype=np.float32),
                  "steps": torch.tensor([7], dtype=torch.int64)},
-        actor_spec={"net": "mlp", "hidden": [64, 64], "n_actions": 12},
+        header={"net": "mlp", "hidden": [64, 64], "n_actions": 12},
     )
 
 
@@ -28,7 +28,7 @@ def test_round_trip(compress):
     data = encode_weights(blob(), TRAINER, compress=compress)
     out = decode_weights(data, TRAINER.public_key())
     assert (out.run_id, out.version, out.dtype) == ("run-1", 3, "float32")
-    assert out.actor_spec == {"net": "mlp", "hidden": [64, 64], "n_actions": 12}
+    assert out.header == {"net": "mlp", "hidden": [64, 64], "n_actions": 12}
     assert torch.equal(out.tensors["fc.weight"], torch.tensor([[0.0, 0.25, 0.5], [0.75, 1.0, 1.25]]))
     assert torch.equal(out.tensors["fc.bias"], torch.tensor([1.5, -2.0]))
     assert out.tensors["steps"].dtype == torch.int64 and out.tensors["steps"].item() == 7
@@ -91,6 +91,6 @@ def test_garbage_is_bad_input(data):
 
 def test_non_plain_actor_spec_is_refused_at_encode():
     b = blob()
-    b.actor_spec = {"fn": object()}
+    b.header = {"fn": object()}
     with pytest.raises(BadInput):
         encode_weights(b, TRAINER)

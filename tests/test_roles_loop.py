@@ -12,7 +12,7 @@ from roles_helpers import ConstActor, CountingAgent, CountingEnv, ListMemory
 from test_trainer_checkpoint import seg_msg
 
 from rulka.net.local import LocalHub
-from rulka.net.stats import decode_stats_payload
+from rulka.net.messages import Stats
 from rulka.net.weights import decode_weights
 from rulka.trainer.trainer import Trainer
 from rulka.worker.worker import Worker
@@ -90,7 +90,7 @@ def test_trainer_weights_reach_a_late_worker_with_config():
     assert [m.kind for m in msgs] == ["weights"]
     blob = decode_weights(msgs[0].payload, KEY.public_key())
     assert blob.version == 2 and blob.run_id == t.state.run_id
-    assert '"gym_id": "CartPole-v1"' in blob.actor_spec["run_config_json"]
+    assert '"gym_id": "CartPole-v1"' in blob.header["run_config_json"]
 
 
 def test_worker_sends_stats_the_status_table_reads():
@@ -102,7 +102,7 @@ def test_worker_sends_stats_the_status_table_reads():
     row = hub.status()["workers"][0]
     assert (row["name"], row["episodes"], row["weights_version"], row["unacked"]) == ("pc1", 2, 0, 4)
     trainer_side = [m for m in hub.trainer_link().receive(timeout=1) if m.kind == "stats"]
-    assert decode_stats_payload(trainer_side[-1].payload)["steps"] == 10
+    assert Stats.decode(trainer_side[-1].payload).values["steps"] == 10
     w.close()
 
 
@@ -179,7 +179,7 @@ def test_test_mode_is_greedy_and_marks_evaluation_segments():
 
 def test_trainer_metrics_names_and_per_worker_rates():
     from rulka.net.link import Message
-    from rulka.net.stats import encode_stats
+    from rulka.net.messages import Stats
 
     class Sink:
         def __init__(self):
@@ -196,7 +196,7 @@ def test_trainer_metrics_names_and_per_worker_rates():
                 metrics=sink)
     t.publisher.publish()
     t.ingest([seg_msg("pc1", 0), seg_msg("pc1", 0),
-              Message("stats", "pc1", encode_stats({"samples_per_s": 20.5, "unacked": 3}))])
+              Message("stats", "pc1", Stats({"samples_per_s": 20.5, "unacked": 3}).encode())])
     t.reporter.report(force=True)
     step, m = sink.records[-1]
     assert step == 4

@@ -215,9 +215,9 @@ def test_revoked_worker_is_shut_out(trainer, cfg, keys):
 
 
 def test_status_lists_workers_and_counters(workers, cfg, keys):
-    from rulka.net.stats import encode_stats
+    from rulka.net.messages import Stats
 
-    workers[1].send("stats", encode_stats({"episodes": 3, "samples_per_s": 41.5, "weights_version": 2}))
+    workers[1].send("stats", Stats({"episodes": 3, "samples_per_s": 41.5, "weights_version": 2}).encode())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         st = query_status(cfg, keys)

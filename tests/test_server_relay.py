@@ -9,8 +9,9 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from rulka.net.keys import add_worker, generate_keys, load_credentials, revoke_worker
+from rulka.net.messages import Stats
 from rulka.net.settings import NetworkSettings
-from rulka.net.stats import build_status, encode_stats
+from rulka.net.stats import build_status
 from rulka.net.wire import challenge_token, deserialize, hello_nonce, join_token, make_envelopes, serialize
 from rulka.server import relay as relay_module
 from rulka.server.relay import (
@@ -154,8 +155,8 @@ def test_ping_and_status(core, keys):
     w = connect(core, creds, "w1")
     w.send("OBJ", {"ping": -1}, serialize(None))
     assert w.received() == [{"pong": w.proto.conn_id}]
-    send_message(w, creds["w1"], "stats", encode_stats({"episodes": 4, "samples_per_s": 20.0,
-                                                        "weights_version": 2}), 5, "trainer", 1)
+    send_message(w, creds["w1"], "stats", Stats({"episodes": 4, "samples_per_s": 20.0,
+                                                        "weights_version": 2}).encode(), 5, "trainer", 1)
     obs = Client(core).hello(creds["trainer"], [])  # observer: no channel
     obs.received()
     obs.send("OBJ", {"status": -1}, serialize(None))

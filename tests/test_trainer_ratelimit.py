@@ -16,10 +16,11 @@ from test_trainer_checkpoint import seg_msg
 from rulka.compress import SegmentDecoder, ZstdCompressor
 from rulka.errors import BadInput
 from rulka.net.local import LocalHub
+from rulka.net.messages import Credit
 from rulka.segment import pack
 from rulka.trainer.ratelimit import SampleToInsertRatio
 from rulka.trainer.trainer import Trainer
-from rulka.worker.worker import Worker, decode_credit
+from rulka.worker.worker import Worker
 
 KEY = Ed25519PrivateKey.generate()
 
@@ -151,7 +152,7 @@ def test_credit_follows_the_limiter():
     wlink = hub.worker_link("w")
     t = _trainer({"credit_segments": 3}, link=hub.trainer_link())
     t.ingest([seg_msg("w", 0)])
-    credits = [decode_credit(m.payload) for m in wlink.receive(0.2) if m.kind == "credit"]
+    credits = [Credit.decode(m.payload).limit for m in wlink.receive(0.2) if m.kind == "credit"]
     assert credits == [1 + 3]  # next seq 1 plus three segments
     # window [2, 6]: seg 1 admitted at cursor 4 -> 8, seg 2 deferred; closed, no new credit
     t.ingest([seg_msg("w", 1), seg_msg("w", 2)])
@@ -161,7 +162,7 @@ def test_credit_follows_the_limiter():
     assert [m for m in wlink.receive(0.2) if m.kind == "credit"] == []  # still behind
     assert t.learner.train_slice() == 1  # 4 <= 6: open again
     t.credit.grant()
-    credits = [decode_credit(m.payload) for m in wlink.receive(0.2) if m.kind == "credit"]
+    credits = [Credit.decode(m.payload).limit for m in wlink.receive(0.2) if m.kind == "credit"]
     assert credits == [3 + 3]
 
 
@@ -173,7 +174,7 @@ def test_credit_counts_steps_so_short_segments_get_more_of_them():
     t = _trainer({"credit_segments": 3, "mode": "ratio"}, link=hub.trainer_link(), segment_max_steps=16)
     t.ingest([seg_msg("w", 0)])
     assert t.credit.credit_for("w") == 12
-    assert [decode_credit(m.payload) for m in wlink.receive(0.2) if m.kind == "credit"] == [1 + 12]
+    assert [Credit.decode(m.payload).limit for m in wlink.receive(0.2) if m.kind == "credit"] == [1 + 12]
     # full-length segments bring it back to credit_segments (running mean of the lengths)
     for seq in range(1, 40):
         t.intake.ingest_segment("w", seg_msg("w", seq, t=16).payload, journal=False, acks=None, defer=False)
@@ -186,10 +187,10 @@ def test_credit_counts_steps_so_short_segments_get_more_of_them():
 
 
 def test_bad_credit_payloads_are_refused():
-    assert decode_credit(pack({"limit": 7})) == 7
+    assert Credit.decode(pack({"limit": 7})).limit == 7
     for bad in (b"\xc1", pack([1]), pack({"limit": -1}), pack({"limit": True}), pack({"x": 1})):
         with pytest.raises(BadInput):
-            decode_credit(bad)
+            Credit.decode(bad)
 
 
 def test_worker_pauses_at_the_credit_limit_and_resumes_with_more():

@@ -13,12 +13,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from roles_helpers import ConstActor, CountingAgent, CountingEnv, ListMemory
 
 from rulka.errors import BadInput
-from rulka.net.hello import Hello, Welcome, decode_hello, decode_welcome, encode_hello, encode_welcome
 from rulka.net.link import Message
 from rulka.net.local import LocalHub
+from rulka.net.messages import Credit, Hello, Welcome
 from rulka.segment import pack
 from rulka.trainer.trainer import Trainer
-from rulka.worker.worker import Worker, decode_credit
+from rulka.worker.worker import Worker
 
 KEY = Ed25519PrivateKey.generate()
 
@@ -71,8 +71,8 @@ def test_worker_without_intact_numbers_waits_for_the_welcome(tmp_path):
     time.sleep(0.6)
     assert env.step_calls == 0 and worker.counters.next_seq == 0  # nothing numbered yet
     hellos = [m for m in tlink.receive(0.2) if m.kind == "hello"]
-    assert hellos and decode_hello(hellos[0].payload) == Hello(next_seq=0, next_episode=0, unacked=0)
-    tlink.send_to("pc1", "welcome", encode_welcome(Welcome(highest_seq=41, highest_episode=9)))
+    assert hellos and Hello.decode(hellos[0].payload) == Hello(next_seq=0, next_episode=0, unacked=0)
+    tlink.send_to("pc1", "welcome", Welcome(highest_seq=41, highest_episode=9).encode())
     assert done.wait(10)
     seqs = [m for m in tlink.receive(0.5) if m.kind == "segment"]
     assert len(seqs) == 1 and worker.counters.next_seq == 43 and worker.counters.next_episode == 11
@@ -97,15 +97,15 @@ def test_resumed_trainer_welcomes_and_grants_credit_above_what_it_accepted():
         trainer.state.dedupe.accept("pc1", seq)
     trainer.state.last_episode["pc1"] = 30
     # the worker lost its numbers: it would start at 0, and its old credit is gone
-    trainer.ingest([Message("hello", "pc1", encode_hello(Hello(next_seq=0, next_episode=0, unacked=0)))])
+    trainer.ingest([Message("hello", "pc1", Hello(next_seq=0, next_episode=0, unacked=0).encode())])
     msgs = wlink.receive(0.2)
     assert [m.kind for m in msgs] == ["welcome", "credit"]
-    assert decode_welcome(msgs[0].payload) == Welcome(highest_seq=99, highest_episode=30)
-    assert decode_credit(msgs[1].payload) == 100 + 3  # from where the worker continues, not from 0
+    assert Welcome.decode(msgs[0].payload) == Welcome(highest_seq=99, highest_episode=30)
+    assert Credit.decode(msgs[1].payload).limit == 100 + 3  # from where the worker continues, not from 0
     # a hello from a worker ahead of the trainer (nothing unacknowledged): credit from its number
-    trainer.ingest([Message("hello", "pc1", encode_hello(Hello(next_seq=500, next_episode=40, unacked=0)))])
+    trainer.ingest([Message("hello", "pc1", Hello(next_seq=500, next_episode=40, unacked=0).encode())])
     msgs = wlink.receive(0.2)
-    assert decode_credit(msgs[-1].payload) == 500 + 3
+    assert Credit.decode(msgs[-1].payload).limit == 500 + 3
 
 
 def test_malformed_hello_and_welcome_are_refused_and_counted():
@@ -113,9 +113,9 @@ def test_malformed_hello_and_welcome_are_refused_and_counted():
                 pack({"v": 1, "next_seq": -1, "next_episode": 0, "unacked": 0}),
                 pack({"v": 1, "next_seq": True, "next_episode": 0, "unacked": 0})):
         with pytest.raises(BadInput):
-            decode_hello(bad)
+            Hello.decode(bad)
     with pytest.raises(BadInput):
-        decode_welcome(pack({"v": 1, "highest_seq": -2, "highest_episode": 0}))
+        Welcome.decode(pack({"v": 1, "highest_seq": -2, "highest_episode": 0}))
     hub = LocalHub()
     wlink = hub.worker_link("pc1")
     trainer = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)

@@ -4,7 +4,7 @@ A distributed run is not repeatable (thread timing, two workers' interleaving), 
 run says little about a config. This bench runs the same recipe as the trainer does, without the
 network and without threads, so that a seed gives the same run every time:
 
-- a worker's episode loop (``rulka.worker.worker.EpisodeBuffer``, segments of
+- a worker's episode loop (``rulka.worker.buffer.EpisodeBuffer``, segments of
   ``worker.segment_max_steps``) with the actor the agent publishes, refreshed every
   ``trainer.publish_every_updates`` updates (the policy lag of a run on one machine);
 - the trainer's rate limiter (``SampleToInsertRatio`` over the memory's samples per insert,
@@ -172,7 +172,7 @@ def run_seed(config: str, overrides: list[str], seed: int, frames: int, eval_eve
     from rulka.plugins import make_env, obs_to_arrays
     from rulka.segment import Segment
     from rulka.trainer.ratelimit import limiter_for
-    from rulka.worker.worker import EpisodeBuffer
+    from rulka.worker.buffer import EpisodeBuffer
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)

@@ -10,7 +10,6 @@ first (beside the pair file). Nothing is pickled: see ``rulka.agents.policy.epis
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +41,13 @@ def _env_args(p: argparse.ArgumentParser) -> None:
 
 
 def _policy_and_env(policy: str, config_path: str | None) -> tuple[Any, Any]:
-    from rulka.config import config_from_dict, load_config
-    from rulka.envs.sim.policy import load_policy
+    from rulka.config import load_config
+    from rulka.envs.sim.policy import load_policy, spec_config
     from rulka.plugins import make_env
 
     actor, spec = load_policy(policy)
-    if config_path is not None:
-        cfg = load_config(config_path)
-    elif isinstance(spec.get("run_config_json"), str):
-        cfg = config_from_dict(json.loads(spec["run_config_json"]))
-    else:
+    cfg = load_config(config_path) if config_path is not None else spec_config(spec)
+    if cfg is None:
         raise UserError(f"policy '{policy}' names no env: pass --config")
     return actor, make_env(cfg)
 

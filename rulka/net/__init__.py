@@ -3,10 +3,12 @@
 - ``link``: the ``WorkerLink`` / ``TrainerLink`` contract (``Message``, ``OutboxFull``, ``LinkClosed``);
 - ``tls``: those links over TLS through ``rulka-server`` (``connect_worker``, ``connect_trainer``);
 - ``local``: the same links in one process (``LocalHub``), for the one-process mode and tests;
+- ``messages``: every message between the roles as a typed record with its encode and decode
+  (hello, welcome, ack, credit, stats, the weights' header with the run config and evaluation requests);
 - ``wire``: the no-pickle wire format (msgpack frames, signed chunked envelopes, reassembly);
 - ``weights``: signed safetensors weights blobs (``encode_weights`` / ``decode_weights``);
 - ``keys``: certificates, password and signing keys (``rulka keys``);
-- ``stats`` / ``status``: the ``stats`` payload and ``query_status`` for ``rulka status``;
+- ``stats`` / ``status``: the status report and ``query_status`` for ``rulka status``;
 - ``settings``: the ``network:`` config as the transport reads it.
 
 Names below are imported on first use, so ``import rulka.net`` stays light.

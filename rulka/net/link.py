@@ -4,7 +4,7 @@
 one-process debug mode and unit tests. Payloads are bytes; authentication of who sent what is
 the link's job (``Message.sender`` is an authenticated identity, never a claim from the payload).
 
-Message kinds:
+Message kinds (their payloads: ``rulka.net.messages``):
 - ``segment``: worker -> trainer, a compressed Segment.
 - ``ack``: trainer -> one worker, the sequence numbers received (msgpack list of ints).
 - ``weights``: trainer -> every worker, a signed WeightsBlob; the server retains the latest
@@ -12,7 +12,7 @@ Message kinds:
 - ``stats``: any role -> server, a msgpack map of counters (for ``rulka status``).
 - ``credit``: trainer -> one worker, the next sequence number it may not reach yet.
 - ``hello``: worker -> trainer on each (re)connection, and ``welcome``: trainer -> that worker,
-  the highest sequence number and episode id accepted from it (``rulka.net.hello``).
+  the highest sequence number and episode id accepted from it.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ import time
 from typing import Any
 
 from rulka.net.link import TRAINER_ONLY_KINDS, LinkClosed, Message, OutboxFull, TrainerLink, WorkerLink
-from rulka.net.stats import build_status, check_kind, decode_stats_payload
+from rulka.net.messages import Stats
+from rulka.net.stats import build_status, check_kind
 
 
 class _Inbox:
@@ -179,7 +180,7 @@ class LocalHub:
 
     def _keep_stats(self, sender: str, payload: bytes) -> None:
         try:
-            stats = decode_stats_payload(payload)
+            stats = Stats.decode(payload).values
         except Exception:  # bad stats never break the hub; count them
             self.counters["bad_stats"] += 1
             return

@@ -1,9 +1,8 @@
-"""The ``stats`` message: what roles report for ``rulka status``, and the status report shape.
+"""What roles report for ``rulka status``, and the status report shape.
 
-Each role sends a ``stats`` message every few seconds (B2's worker and trainer loops do it):
-``link.send("stats", encode_stats(d))`` on a worker, ``link.broadcast("stats", encode_stats(d))``
-on the trainer (the server keeps it; it is not forwarded to workers). ``d`` is a flat map of
-plain scalars (str, int, float, bool, None), at most ``MAX_STATS_BYTES`` once packed.
+Each role sends a ``stats`` message every few seconds: ``link.send("stats", Stats(d).encode())``
+on a worker, ``link.broadcast("stats", Stats(d).encode())`` on the trainer (the server keeps it;
+it is not forwarded to workers). ``d`` is a flat map of plain scalars (``rulka.net.messages.Stats``).
 Keys the status table knows (others are kept and shown as they are):
 
 - worker: ``episodes`` (int, finished so far), ``samples_per_s`` (float, env steps per second
@@ -23,10 +22,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rulka.errors import BadInput
-from rulka.segment import pack, unpack
-
-MAX_STATS_BYTES = 8192
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
@@ -34,30 +29,6 @@ def check_kind(kind: str) -> None:
     """Raise ValueError unless ``kind`` is a short lowercase name (``segment``, ``stats`` ...)."""
     if not isinstance(kind, str) or not _KIND_RE.match(kind):
         raise ValueError(f"message kind {kind!r} must match {_KIND_RE.pattern}")
-
-
-def encode_stats(stats: Mapping[str, Any]) -> bytes:
-    """A flat map of plain scalars -> the ``stats`` payload; ValueError if it is not plain."""
-    for key, value in stats.items():
-        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool, type(None))):
-            raise ValueError(f"stats entry {key!r} is not a plain scalar")
-    data = pack(dict(stats))
-    if len(data) > MAX_STATS_BYTES:
-        raise ValueError(f"stats payload is {len(data)} bytes, over {MAX_STATS_BYTES}")
-    return data
-
-
-def decode_stats_payload(payload: bytes) -> dict[str, Any]:
-    """Inverse of ``encode_stats``; raise BadInput on anything else."""
-    if len(payload) > MAX_STATS_BYTES:
-        raise BadInput("stats", "payload too large")
-    obj = unpack(payload, max_bytes=MAX_STATS_BYTES)
-    if not isinstance(obj, dict):
-        raise BadInput("stats", "not a map")
-    for key, value in obj.items():
-        if not isinstance(key, str) or not isinstance(value, (str, int, float, bool, type(None))):
-            raise BadInput("stats", f"entry {key!r} is not a plain scalar")
-    return obj
 
 
 def build_status(

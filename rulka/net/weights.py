@@ -1,8 +1,9 @@
 """Weights blobs: what the trainer publishes and every worker loads.
 
 A blob is safetensors bytes (never pickle, never ``torch.load``), optionally zstd-compressed,
-plus a small plain-data header (run id, version, dtype, the ``actor_spec`` a worker needs to
-build the matching network), signed by the trainer's Ed25519 key::
+plus a small plain-data header (run id, version, dtype, and the ``header`` map of
+``rulka.net.messages.WeightsHeader``: the actor a worker builds, the run config, evaluation
+requests; stored under the key ``actor_spec``, its name before), signed by the trainer's Ed25519 key::
 
     encoded = msgpack {"m": packed header, "t": tensors (safetensors, maybe zstd), "sig": signature}
     signature = Ed25519(b"rulka-weights\\0" + sha256(m) + sha256(t))
@@ -38,12 +39,13 @@ _DOMAIN = b"rulka-weights\0"
 @dataclasses.dataclass
 class WeightsBlob:
     """Published weights. ``tensors`` maps parameter names to tensors (torch or numpy);
-    ``actor_spec`` is plain data (str/int/float/bool/None, lists, string-keyed maps)."""
+    ``header`` is plain data (str/int/float/bool/None, lists, string-keyed maps): the wire form of
+    a ``rulka.net.messages.WeightsHeader``."""
 
     run_id: str
     version: int
     tensors: dict[str, Any]
-    actor_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
+    header: dict[str, Any] = dataclasses.field(default_factory=dict)
     # "float32" or "float16": how floating tensors travel; with "float16" only the large ones
     # (HALF_MIN_ELEMENTS and up, all finite and within float16's range): the worker loads them
     # into its float32 network, and tests/test_weights_half.py checks greedy actions do not change
@@ -77,19 +79,19 @@ def encode_weights(blob: WeightsBlob, signing_key: Ed25519PrivateKey, *, compres
         raise ValueError(f"dtype must be 'float32' or 'float16', not {blob.dtype!r}")
     if not isinstance(blob.version, int) or blob.version < 0:
         raise ValueError("version must be a non-negative int")
-    _check_scalar_tree(blob.actor_spec)
+    _check_scalar_tree(blob.header)
     tensors = {name: _to_torch(name, v, blob.dtype) for name, v in blob.tensors.items()}
     raw = st_save(tensors)
     body = zstandard.ZstdCompressor(level=level).compress(raw) if compress else raw
     meta = pack({"format": FORMAT, "fv": FORMAT_VERSION, "run_id": blob.run_id, "version": blob.version,
-                 "dtype": blob.dtype, "actor_spec": blob.actor_spec,
+                 "dtype": blob.dtype, "actor_spec": blob.header,
                  "compression": "zstd" if compress else "none", "raw_len": len(raw)})
     sig = signing_key.sign(_signed_digest(meta, body))
     return pack({"m": meta, "t": body, "sig": sig})
 
 
 def read_weights_header(data: bytes, verify_key: Ed25519PublicKey) -> dict[str, Any]:
-    """Verify the signature and return the header (run_id, version, dtype, actor_spec, ...)
+    """Verify the signature and return the blob's metadata (run_id, version, dtype, ``actor_spec``: the header map, ...)
     without decoding tensors. Raises BadInput (reason ``weights``) on anything wrong."""
     outer = unpack(data)
     if not isinstance(outer, dict) or set(outer) != {"m", "t", "sig"} or not all(

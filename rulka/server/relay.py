@@ -64,8 +64,9 @@ from twisted.internet import protocol
 
 from rulka.errors import BadInput, UserError
 from rulka.net.keys import OPERATOR_PREFIX, Credentials, check_worker_name, raw_key
+from rulka.net.messages import Stats
 from rulka.net.settings import NetworkSettings
-from rulka.net.stats import build_status, decode_stats_payload
+from rulka.net.stats import build_status
 from rulka.net.wire import (
     NONCE_BYTES,
     BadFrame,
@@ -562,7 +563,7 @@ class RelayProtocol(protocol.Protocol):
             return self.core.count_bad("spoofed_sender", self.identity, f"envelope claims {env['s'][:64]!r}")
         if env["k"] == "stats" and env["c"] == 1:
             try:
-                self.core.stats[self.identity] = (time.time(), decode_stats_payload(env["d"]))  # type: ignore[index]
+                self.core.stats[self.identity] = (time.time(), Stats.decode(env["d"]).values)  # type: ignore[index]
             except BadInput as exc:
                 self.core.count_bad("bad_stats", self.identity, str(exc))
         if self.identity == "trainer":

@@ -3,8 +3,8 @@
 A greedy policy keeps changing while it trains: on the simulator's five bundled tracks, one
 run's in-run greedy race on one track swung by 1-3 s from one weights version to the next
 (BENCHMARKS.md, issue 17), so the final weights are a draw. The trainer therefore keeps
-candidates: every so often it marks a published version as an *evaluation version* (the weights
-carry ``eval_policy``), keeps a copy of those weights, and the workers drive every greedy
+candidates: every so often it marks a published version as an *evaluation version* (the weights'
+header says ``candidate``), keeps a copy of those weights, and the workers drive every greedy
 map-cycle entry with the newest evaluation version they have (switching only between episodes),
 tagging each such episode with ``eval_policy_version``. Once a candidate has a greedy result on
 every greedy map of the cycle, it is scored; the best so far is written to
@@ -25,9 +25,9 @@ mean over ``trainer.best_policy_episodes`` episodes per map (``RETURN``).
 Every run keeps one. With greedy map-cycle entries the workers' greedy entries are the
 evaluation episodes. Without them (a single track, a Gymnasium env, a cycle of exploring entries
 only) the trainer asks for them: every ``trainer.best_policy_every_frames`` frames the candidate's
-weights carry ``eval_policy_episodes`` (one pass of the cycle times ``best_policy_episodes``) and
-``eval_policy_worker`` (the workers in turn), and that worker drives them greedily with the
-candidate (``rulka.worker.worker``), not stored for training. A map's result is the median of its
+weights carry a ``CandidateRequest`` (``rulka.net.messages``: one pass of the cycle times
+``best_policy_episodes``, from the workers in turn), and that worker drives them greedily with the
+candidate (``rulka.worker``), not stored for training. A map's result is the median of its
 ``best_policy_episodes`` races (``median_race``): on the simulator, where a race from the start line
 repeats exactly, they start from the line moved by up to ``trainer.best_policy_start_noise`` metres
 and degrees, the k-th start the same for every candidate. One race from the line picks the
@@ -56,6 +56,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from rulka.net.messages import CandidateRequest
 
 log = logging.getLogger("rulka.trainer")
 
@@ -222,15 +224,12 @@ class BestPolicy:
             return False
         return self._last_mark_frames is None or frames - self._last_mark_frames >= self.every_frames
 
-    def request(self, worker: str) -> dict[str, Any]:
-        """What a candidate's weights carry so that ``worker`` drives its greedy episodes (empty when
+    def request(self, worker: str) -> CandidateRequest | None:
+        """What a candidate's weights carry so that ``worker`` drives its greedy episodes (None when
         the map cycle's greedy entries do)."""
         if not self.request_episodes:
-            return {}
-        out: dict[str, Any] = {"eval_policy_episodes": self.request_episodes, "eval_policy_worker": worker}
-        if self.start_noise > 0:
-            out["eval_policy_start_noise"] = self.start_noise
-        return out
+            return None
+        return CandidateRequest(self.request_episodes, worker, self.start_noise)
 
     def mark(self, version: int, weights: Mapping[str, Any], spec: Mapping[str, Any], frames: int,
              updates: int, kind: str = TRAINED) -> None:

@@ -1,5 +1,5 @@
 """Who the trainer hears from, and how far each worker may run ahead (``trainer.rate_limit`` mode
-``ratio``): ``credit`` messages (msgpack ``{"limit": next seq allowed}``) granted while the limiter
+``ratio``): ``credit`` messages (``rulka.net.messages.Credit``) granted while the limiter
 admits inserts, and the ``welcome`` a (re)connecting worker gets with the highest sequence number
 and episode id accepted from it.
 
@@ -16,8 +16,9 @@ from collections.abc import Sized
 from typing import Any
 
 from rulka.errors import BadInput
-from rulka.net.hello import Welcome, decode_hello, encode_welcome
-from rulka.segment import Segment, pack
+from rulka.net.messages import Credit as CreditMessage
+from rulka.net.messages import Hello, Welcome
+from rulka.segment import Segment
 from rulka.trainer.ratelimit import SampleToInsertRatio
 from rulka.trainer.state import RunState
 
@@ -87,7 +88,7 @@ class Credit:
                 continue  # never granted and closed now: the worker has not started pausing
             if limit > sent or force or now - when >= CREDIT_RESEND_S:
                 try:
-                    self.link.send_to(worker, "credit", pack({"limit": int(limit)}))
+                    self.link.send_to(worker, "credit", CreditMessage(int(limit)).encode())
                     self.sent[worker] = (limit, now)
                 except Exception as exc:  # noqa: BLE001 - resent within CREDIT_RESEND_S
                     self.state.counters["credit_failures"] += 1
@@ -106,7 +107,7 @@ class Credit:
         """A worker (re)connected: tell it the highest sequence number and episode id accepted
         from it (it continues above them), and grant its credit now, from where it stands."""
         try:
-            hello = decode_hello(payload)
+            hello = Hello.decode(payload)
         except BadInput as exc:
             self.state.bad("hello", f"from {sender!r}: {exc}")
             return
@@ -118,7 +119,7 @@ class Credit:
         self.workers.next_seq[sender] = base
         try:
             self.link.send_to(sender, "welcome",
-                              encode_welcome(Welcome(highest, self.state.last_episode.get(sender, -1))))
+                              Welcome(highest, self.state.last_episode.get(sender, -1)).encode())
         except Exception as exc:  # noqa: BLE001 - the worker says hello again until welcomed
             self.state.counters["welcome_failures"] += 1
             log.debug("welcome to %s failed: %s", sender, exc)

@@ -17,6 +17,7 @@ from rulka.compress import SegmentDecoder
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
 from rulka.memory.rebuild_check import first_difference
+from rulka.net.messages import eval_policy_version
 from rulka.segment import Segment
 from rulka.telemetry.metrics import EpisodeStats
 from rulka.trainer.best import BestPolicy
@@ -166,8 +167,8 @@ class Intake:
 
     def _best_policy_result(self, seg: Segment) -> None:
         """A greedy episode of an evaluation version: one map's result for the best policy."""
-        version = seg.info.get("eval_policy_version")
-        if self.best_policy is None or not isinstance(version, int) or isinstance(version, bool):
+        version = eval_policy_version(seg.info)
+        if self.best_policy is None or version is None:
             return
         info = seg.info
         race_time = info.get("race_time_ms")

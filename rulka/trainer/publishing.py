@@ -7,12 +7,13 @@ gets the latest weights again."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rulka.interfaces import Memory, TrainingAgent
+from rulka.net.messages import EvalRequest, RunConfig, WeightsHeader
 from rulka.trainer import checkpoint_store as ckpt
 from rulka.trainer.average import PolicyAverage
 from rulka.trainer.best import AVERAGE, TRAINED, BestPolicy
@@ -59,15 +60,16 @@ class Publisher:
         self.server_session = 0  # link.server_session() when the weights last reached the server
         self._eval_turns: dict[str, int] = {}  # a turn of its own per kind of request
 
-    def actor_spec(self) -> dict[str, Any]:
-        """The agent's actor spec plus, as ``run_config_json``, the config sections a worker needs
-        (a JSON string: a config tree is deeper than the blob header's plain-data check allows)."""
-        spec = dict(self.agent.actor_spec())
-        spec["frames_played"] = int(self.state.samples)  # workers' schedules (engineered rewards) follow it
+    def header(self) -> WeightsHeader:
+        """The agent's actor spec, the frame count (workers' schedules, such as engineered rewards,
+        follow it) and the config sections a worker needs."""
         run_config = self.worker_config()
-        if run_config is not None:
-            spec["run_config_json"] = json.dumps(run_config, default=str)
-        return spec
+        return WeightsHeader.from_actor_spec(self.agent.actor_spec(), frames_played=int(self.state.samples),
+                                             run_config=RunConfig.of(run_config) if run_config is not None else None)
+
+    def actor_spec(self) -> dict[str, Any]:
+        """What a policy file keeps beside the actor's tensors: ``header()`` without requests."""
+        return self.header().policy_spec()
 
     def publish(self) -> int:
         """Sign and broadcast the agent's current actor weights as the next version."""
@@ -78,9 +80,9 @@ class Publisher:
         self.memory.set_policy_version(state.version)
         if self.run_dir is not None:
             ckpt.record_published(self.run_dir, state.run_id, state.version)
-        spec = self.actor_spec()
+        header = self.header()
         if self.eval_every_versions and state.version % self.eval_every_versions == 0:
-            spec.update(self._eval_request())
+            header = dataclasses.replace(header, evaluation=self._eval_request())
         weights = self.agent.actor_weights()
         if self.average is not None:
             self.average.update(weights, state.samples)
@@ -94,21 +96,21 @@ class Publisher:
             # outside the cooldown as after an average: the next candidate is the learner's weights
             self._average_next = alternate and kind == TRAINED
             # workers drive the cycle's greedy entries (or the episodes requested) with this version
-            self.best_policy.mark(state.version, weights, self.actor_spec(), state.samples, state.updates, kind)
-            spec["eval_policy"] = True
-            if self.best_policy.request_episodes:
-                spec.update(self.best_policy.request(self._next_eval_worker("best")))
+            self.best_policy.mark(state.version, weights, header.policy_spec(), state.samples, state.updates, kind)
+            request = (self.best_policy.request(self._next_eval_worker("best"))
+                       if self.best_policy.request_episodes else None)
+            header = dataclasses.replace(header, candidate=True, candidate_request=request)
             state.counters["eval_policy_versions"] += 1
-        blob = WeightsBlob(state.run_id, state.version, weights, spec)
+        blob = WeightsBlob(state.run_id, state.version, weights, header.to_wire())
         self.last_weights = self.encode_weights(blob)
         self.link.broadcast("weights", self.last_weights)
         return state.version
 
-    def _eval_request(self) -> dict[str, Any]:
+    def _eval_request(self) -> EvalRequest:
         """Ask for ``eval_episodes`` greedy test episodes (they ride with the weights): from the
         workers heard from, one in turn; any worker while none is known."""
         self.state.counters["eval_requests"] += 1
-        return {"eval_episodes": self.eval_episodes, "eval_worker": self._next_eval_worker("eval")}
+        return EvalRequest(self.eval_episodes, self._next_eval_worker("eval"))
 
     def _next_eval_worker(self, turn: str) -> str:
         """The workers heard from, one in turn (a turn of its own per kind of request: ``eval``,

@@ -131,11 +131,11 @@ class Reporter:
             except Exception as exc:  # noqa: BLE001
                 log.warning("metrics logging failed: %s", exc)
         try:
-            from rulka.net.stats import encode_stats
+            from rulka.net.messages import Stats
 
-            self.link.broadcast("stats", encode_stats({
+            self.link.broadcast("stats", Stats({
                 "weights_version": state.version, "updates": state.updates, "samples": state.samples,
                 "memory_size": len(self.memory), "updates_per_s": round(metrics["perf/batches_per_s"], 2),
-                "episodes": state.episodes, "duplicates": state.counters["duplicates"]}))
+                "episodes": state.episodes, "duplicates": state.counters["duplicates"]}).encode())
         except Exception as exc:  # noqa: BLE001 - stats are best effort
             log.debug("stats not sent: %s", exc)

@@ -10,7 +10,7 @@ a window in both directions. Ahead of it, the learner waits for data. Behind it 
 ``ratio``), the trainer stops granting credit: each worker may produce only
 ``credit_segments`` segments beyond the last one the trainer received (counted in steps: a
 worker whose segments are short gets more of them, ``credit_for``; a ``credit`` message,
-msgpack ``{"limit": next seq allowed}``), and pauses between segments until more comes. What
+``rulka.net.messages.Credit``), and pauses between segments until more comes. What
 still arrives while the learner is behind (segments in flight, workers of a real-time game that
 cannot pause: ``worker.pause_for_credit: false``) is deferred: journaled and acknowledged at once,
 inserted into the memory when the limiter admits it, the oldest dropped and counted
@@ -53,8 +53,8 @@ from rulka.errors import BadInput, UserError
 from rulka.interfaces import Memory, SampleCompressor, TrainingAgent
 from rulka.memory.augment import RandomCrop
 from rulka.net.link import LinkClosed, Message, TrainerLink
+from rulka.net.messages import Ack, Stats
 from rulka.plugins import WORKER_CONFIG_SECTIONS, build_plugin
-from rulka.segment import pack
 from rulka.trainer.average import TRAINED_DIR, PolicyAverage
 from rulka.trainer.best import BEST_DIR, BestPolicy
 from rulka.trainer.checkpointer import Checkpointer
@@ -253,9 +253,7 @@ class Trainer:
                 self.credit.on_hello(msg.sender, msg.payload)
             elif msg.kind == "stats":
                 try:
-                    from rulka.net.stats import decode_stats_payload
-
-                    self.workers.stats[msg.sender] = {**decode_stats_payload(msg.payload), "_t": time.monotonic()}
+                    self.workers.stats[msg.sender] = {**Stats.decode(msg.payload).values, "_t": time.monotonic()}
                 except BadInput as exc:
                     self.state.bad("stats", str(exc))
             else:
@@ -272,7 +270,7 @@ class Trainer:
     def send_acks(self, acks: dict[str, list[int]]) -> None:
         for worker, seqs in acks.items():
             try:
-                self.link.send_to(worker, "ack", pack(seqs))
+                self.link.send_to(worker, "ack", Ack(seqs).encode())
             except Exception as exc:  # noqa: BLE001 - an unsent ack only means a resend later
                 self.state.counters["ack_failures"] += 1
                 log.debug("ack to %s failed: %s", worker, exc)

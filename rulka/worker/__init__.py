@@ -1,8 +1,9 @@
 """The worker role: run episodes next to the game and deliver them to the trainer.
 
-``Worker`` (rulka.worker.worker) is the importable role; ``rulka-worker`` (rulka.worker.cli) the
-command. Delivery guarantees live in ``rulka.worker.outbox``; plugin and env building in
-``rulka.plugins``. Attributes are imported lazily so ``rulka-worker --help`` stays quick.
+``Worker`` (rulka.worker.worker) is the importable role, three components joined there: the
+network side (``network``), the episode runner (``episodes``, with the policies of ``policy``)
+and the outbox (``outbox``, where the delivery guarantees live); ``rulka-worker``
+(rulka.worker.cli) is the command. Plugin and env building live in ``rulka.plugins``. Attributes are imported lazily so ``rulka-worker --help`` stays quick.
 """
 
 from __future__ import annotations

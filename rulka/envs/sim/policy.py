@@ -72,21 +72,19 @@ def read_policy_file(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, 
 
 
 def spec_config(spec: Mapping[str, Any]) -> Any:
-    """The run config a policy file carries (``run_config_json``, what rulka-trainer writes, or a
-    plain ``run_config`` mapping) as a RulkaConfig; None when it carries none."""
-    from rulka.config import config_from_dict
+    """The run config a policy file carries (``rulka.net.messages.RunConfig``: ``run_config_json``,
+    what rulka-trainer writes, or a plain ``run_config`` mapping) as a RulkaConfig; None when it
+    carries none."""
+    from rulka.errors import BadInput
+    from rulka.net.messages import RunConfig
 
-    data = spec.get("run_config")
-    if data is None and isinstance(spec.get("run_config_json"), str):
-        try:
-            data = json.loads(spec["run_config_json"])
-        except ValueError as exc:
-            raise UserError(f"the policy's run_config_json is not JSON: {exc}") from exc
-    if data is None:
+    carried = RunConfig.from_wire(spec)
+    if carried is None:
         return None
-    if not isinstance(data, Mapping):
-        raise UserError("the policy's run config is not a mapping")
-    return config_from_dict(data)
+    try:
+        return carried.build()
+    except BadInput as exc:
+        raise UserError(f"the policy's run config is unreadable: {exc}") from None
 
 
 def load_policy(path: str | Path, cfg: Any = None) -> tuple[Any, dict[str, Any]]:
