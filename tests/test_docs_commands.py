@@ -2,17 +2,21 @@
 ``rulka-trainer`` and ``rulka-worker`` command (in a shell block or inline) names a real
 sub-command whose ``--help`` runs, and every ``--flag`` it shows is one that command takes; every
 ``configs/*.yaml`` path shown exists and validates with ``rulka config validate``; every
-``python path.py`` script shown exists. A renamed flag or a deleted config then fails here, not in
-a newcomer's terminal."""
+``python path.py`` script shown exists; every ``--set KEY=VALUE`` shown sets a key of the config
+schema, and every config key written in backticks (``training.batch_size``) is one. A renamed
+flag, key or a deleted config then fails here, not in a newcomer's terminal."""
 
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import contextlib
+import functools
 import glob
 import io
 import re
 import shlex
+import typing
 from pathlib import Path
 
 import pytest
@@ -175,3 +179,114 @@ def test_every_python_script_shown_exists() -> None:
     assert "docs/make_pictures.py" in scripts
     missing = [s for s in sorted(scripts) if not (REPO / s).is_file()]
     assert missing == []
+
+
+# -- config keys ------------------------------------------------------------------------------------
+# keys a page shows as a mistake on purpose (the error message for an unknown key)
+SHOWN_AS_WRONG = {("docs/configuration.md", "memory.batch_size")}
+FILE_NAME = re.compile(r"\.(py|ya?ml|md|jsonl?|log|key|pem|txt|csv|safetensors|png|gif|mp4)$")
+
+
+def _union(annotation: typing.Any) -> list[typing.Any]:
+    args = typing.get_args(annotation)
+    return [a for arg in args for a in _union(arg)] if typing.get_origin(annotation) in (typing.Union, type(int | None)) \
+        else [annotation]
+
+
+def _free_form(annotation: typing.Any) -> bool:
+    """A mapping (or Any) whose entries the schema does not name (``worker.compressor_kwargs``)."""
+    return any(a is typing.Any or a is dict or typing.get_origin(a) in (dict, collections.abc.Mapping)
+               for a in _union(annotation))
+
+
+def _models(annotation: typing.Any) -> list[type]:
+    """The config models a field holds: itself, or the elements of a list of them."""
+    from pydantic import BaseModel
+
+    out = []
+    for a in _union(annotation):
+        for t in [a, *(typing.get_args(a) if typing.get_origin(a) is list else ())]:
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                out.append(t)
+    return out
+
+
+@functools.cache
+def key_kind(path: str) -> str | None:
+    """"key" for a settable key of the config schema (or an entry under a free-form mapping),
+    "computed" for a read-only computed value (``environment.ms_per_action``), None for neither.
+    ``[i]`` or ``[]`` after a part addresses a list's elements (``map_cycle.entries[].map_path``)."""
+    from rulka.config import RulkaConfig
+
+    model: type = RulkaConfig
+    parts = re.sub(r"\[\d*\]", "", path).split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        fields = {}
+        for name, info in model.model_fields.items():
+            alias = info.validation_alias
+            names = [name, info.serialization_alias, *(getattr(alias, "choices", None) or [alias])]
+            fields.update({n: info for n in names if isinstance(n, str)})
+        info = fields.get(part)
+        if info is None:
+            computed = isinstance(getattr(model, part, None), (property, functools.cached_property))
+            return "computed" if computed and last else None
+        if last:
+            return "key"
+        models = _models(info.annotation)
+        if models:
+            model = models[0]
+        else:
+            return "key" if _free_form(info.annotation) else None
+    return None
+
+
+SET_KEY = re.compile(r"--set(?:=|\s+)([A-Za-z_][\w.\[\]]*)=")
+PLACEHOLDER_KEYS = {"key.path", "KEY.PATH"}  # the syntax itself, as the pages explain it
+
+
+def shown_overrides() -> list[tuple[str, str]]:
+    """(page, key) of every ``--set KEY=VALUE`` on a page: in commands, prose and inline code,
+    also where a line break splits it."""
+    return [(page.relative_to(REPO).as_posix(), key) for page in PAGES
+            for key in SET_KEY.findall(page.read_text(encoding="utf-8")) if key not in PLACEHOLDER_KEYS]
+
+
+def shown_keys() -> list[tuple[str, str]]:
+    """(page, key) of every inline code span that starts with a config section's name and a dot
+    (``training.batch_size``, ``worker.pause_for_credit: false``), file names left out."""
+    from rulka.config import RulkaConfig
+
+    sections = set(RulkaConfig.model_fields)
+    found = []
+    for page in PAGES:
+        for span in re.findall(r"`([^`\n]+)`", page.read_text(encoding="utf-8")):
+            m = re.match(r"([a-z_]+(?:\.\w+(?:\[\d*\])?)+)", span)
+            if m and m.group(1).split(".")[0] in sections and not FILE_NAME.search(m.group(1)):
+                found.append((page.relative_to(REPO).as_posix(), m.group(1)))
+    return found
+
+
+def test_every_set_key_shown_is_a_config_key() -> None:
+    overrides = shown_overrides()
+    assert len(overrides) > 5, overrides
+    assert ("README.md", "trainer.best_policy_start_noise") in overrides  # split over two lines there
+    wrong = [f"{page}: --set {key}" for page, key in overrides if key_kind(key) != "key"]
+    assert wrong == [], "no such config key (or a computed one, which cannot be set): " + "; ".join(wrong)
+
+
+def test_every_config_key_in_backticks_is_in_the_schema() -> None:
+    keys = shown_keys()
+    assert len(keys) > 50, keys
+    wrong = sorted({f"{page}: {key}" for page, key in keys if key_kind(key) is None and (page, key) not in SHOWN_AS_WRONG})
+    assert wrong == [], "no such config key: " + "; ".join(wrong)
+
+
+def test_the_key_check_knows_keys_lists_mappings_and_computed_values() -> None:
+    assert key_kind("training.batch_size") == "key" and key_kind("trainer.rate_limit.credit_segments") == "key"
+    assert key_kind("map_cycle.entries[].map_path") == "key" and key_kind("map_cycle.entries[0].is_exploration") == "key"
+    assert key_kind("worker.compressor_kwargs.level") == "key"  # a free-form mapping's entry
+    assert key_kind("environment.ms_per_action") == "computed"
+    for wrong in ("memory.batch_size", "training", "training.batch_size.x", "map_cycle.entries[].no_such", "nope.x"):
+        assert key_kind(wrong) in (None, "key" if wrong == "training" else None), wrong
+    assert shown_keys() and ("docs/configuration.md", "memory.batch_size") in shown_keys()

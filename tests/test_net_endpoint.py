@@ -48,9 +48,9 @@ def bare_endpoint(conn: socket.socket, max_buf_len: int) -> GuardedEndpoint:
     ep._local_com_conn = conn
     ep._header_size = HEAD
     ep._max_buf_len = max_buf_len
-    ep._Endpoint__socket_closed_lock = threading.Lock()
-    ep._Endpoint__socket_closed_flag = False
-    ep._Endpoint__obj_buffer = queue.Queue()
+    ep._closed_lock = threading.Lock()
+    ep._closed = False
+    ep.received = queue.Queue()
     ep._deserialize_locally = False
     ep._client = type("C", (), {"deserializer": staticmethod(deserialize)})()
     ep._stop_lock, ep._stopped = threading.Lock(), True  # nothing to stop at garbage collection
@@ -75,7 +75,7 @@ def test_parent_reads_frames_split_anyhow_and_larger_than_its_buffer():
     child.close()
     reader.join(10)
     assert not reader.is_alive()  # EOF ends the loop
-    got = [ep._Endpoint__obj_buffer.get_nowait() for _ in range(ep._Endpoint__obj_buffer.qsize())]
+    got = [ep.received.get_nowait() for _ in range(ep.received.qsize())]
     assert got == [*objects, {"pong": 3}]
     ours.close()
 
@@ -87,7 +87,7 @@ def test_parent_stops_on_a_garbled_length():
     reader = threading.Thread(target=ep._manage_received_objects)
     reader.start()
     reader.join(10)
-    assert not reader.is_alive() and ep._Endpoint__obj_buffer.get_nowait() == {"a": 1}
+    assert not reader.is_alive() and ep.received.get_nowait() == {"a": 1}
     child.close()
     ours.close()
 

@@ -205,7 +205,7 @@ def test_deleting_an_operator_key_closes_its_open_connection(tmp_path):
     creds = load_credentials(add_operator(keys, "ops"), "operator")
     with Server({}, keys, bind_host="127.0.0.1", port=0) as server:
         endpoint = _make_endpoint(NetworkSettings(host="localhost", port=server.port), creds, [])
-        inbox = endpoint._Endpoint__obj_buffer
+        inbox = endpoint.received
         try:
             def answers(seconds: float) -> list:
                 got, deadline, next_ask = [], time.monotonic() + seconds, 0.0

@@ -59,6 +59,26 @@ PING_FRAME = b"\x93\xa3OBJ\x81\xa4ping"
 PONG_OBJ = b"\x81\xa4pong"
 PING_RETRY_S = 30.0  # a ping unanswered this long (a relay that lost it) is followed by another
 
+# What this module takes from tlspyo beyond its documented API: the attributes and methods of
+# tlspyo's classes that the subclasses below read, set or call, for the tlspyo release they were
+# written against. tests/test_tlspyo_pin.py checks each against the installed tlspyo and names
+# the one that moved, so a tlspyo upgrade fails there, with its name, instead of in a live link.
+TLSPYO_TESTED = "0.3.0"
+TLSPYO_INTERNALS: dict[str, tuple[str, ...]] = {
+    "tlspyo.Endpoint": ("send_object", "notify", "_send_local", "_deserialize"),
+    "tlspyo.client.Client": ("endpoint", "to_server", "store", "pending_acks", "ack_stamp", "serializer",
+                             "deserializer", "header_size", "close", "_local_com_port", "_security",
+                             "_ip_server", "_port_server", "_keys_dir", "_hostname", "_reactor"),
+    "tlspyo.client.ClientProtocol": ("_client", "_header_size", "_password", "_groups", "_state", "send_ack",
+                                     "send_obj", "get_state", "connectionLost"),
+    "tlspyo.client.TLSClientFactory": ("_client", "password", "_groups", "_header_size", "delay", "resetDelay"),
+    "tlspyo.local_protocol_for_client.LocalProtocolForClient": ("_client", "_header_size", "_state"),
+    "tlspyo.local_protocol_for_client.LocalProtocolForClientFactory": ("client",),
+}
+# Endpoint's methods above, called on a GuardedEndpoint (which does not run Endpoint.__init__),
+# read these attributes of it; GuardedEndpoint sets them itself
+TLSPYO_ENDPOINT_READS = ("_client", "_header_size", "_local_com_conn")
+
 
 class EndpointStartError(UserError):
     """The tlspyo child process exited or never connected while the endpoint started."""
@@ -391,7 +411,11 @@ class GuardedEndpoint(Endpoint):
     """``tlspyo.Endpoint`` with the guarded child, a bounded start and a receiver that stops at
     the end of the local stream. Same arguments as ``tlspyo.Endpoint``, plus ``auth_identity``
     and ``auth_key`` (raw Ed25519 private key): the child adds the identity token to its HELLO,
-    signed over the nonce the relay sent on that connection (``rulka.net.wire``)."""
+    signed over the nonce the relay sent on that connection (``rulka.net.wire``).
+
+    What arrives is read from ``received`` (a ``queue.Queue``), not with tlspyo's
+    ``receive_all``/``pop``/``get_last`` (they read tlspyo's private buffer, which this class
+    does not fill). Sending uses tlspyo's ``send_object`` and ``notify``."""
 
     def __init__(self, ip_server: str, port: int, password: str, groups: Any = None, local_com_port: int = 2097,
                  header_size: int = 10, max_buf_len: int = 4096, security: str | None = "TLS",
@@ -399,10 +423,9 @@ class GuardedEndpoint(Endpoint):
                  deserializer: Any = None, recon_max_delay: float = 60.0, recon_initial_delay: float = 10.0,
                  recon_factor: float = 1.5, recon_jitter: float = 0.1,
                  deserializer_mode: str = "asynchronous", auth_identity: str = "", auth_key: bytes = b"") -> None:
-        # the attributes tlspyo.Endpoint's methods use (its private names are mangled)
-        self._Endpoint__obj_buffer: queue.Queue[Any] = queue.Queue()
-        self._Endpoint__socket_closed_lock = threading.Lock()
-        self._Endpoint__socket_closed_flag = False
+        self.received: queue.Queue[Any] = queue.Queue()  # objects from the relay, in order
+        self._closed_lock = threading.Lock()
+        self._closed = False  # stop() was called: the receiver ends
         self._stop_lock = threading.Lock()
         self._stopped = False
         if isinstance(groups, str):
@@ -472,8 +495,8 @@ class GuardedEndpoint(Endpoint):
         view = memoryview(buf)
         start = end = 0
         while True:
-            with self._Endpoint__socket_closed_lock:
-                if self._Endpoint__socket_closed_flag:
+            with self._closed_lock:
+                if self._closed:
                     return
             if end == len(buf):  # full: move the partial frame to the front
                 tail = bytes(view[start:end])
@@ -523,7 +546,7 @@ class GuardedEndpoint(Endpoint):
                 return
             obj = frame[offset:offset + length]
         if cmd == "OBJ":
-            self._Endpoint__obj_buffer.put(bytes(obj) if self._deserialize_locally else self._deserialize(obj))
+            self.received.put(bytes(obj) if self._deserialize_locally else self._deserialize(obj))
 
     def stop(self) -> None:
         """Stop the network process and close the local link; safe when the process is already
@@ -539,8 +562,8 @@ class GuardedEndpoint(Endpoint):
                     self._send_local(cmd="STOP", dest=None, obj=None)
                 except OSError:
                     pass
-            with self._Endpoint__socket_closed_lock:
-                self._Endpoint__socket_closed_flag = True
+            with self._closed_lock:
+                self._closed = True
             if proc is not None:
                 proc.join(5.0)
                 if proc.is_alive():

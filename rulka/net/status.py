@@ -46,7 +46,7 @@ def query_status(cfg_network: Any, credentials_dir: str | os.PathLike[str], time
     creds = _load_any_credentials(credentials_dir)
     # no channel: the relay treats this connection as an observer, not as a second trainer/worker
     endpoint = _make_endpoint(settings, creds, [])
-    inbox: queue.Queue[Any] = endpoint._Endpoint__obj_buffer
+    inbox: queue.Queue[Any] = endpoint.received
     try:
         deadline = time.monotonic() + timeout
         next_ask = 0.0

@@ -130,7 +130,7 @@ class _TlsLink:
         # tlspyo writes each call to its child with an unlocked sendall: calls from two threads
         # would interleave bytes and corrupt the stream, so every call goes through this lock
         self._ep_lock = threading.Lock()
-        self._obj_queue: queue.Queue[Any] = self._endpoint._Endpoint__obj_buffer  # tlspyo 0.3 internals
+        self._obj_queue: queue.Queue[Any] = self._endpoint.received
         self._last_log: dict[str, float] = {}
         self._threads = [threading.Thread(target=self._send_loop, name=f"rulka-send-{self.identity}", daemon=True),
                          threading.Thread(target=self._recv_loop, name=f"rulka-recv-{self.identity}", daemon=True),
