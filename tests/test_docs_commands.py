@@ -185,6 +185,7 @@ def test_every_python_script_shown_exists() -> None:
 # keys a page shows as a mistake on purpose (the error message for an unknown key)
 SHOWN_AS_WRONG = {("docs/configuration.md", "memory.batch_size")}
 FILE_NAME = re.compile(r"\.(py|ya?ml|md|jsonl?|log|key|pem|txt|csv|safetensors|png|gif|mp4)$")
+ENTRY_POINT = re.compile(r"^[\w.]+\s*=\s*[\w.]+:\w+$")  # a plugin's entry point: ``memory.my_store = pkg.mod:Class``
 
 
 def _union(annotation: typing.Any) -> list[typing.Any]:
@@ -254,7 +255,8 @@ def shown_overrides() -> list[tuple[str, str]]:
 
 def shown_keys() -> list[tuple[str, str]]:
     """(page, key) of every inline code span that starts with a config section's name and a dot
-    (``training.batch_size``, ``worker.pause_for_credit: false``), file names left out."""
+    (``training.batch_size``, ``worker.pause_for_credit: false``), file names and plugin entry
+    points left out."""
     from rulka.config import RulkaConfig
 
     sections = set(RulkaConfig.model_fields)
@@ -262,7 +264,8 @@ def shown_keys() -> list[tuple[str, str]]:
     for page in PAGES:
         for span in re.findall(r"`([^`\n]+)`", page.read_text(encoding="utf-8")):
             m = re.match(r"([a-z_]+(?:\.\w+(?:\[\d*\])?)+)", span)
-            if m and m.group(1).split(".")[0] in sections and not FILE_NAME.search(m.group(1)):
+            if m and m.group(1).split(".")[0] in sections and not FILE_NAME.search(m.group(1)) \
+                    and not ENTRY_POINT.match(span):
                 found.append((page.relative_to(REPO).as_posix(), m.group(1)))
     return found
 
@@ -289,4 +292,5 @@ def test_the_key_check_knows_keys_lists_mappings_and_computed_values() -> None:
     assert key_kind("environment.ms_per_action") == "computed"
     for wrong in ("memory.batch_size", "training", "training.batch_size.x", "map_cycle.entries[].no_such", "nope.x"):
         assert key_kind(wrong) in (None, "key" if wrong == "training" else None), wrong
-    assert shown_keys() and ("docs/configuration.md", "memory.batch_size") in shown_keys()
+    assert ("docs/configuration.md", "memory.batch_size") in shown_keys()
+    assert ENTRY_POINT.match("memory.my_store = my_pkg.store:Store") and not ENTRY_POINT.match("worker.on_full: block")

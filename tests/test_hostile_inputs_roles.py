@@ -177,7 +177,7 @@ class Watcher:
         from rulka.net.tls import _make_endpoint
 
         self.endpoint = _make_endpoint(NetworkSettings(host="localhost", port=port), creds, channels)
-        self.inbox = self.endpoint._Endpoint__obj_buffer
+        self.inbox = self.endpoint.received
         self.got: list[tuple[float, object]] = []
         self.asks = channels == []  # observers read the status; a worker pings
 
