@@ -113,7 +113,7 @@ def test_malformed_messages_to_the_trainer_are_counted_by_kind():
     trainer = Trainer(None, hub.trainer_link(), agent=CountingAgent(), memory=ListMemory(), signing_key=KEY)
     trainer.ingest([Message("hello", "pc1", pack({"v": 1})), Message("stats", "pc1", pack({"a": [1]})),
                     Message("stats", "pc2", b"\xc1")])
-    assert trainer.counters["bad_hello"] == 1 and trainer.counters["bad_stats"] == 2
+    assert trainer.state.counters["bad_hello"] == 1 and trainer.state.counters["bad_stats"] == 2
     assert "pc1" not in trainer.workers.stats
     trainer.close()
 

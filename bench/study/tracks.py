@@ -172,20 +172,20 @@ def evaluate(run_dir: Path, gen_seeds: list[int], max_seconds: float, races: int
     that many races from perturbed starts (``perturbed_races``, row ``perturbed``)."""
     import torch
 
-    from rulka.config import config_from_dict
     from rulka.envs.map_cycle import MapCycle
     from rulka.envs.multi_action import wrap_for_blocks
     from rulka.envs.sim.env import SimTrackEnv
-    from rulka.envs.sim.policy import load_policy
+    from rulka.envs.sim.policy import load_policy, spec_config
 
     torch.set_num_threads(1)
     torch.manual_seed(0)  # a policy that samples its greedy actions drives the same races each time
     folder, best = policy_folder(run_dir, policy)
     actor, spec = load_policy(folder)
-    cfg = config_from_dict(json.loads(spec["run_config_json"]))
-    if cfg.environment.backend != "sim":
+    cfg = spec_config(spec)
+    if cfg is None or cfg.environment.backend != "sim":
+        backend = repr(cfg.environment.backend) if cfg is not None else "unknown (its policy carries no run config)"
         raise SystemExit(f"bench/study/tracks.py: {run_dir} was trained with environment.backend "
-                         f"{cfg.environment.backend!r}; it evaluates simulator (backend sim) runs only")
+                         f"{backend}; it evaluates simulator (backend sim) runs only")
     cycle = MapCycle.from_config(cfg)
     seen = {e.map_path for e in cycle.entries} if cycle else {cfg.environment.track}
     firsts = first_finishes(run_dir)
