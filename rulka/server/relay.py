@@ -54,9 +54,7 @@ import collections
 import hmac
 import logging
 import secrets
-import socket
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -78,6 +76,7 @@ from rulka.net.wire import (
     serialize,
     verify_challenge_token,
 )
+from rulka.server.connection import UNSENT_BYTES, ClientCounters, limit_unsent_bytes  # noqa: F401
 
 log = logging.getLogger("rulka.server")
 
@@ -87,34 +86,11 @@ STALL_TIMEOUT_S = 30.0  # a frame whose header arrived must be complete within t
 # token buckets per connection: (refill per second, burst); links ping every heartbeat_s (and
 # ten times a second for their first seconds), `rulka status` asks once a second
 RATE_LIMITS = {"ping": (20.0, 40.0), "status": (1.0, 5.0)}
-# bytes a worker's socket may hold not yet sent (Linux, macOS: TCP_NOTSENT_LOWAT); the kernel's
-# send buffer grows to several MB on its own, which would hold a dozen old weights chunks that
-# the relay can no longer skip; bytes in flight are not limited by it (nor the link's rate)
-UNSENT_BYTES = 128 * 1024
 READ_PAUSE_BYTES = 256 * 1024  # backlog beyond which the relay stops reading from a client
 LOG_EVERY_S = 5.0  # one log line per (reason, client) this often; the counters count every one
 FRAME_OVERHEAD = 4096  # envelope fields + tlspyo tuple around one chunk
 KEY_CHECK_S = 0.5  # how often the server compares the enrolled keys with the key files
 REFUSE_GRACE_S = 1.0  # a refused client that does not answer the TLS close is cut after this
-
-
-@dataclass
-class ClientCounters:
-    address: str
-    connected_at: float = field(default_factory=time.time)
-    messages_in: int = 0
-    bytes_in: int = 0
-    messages_out: int = 0
-    bytes_out: int = 0
-    bad: dict[str, int] = field(default_factory=dict)
-    connected: bool = True
-    last_seen: float = field(default_factory=time.time)
-    weights_superseded: int = 0  # weights versions never sent to it because a newer one came first
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "connected": self.connected, "messages_in": self.messages_in,
-                "bytes_in": self.bytes_in, "messages_out": self.messages_out, "bytes_out": self.bytes_out,
-                "bad": dict(self.bad), "weights_superseded": self.weights_superseded, "last_seen_s": round(time.time() - self.last_seen, 3)}
 
 
 class RelayCore:
@@ -323,27 +299,6 @@ class RelayCore:
                                           "samples_per_s": None, "weights_version": None,
                                           "last_seen_s": round(time.time() - self.clients[name].last_seen, 3)})
         return report
-
-
-def limit_unsent_bytes(transport: Any, limit: int = UNSENT_BYTES) -> bool:
-    """Keep at most ``limit`` unsent bytes in the socket under ``transport`` (TLS or TCP), so
-    what waits for a slow client waits in the relay, where a newer weights version can replace
-    it. False where the OS has no TCP_NOTSENT_LOWAT (Windows): the kernel buffer then holds what
-    it holds."""
-    opt = getattr(socket, "TCP_NOTSENT_LOWAT", None)
-    sock = None
-    for _ in range(3):  # TLSMemoryBIOProtocol -> tcp.Server, which has the socket
-        sock = getattr(transport, "socket", None)
-        if isinstance(sock, socket.socket) or transport is None:
-            break
-        transport = getattr(transport, "transport", None)
-    if opt is None or not isinstance(sock, socket.socket):
-        return False
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, opt, limit)
-    except OSError:
-        return False
-    return True
 
 
 class RelayProtocol(protocol.Protocol):
