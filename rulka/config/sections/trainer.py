@@ -140,16 +140,11 @@ class TrainerConfig(Section):
 
         from rulka.errors import ConfigError
 
-        if self.device == "auto":
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        kind, _, index = self.device.partition(":")
-        if kind == "cuda":
-            if not torch.cuda.is_available():
-                raise ConfigError(f"config key `trainer.device` is {self.device} but torch sees no CUDA device")
-            if index and int(index) >= torch.cuda.device_count():
-                raise ConfigError(
-                    f"config key `trainer.device` is {self.device} but torch sees {torch.cuda.device_count()} CUDA device(s)"
-                )
+        kind = self.device.partition(":")[0]
+        if self.device == "auto" or kind == "cuda":  # the check the worker's device shares
+            from rulka.nn.inference import resolve_device
+
+            return str(resolve_device(self.device, "trainer.device"))
         if kind == "mps" and not torch.backends.mps.is_available():
             raise ConfigError("config key `trainer.device` is mps but torch sees no MPS device")
         return self.device
