@@ -54,6 +54,17 @@ def test_tmnf_doctor_names_the_one_assumption_a_broken_fake_breaks(broken, game,
     assert f"FAIL  {check}:" in render(report)
 
 
+def test_tmnf_doctor_names_an_installed_plugin_older_than_the_api_state_query():
+    cfg = config_from_dict({
+        "environment": {"backend": "tmnf", "game_launch": "fake", "tmi_protection_timeout_s": 1,
+                        "timeout_during_run_ms": 5000},
+        "nn": {"vis": {"image_size": {"width": 32, "height": 24}}},
+    })
+    report = doctor_tmnf(cfg, launcher=FakeLauncher(faults=FakeFaults(plugin_before_1_1=True), countdown_ms=-300), port=0)
+    assert report.failed == ["state_vs_api"] and report.error, render(report)
+    assert "rulka tm install-plugin --game tmnf" in render(report)
+
+
 def test_tmnf_doctor_runs_before_a_reference_line_is_recorded(tmp_path):
     # the first-race order: doctor, then record-line; the map's line file does not exist yet
     cfg = config_from_dict({

@@ -182,7 +182,7 @@ def doctor_tmnf(cfg: Any, launcher: Any = None, port: int | None = None) -> Repo
             for _ in range(int(seconds * 1000 / ms)):
                 _, _, terminated, truncated, info = env.step(action)
                 car = decode_state(env.client.get_simulation_state()).car
-                fields.compare(api_vs_blob[-1][0], car, env.client.get_api_state())
+                fields.compare(api_vs_blob[-1][0], car, _api_state(report, env.client))
                 samples.append(_sample(api_vs_blob[-1][0], car, phase=phase))
                 if terminated or truncated:
                     break
@@ -246,6 +246,17 @@ class _BlobVsApi:
                    + f" (wheels distinguishable on {self.wheels_differ} steps)",
                    "the blob's race time, position, velocities and wheels (contact, damper, material, in "
                    "the assumed order) equal what TMInterface's API reports for the same step")
+
+
+def _api_state(report: Report, client: Any) -> Any:
+    """``C_GET_API_STATE``'s reply; a plugin older than 1.1.0 never answers it: named, with the fix."""
+    try:
+        return client.get_api_state()
+    except Exception as exc:
+        report.add("state_vs_api", False, f"no reply to C_GET_API_STATE ({type(exc).__name__}): the plugin in "
+                   "TMInterface's Plugins folder is older than 1.1.0; run `rulka tm install-plugin --game tmnf` "
+                   "and reload it", "the plugin answers C_GET_API_STATE")
+        raise
 
 
 def _fmt(v: Any) -> str:
@@ -381,17 +392,20 @@ def _pause_flag(report: Report, env: Any, samples: list[dict[str, Any]]) -> None
     late = [r for r in menu if r.paused]  # the records after the menu opened
     times = [r.race_time_ms for r in late]
     stopped = bool(times) and max(times) - min(times) <= 20
+    closed = False
     deadline = time.monotonic() + 2.0 / scale + 1.0
     while time.monotonic() < deadline:  # racing again before the give up
         r = env.telemetry.wait_newer(frame_no, 0.05)
         if r is not None:
             frame_no = r.frame
             if not r.paused:
+                closed = True
                 break
     report.add("pause_flag", racing == 0 and bool(late) and stopped,
                f"set on {racing} of {len(samples)} racing records; with the menu open (Escape) set on {len(late)} of "
-               f"{len(menu)} records, race time " + (f"{min(times)}..{max(times)} ms" if times else "not seen"),
-               "0 while racing; 1 with the menu open, the race clock stopped")
+               f"{len(menu)} records, race time " + (f"{min(times)}..{max(times)} ms" if times else "not seen")
+               + ("" if closed else "; still paused after the second Escape (close the menu by hand)"),
+               "0 while racing; 1 with the menu open (a solo race: online races do not pause), the race clock stopped")
 
 
 # ---------------------------------------------------------------------- output

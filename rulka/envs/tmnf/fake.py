@@ -94,6 +94,8 @@ class FakeFaults:
     """State blobs carry the velocity in km/h instead of m/s."""
     respawn_on_give_up: bool = False
     """Give up puts the car back on the start line with the race clock running (a respawn)."""
+    plugin_before_1_1: bool = False
+    """An installed plugin older than 1.1.0: ``C_GET_API_STATE`` is an unknown id, never answered."""
     blob_offset_error: str | None = None
     """A field the state blob carries at a wrong offset (the blob layout differs from the fact
     sheet's): ``"angular_speed"`` writes it 12 bytes early, where the blob's reader finds zeros;
@@ -633,7 +635,10 @@ class FakeGame:
         elif kind == M.C_GET_INPUTS:
             self._send(P.encode_bytes_reply(b""))
         elif kind == M.C_GET_API_STATE:
-            self._send(P.encode_api_state(self.api_state()))
+            if self.faults.plugin_before_1_1:
+                self.log.append("fault:unknown_message")  # what the plugin logs; it writes nothing
+            else:
+                self._send(P.encode_api_state(self.api_state()))
 
     def _console(self, text: str) -> None:
         self.log.append(f"cmd:{text}")

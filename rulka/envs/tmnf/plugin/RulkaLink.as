@@ -11,7 +11,7 @@
 // response timeout (then the client is dropped, the timeout goes back to 2000 ms and any frame
 // request is cleared). Commands sent while no callback runs stay in the socket until the next one.
 
-const string PLUGIN_VERSION = "1.0.0";
+const string PLUGIN_VERSION = "1.1.0";  // 1.1.0: C_GET_API_STATE (the doctor's)
 const int DEFAULT_TIMEOUT_MS = 2000;
 
 enum MessageType {
