@@ -31,7 +31,9 @@ tests/angelscript/vendor/):
 Failure modes, each switched on and off by a test (or by ``faults`` in the config):
 ``silence(seconds)`` (plugin alive but writes nothing), ``drop_client()`` (a plugin reload closes
 the socket), ``lose_window(seconds)`` (window closed or minimised), ``pause(seconds)`` (the in-game
-menu: the race clock and the car stop, records carry ``paused = 1``).
+menu: the race clock and the car stop, records carry ``paused = 1``; ``toggle_menu()`` is Escape).
+``Faults`` break, each, one assumption ``rulka tm doctor`` checks (mirrored world, km/h, a respawn
+for the give up, no pause flag).
 """
 
 from __future__ import annotations
