@@ -149,3 +149,11 @@ def test_planted_error_is_refused_with_its_line(check, tmp_path, host, plugin, a
     assert rc == 1, out[-3000:]
     errors = _errors(out, copy)
     assert (line, message) in errors, (line, errors)
+
+
+def test_const_handle_allows_what_is_declared_readable(check, tmp_path):
+    # the other half of the planted SetSpeed: getters (properties) read through a const handle compile
+    copy, _ = _plant(tmp_path, TMNF_PLUGIN, "RegisterVariable(\"custom_port\", 0);",
+                     "    const SimulationManager@ ro = GetSimulationManager(); int t = ro.RaceTime; bool r = ro.InRace;")
+    rc, out = check("tminterface", copy)
+    assert rc == 0 and "build: ok, 0 errors" in out, out[-3000:]

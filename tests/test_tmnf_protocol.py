@@ -3,9 +3,11 @@ client's bounded, exact reads."""
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -20,9 +22,13 @@ def test_message_ids_follow_the_plugin_enum():
                 "C_REWIND_TO_CURRENT_STATE", "C_GET_SIMULATION_STATE", "C_SET_INPUT_STATE", "C_GIVE_UP",
                 "C_PREVENT_SIMULATION_FINISH", "C_SHUTDOWN", "C_EXECUTE_COMMAND", "C_SET_TIMEOUT",
                 "C_RACE_FINISHED", "C_REQUEST_FRAME", "C_RESET_CAMERA", "C_SET_ON_STEP_PERIOD",
-                "C_UNREQUEST_FRAME", "C_TOGGLE_INTERFACE", "C_IS_IN_MENUS", "C_GET_INPUTS"]
+                "C_UNREQUEST_FRAME", "C_TOGGLE_INTERFACE", "C_IS_IN_MENUS", "C_GET_INPUTS", "C_GET_API_STATE"]
     assert [m.name for m in M] == expected
-    assert [int(m) for m in M] == list(range(1, 24))
+    assert [int(m) for m in M] == list(range(1, 25))
+    # the plugin's enum lists the same names in the same order
+    plugin = (Path(__file__).resolve().parents[1] / "rulka/envs/tmnf/plugin/RulkaLink.as").read_text(encoding="utf-8")
+    body = plugin[plugin.index("enum MessageType {"):]
+    assert re.findall(r"\b((?:SC|C)_[A-Z_]+)\b", body[: body.index("}")]) == expected
 
 
 @pytest.mark.parametrize("kind, args, raw", [
@@ -49,6 +55,7 @@ def test_message_ids_follow_the_plugin_enum():
     (M.C_TOGGLE_INTERFACE, (0,), b"\x15\0\0\0\0\0\0\0"),
     (M.C_IS_IN_MENUS, (), b"\x16\0\0\0"),
     (M.C_GET_INPUTS, (), b"\x17\0\0\0"),
+    (M.C_GET_API_STATE, (), b"\x18\0\0\0"),
 ])
 def test_client_commands_have_the_fact_sheet_layout(kind, args, raw):
     assert P.encode_command(kind, *args) == raw
@@ -224,3 +231,15 @@ def test_the_frame_size_the_game_captured_is_checked_against_the_request():
     c.close()
     with pytest.raises(P.ProtocolError, match="has no size"):
         P.decode_game_message(M.SC_REQUESTED_FRAME_SYNC, b"\0\0", (1, 1))
+
+
+def test_api_state_reply_round_trips_in_the_plugins_write_order():
+    s = P.ApiState(race_time_ms=1230, position=(1.0, 2.0, 3.0), velocity=(4.0, 5.0, 6.0),
+                   angular_velocity=(0.0, 0.5, 0.0), wheel_contact=(True, True, False, True),
+                   wheel_damper=(0.25, 0.5, 0.75, 1.0), wheel_material=(2, 2, 16, 6))
+    raw = P.encode_api_state(s)
+    # RaceTime, Position, LinearSpeed, AngularSpeed, then (contact, damper, material) per wheel
+    assert len(raw) == P.API_STATE_SIZE == 4 + 9 * 4 + 4 * 12
+    assert struct.unpack_from("<i3f", raw) == (1230, 1.0, 2.0, 3.0)
+    assert struct.unpack_from("<ifi", raw, 40 + 2 * 12) == (0, 0.75, 16)  # BackRight
+    assert P.decode_api_state(raw) == s

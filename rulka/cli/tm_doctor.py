@@ -177,19 +177,17 @@ def doctor_tmnf(cfg: Any, launcher: Any = None, port: int | None = None) -> Repo
         report.add("start", t0 == 0, f"first action at race time {t0} ms (after the countdown)",
                    "the first action at race time 0")
         phases = ((0, STRAIGHT_S, "straight"), (1, LEFT_S, "left"))  # 0 accelerate, 1 accelerate + left
+        fields = _BlobVsApi()
         for action, seconds, phase in phases:
             for _ in range(int(seconds * 1000 / ms)):
                 _, _, terminated, truncated, info = env.step(action)
                 car = decode_state(env.client.get_simulation_state()).car
+                fields.compare(api_vs_blob[-1][0], car, _api_state(report, env.client))
                 samples.append(_sample(api_vs_blob[-1][0], car, phase=phase))
                 if terminated or truncated:
                     break
         report.samples = samples
-        bad = [(a, b) for a, b in api_vs_blob if a != b]
-        report.add("state_vs_api", not bad,
-                   f"{len(api_vs_blob) - len(bad)} of {len(api_vs_blob)} steps: blob race time = the run step's "
-                   f"SimulationManager.RaceTime" + (f"; first mismatch {bad[0]}" if bad else ""),
-                   "the state blob's player_info.race_time equals the API's race time")
+        fields.report(report, api_vs_blob)
         _pace(report, [s for s in samples], ms)
         _speed_units(report, [s for s in samples if s["phase"] == "straight"][int(1000 / ms):])
         _lateral(report, [s for s in samples if s["phase"] == "left"])
@@ -200,6 +198,70 @@ def doctor_tmnf(cfg: Any, launcher: Any = None, port: int | None = None) -> Repo
     finally:
         env.close()
     return report
+
+
+# The state blob's fields the doctor compares with what TMInterface's API reports for the same
+# step (C_GET_API_STATE): name, the blob's value, the API's value. Wheels in the API's accessor
+# order (FrontLeft, FrontRight, BackRight, BackLeft); the blob's are put in that order by the
+# wheel order rulka assumes (car_state.TMI_WHEEL_INDEX), so a wrong assumption shows here
+# whenever the four wheels differ.
+_API_ORDER = [0, 1, 3, 2]  # CarState's FL, FR, RL, RR -> FL, FR, BR, BL
+_FIELDS: tuple[tuple[str, Any, Any], ...] = (
+    ("position", lambda c: c.position, lambda a: a.position),
+    ("velocity", lambda c: c.velocity, lambda a: a.velocity),
+    ("angular_velocity", lambda c: c.angular_velocity, lambda a: a.angular_velocity),
+    ("wheel_contact", lambda c: np.asarray(c.wheel_contact)[_API_ORDER], lambda a: a.wheel_contact),
+    ("wheel_damper", lambda c: np.asarray(c.wheel_damper_absorb)[_API_ORDER], lambda a: a.wheel_damper),
+    ("wheel_material", lambda c: np.asarray(c.wheel_material)[_API_ORDER], lambda a: a.wheel_material),
+)
+
+
+class _BlobVsApi:
+    """Per field: the steps where the state blob and the API disagree (float32 tolerance)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.wheels_differ = 0  # steps where the API's four wheels were not all equal
+        self.bad: dict[str, list[str]] = {}
+
+    def compare(self, step_time_ms: int, car: Any, api: Any) -> None:
+        self.steps += 1
+        pairs = [("race_time", car.race_time_ms, api.race_time_ms)]
+        pairs += [(name, blob(car), of_api(api)) for name, blob, of_api in _FIELDS]
+        for name, b, a in pairs:
+            if not np.allclose(np.asarray(b, dtype=np.float64), np.asarray(a, dtype=np.float64), rtol=1e-5, atol=1e-4):
+                self.bad.setdefault(name, []).append(f"at {step_time_ms} ms blob {_fmt(b)} vs API {_fmt(a)}")
+        if len(set(api.wheel_damper)) > 1 or len(set(api.wheel_material)) > 1 or len(set(api.wheel_contact)) > 1:
+            self.wheels_differ += 1
+
+    def report(self, report: Report, step_vs_blob: list[tuple[int, int]]) -> None:
+        late = [(a, b) for a, b in step_vs_blob if a != b]
+        if late:
+            self.bad.setdefault("race_time", []).insert(0, f"run step at {late[0][0]} ms, blob {late[0][1]} ms")
+        names = ["race_time"] + [n for n, _, _ in _FIELDS]
+        seen = "; ".join(f"{n}: {len(self.bad[n])} of {self.steps} steps differ, first {self.bad[n][0]}"
+                         for n in names if n in self.bad)
+        report.add("state_vs_api", not self.bad and self.steps > 0,
+                   (seen or f"{', '.join(names)} equal on all {self.steps} steps")
+                   + f" (wheels distinguishable on {self.wheels_differ} steps)",
+                   "the blob's race time, position, velocities and wheels (contact, damper, material, in "
+                   "the assumed order) equal what TMInterface's API reports for the same step")
+
+
+def _api_state(report: Report, client: Any) -> Any:
+    """``C_GET_API_STATE``'s reply; a plugin older than 1.1.0 never answers it: named, with the fix."""
+    try:
+        return client.get_api_state()
+    except Exception as exc:
+        report.add("state_vs_api", False, f"no reply to C_GET_API_STATE ({type(exc).__name__}): the plugin in "
+                   "TMInterface's Plugins folder is older than 1.1.0; run `rulka tm install-plugin --game tmnf` "
+                   "and reload it", "the plugin answers C_GET_API_STATE")
+        raise
+
+
+def _fmt(v: Any) -> str:
+    a = np.atleast_1d(np.asarray(v, dtype=np.float64))
+    return "[" + ", ".join(f"{x:.3f}" for x in a) + "]" if a.size > 1 else f"{a[0]:.3f}"
 
 
 def _give_up_tmnf(report: Report, env: Any, P: Any) -> None:
@@ -251,7 +313,15 @@ def doctor_tm2020(cfg: Any, fake: Any = None) -> Report:
                        f"{want[1]}x{want[0]}x4 (BGRA, the window's client area)")
         except WindowLost as exc:
             report.add("frame_size", False, str(exc), f"{tm.window_width}x{tm.window_height} BGRA")
-        _, info = env.reset()
+        try:
+            _, info = env.reset()
+        except Exception as exc:  # noqa: BLE001 - the check that failed is named below
+            msg = str(exc)
+            give_up = "does not restart on give up" in msg
+            report.add("give_up_restarts_at_zero" if give_up else "start", False, msg,
+                       "a countdown (race time < 0), then the race from 0" if give_up else "a new race")
+            report.error = msg
+            return report
         rec = env.telemetry.latest()
         report.add("start", rec is not None and 0 <= rec.race_time_ms < 500 and not rec.finished,
                    f"reset returned at race time {rec.race_time_ms if rec else None} ms",
@@ -273,9 +343,7 @@ def doctor_tm2020(cfg: Any, fake: Any = None) -> Report:
         by_frame = {s["frame"]: s for s in samples if s["phase"] == "straight"}
         _speed_units(report, [by_frame[k] for k in sorted(by_frame)][int(1000 / ms):], speed_key="speed")
         _lateral(report, [s for s in samples if s["phase"] == "left"])
-        paused = sum(s["paused"] for s in samples)
-        report.add("pause_flag", paused == 0, f"paused flag set on {paused} of {len(samples)} racing records",
-                   "0 while racing")
+        _pause_flag(report, env, samples)
         before = env.telemetry.latest()
         env.interface._give_up()
         seen_negative, t_min, last = False, math.inf, None
@@ -299,6 +367,45 @@ def doctor_tm2020(cfg: Any, fake: Any = None) -> Report:
     finally:
         env.close()
     return report
+
+
+MENU_S = 1.0  # game seconds the doctor holds the in-game menu open
+
+
+def _pause_flag(report: Report, env: Any, samples: list[dict[str, Any]]) -> None:
+    """The paused flag: clear on every racing record, then set while the in-game menu (Escape)
+    is open, with the race clock stopped; the menu is closed again before the give up."""
+    racing = sum(s["paused"] for s in samples)
+    scale = max(env.fake.time_scale if env.fake else 1.0, 1.0)
+    env.interface._focus()
+    env.interface.controller.press_menu()
+    menu: list[Any] = []
+    frame_no = env.telemetry.latest().frame
+    deadline = time.monotonic() + MENU_S / scale
+    while time.monotonic() < deadline:
+        r = env.telemetry.wait_newer(frame_no, 0.05)
+        if r is not None:
+            frame_no = r.frame
+            menu.append(r)
+    env.interface._focus()
+    env.interface.controller.press_menu()
+    late = [r for r in menu if r.paused]  # the records after the menu opened
+    times = [r.race_time_ms for r in late]
+    stopped = bool(times) and max(times) - min(times) <= 20
+    closed = False
+    deadline = time.monotonic() + 2.0 / scale + 1.0
+    while time.monotonic() < deadline:  # racing again before the give up
+        r = env.telemetry.wait_newer(frame_no, 0.05)
+        if r is not None:
+            frame_no = r.frame
+            if not r.paused:
+                closed = True
+                break
+    report.add("pause_flag", racing == 0 and bool(late) and stopped,
+               f"set on {racing} of {len(samples)} racing records; with the menu open (Escape) set on {len(late)} of "
+               f"{len(menu)} records, race time " + (f"{min(times)}..{max(times)} ms" if times else "not seen")
+               + ("" if closed else "; still paused after the second Escape (close the menu by hand)"),
+               "0 while racing; 1 with the menu open (a solo race: online races do not pause), the race clock stopped")
 
 
 # ---------------------------------------------------------------------- output

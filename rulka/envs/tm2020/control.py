@@ -108,6 +108,14 @@ class Controller:
         time.sleep(hold_s)
         self._confirm_button(False)
 
+    def press_menu(self, hold_s: float = 0.1) -> None:
+        """Open or close the in-game menu (keyboard Escape, the game's default; the pad
+        controller sends the same key). Only ``rulka tm doctor`` uses it, to see the pause flag set."""
+        self.neutral()
+        self._menu_button(True)
+        time.sleep(hold_s)
+        self._menu_button(False)
+
     def close(self) -> None:
         try:
             self.neutral()
@@ -129,6 +137,9 @@ class Controller:
 
     def _confirm_button(self, down: bool) -> None:
         """Press/release the confirm button; backends without one do nothing."""
+
+    def _menu_button(self, down: bool) -> None:
+        _press_key("menu", down)
 
 
 class NeutralOnExit:
@@ -193,10 +204,11 @@ class GamepadController(Controller):
 
 # Windows scan codes (SendInput with KEYEVENTF_SCANCODE): W S A D, Enter; Delete is the extended
 # key E0 53 (TMRL writes it 0xD3), sent as 0x53 with KEYEVENTF_EXTENDEDKEY
-_SCAN = {"gas": 0x11, "brake": 0x1F, "left": 0x1E, "right": 0x20, "confirm": 0x1C, "reset": 0x53}
+_SCAN = {"gas": 0x11, "brake": 0x1F, "left": 0x1E, "right": 0x20, "confirm": 0x1C, "reset": 0x53, "menu": 0x01}
 _EXTENDED = {"reset"}
 # reset is Delete, TM2020's default "Give up" (BackSpace respawns at the last checkpoint)
-_XKEYS = {"gas": "Up", "brake": "Down", "left": "Left", "right": "Right", "reset": "Delete", "confirm": "Return"}
+_XKEYS = {"gas": "Up", "brake": "Down", "left": "Left", "right": "Right", "reset": "Delete", "confirm": "Return",
+          "menu": "Escape"}
 
 
 def _press_key(key: str, down: bool) -> None:
@@ -238,6 +250,9 @@ class KeyboardController(Controller):
 
     def _confirm_button(self, down: bool) -> None:
         self._press("confirm", down)
+
+    def _menu_button(self, down: bool) -> None:
+        self._press("menu", down)
 
     @staticmethod
     def _press_windows(key: str, down: bool) -> None:

@@ -31,7 +31,9 @@ tests/angelscript/vendor/):
 Failure modes, each switched on and off by a test (or by ``faults`` in the config):
 ``silence(seconds)`` (plugin alive but writes nothing), ``drop_client()`` (a plugin reload closes
 the socket), ``lose_window(seconds)`` (window closed or minimised), ``pause(seconds)`` (the in-game
-menu: the race clock and the car stop, records carry ``paused = 1``).
+menu: the race clock and the car stop, records carry ``paused = 1``; ``toggle_menu()`` is Escape).
+``Faults`` break, each, one assumption ``rulka tm doctor`` checks (mirrored world, km/h, a respawn
+for the give up, no pause flag).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import select
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,6 +59,22 @@ from rulka.envs.tm2020.control import Controller
 log = logging.getLogger(__name__)
 
 TICK_S = 0.01
+
+
+@dataclass
+class Faults:
+    """A game that breaks one of the assumptions ``rulka tm doctor`` checks (each off by default)."""
+
+    mirrored_world: bool = False
+    """Every x component negated (position, velocity, Dir, Left): a left-handed world, so the
+    lateral axis rulka derives (Up x Dir) points to the car's right."""
+    speed_kmh: bool = False
+    """The speed field in km/h instead of m/s."""
+    respawn_on_give_up: bool = False
+    """Give up (Delete) puts the car back on the start line with the race clock running on, no
+    countdown: a respawn, what a Delete bound to another action would give."""
+    no_pause_flag: bool = False
+    """Records never carry the paused flag, also while the in-game menu stops the race."""
 
 
 class FakeTM2020:
@@ -81,7 +100,9 @@ class FakeTM2020:
         countdown_s: float = 1.5,
         window_size: tuple[int, int] = (256, 128),
         checkpoint_fractions: tuple[float, ...] = (),
+        faults: Faults | None = None,
     ) -> None:
+        self.faults = faults or Faults()
         self.track = get_track(track) if isinstance(track, str) else track
         self.fps = float(fps)
         self.time_scale = float(time_scale)
@@ -159,6 +180,11 @@ class FakeTM2020:
         """Give up (keyboard Delete): car back on the start line, race time back to the
         countdown, checkpoints and the finished flag cleared."""
         with self._lock:
+            if self.faults.respawn_on_give_up:
+                self.car.reset()  # the clock runs on
+                self.respawns += 1
+                self._event("respawn (fault: respawn_on_give_up)")
+                return
             self.car.reset()
             self._race_ms = -self.countdown_ms
             self._finished = False
@@ -277,6 +303,11 @@ class FakeTM2020:
         self._paused_until = time.monotonic() + seconds
         self._event(f"pause {seconds}")
 
+    def toggle_menu(self) -> None:
+        """Escape: open the in-game menu (the race clock and the car stop) or close it."""
+        self._paused_until = 0.0 if self.paused else math.inf
+        self._event("menu " + ("open" if self.paused else "closed"))
+
     def mirror(self, seconds: float) -> None:
         """Send records whose Left is flipped for ``seconds`` (a mirrored basis: what a plugin
         reading another vector, or a game that changed handedness, would send)."""
@@ -355,7 +386,11 @@ class FakeTM2020:
             v[23:27] = [_material(code) for code in car.wheel_codes]
             v[27:31] = 1.0 if car.sliding else 0.0
             v[31:35] = 0.1
-            v[35] = 1.0 if self.paused else 0.0
+            v[35] = 1.0 if self.paused and not self.faults.no_pause_flag else 0.0
+            if self.faults.speed_kmh:
+                v[1] *= 3.6
+            if self.faults.mirrored_world:
+                v[[2, 5, 8, 14]] *= -1.0
             return v
 
     # ------------------------------------------------------------------ plugin
@@ -440,6 +475,10 @@ class FakeGamepad(Controller):
     def _confirm_button(self, down: bool) -> None:
         if down:
             self.game.confirm()
+
+    def _menu_button(self, down: bool) -> None:
+        if down:
+            self.game.toggle_menu()
 
 
 class FakeWindow:

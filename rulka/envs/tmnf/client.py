@@ -281,6 +281,12 @@ class TMIClient:
         self.flush()
         return self._read_i32("the in-menus reply") == 1
 
+    def get_api_state(self) -> P.ApiState:
+        """What TMInterface's API reports for the step the game is parked in (the doctor's)."""
+        self._cmd(M.C_GET_API_STATE)
+        self.flush()
+        return P.decode_api_state(self.read_exact(P.API_STATE_SIZE, "the API state"))
+
     def get_inputs(self) -> str:
         self._cmd(M.C_GET_INPUTS)
         self.flush()

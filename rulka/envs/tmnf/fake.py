@@ -94,6 +94,13 @@ class FakeFaults:
     """State blobs carry the velocity in km/h instead of m/s."""
     respawn_on_give_up: bool = False
     """Give up puts the car back on the start line with the race clock running (a respawn)."""
+    plugin_before_1_1: bool = False
+    """An installed plugin older than 1.1.0: ``C_GET_API_STATE`` is an unknown id, never answered."""
+    blob_offset_error: str | None = None
+    """A field the state blob carries at a wrong offset (the blob layout differs from the fact
+    sheet's): ``"angular_speed"`` writes it 12 bytes early, where the blob's reader finds zeros;
+    ``"wheel_order"`` stores the two rear wheels the other way round. The game's own values (what
+    its API reports) are unchanged."""
     empty_cp_times_reads: int = 0
     """At a finish, the first N state reads carry no checkpoint times (the case Linesight's
     game_instance_manager.py guards with ``cp_times_bug_handling_attempts``)."""
@@ -431,6 +438,34 @@ class FakeGame:
             cp_times=[(t, 0) for t in self._cp_times],
         )
 
+    def api_state(self) -> P.ApiState:
+        """What the game's API reports now (``C_GET_API_STATE``): the same car as the blob's,
+        read from the game rather than from the blob's offsets; wheels in the API's accessor
+        order FL, FR, BR, BL."""
+        car = self.game_state().car
+        api = [0, 1, 3, 2]  # CarState's FL, FR, RL, RR -> FrontLeft, FrontRight, BackRight, BackLeft
+        return P.ApiState(
+            race_time_ms=self.race_time_ms, position=tuple(car.position), velocity=tuple(car.velocity),
+            angular_velocity=tuple(car.angular_velocity),
+            wheel_contact=tuple(bool(car.wheel_contact[i]) for i in api),
+            wheel_damper=tuple(float(car.wheel_damper_absorb[i]) for i in api),
+            wheel_material=tuple(int(car.wheel_material[i]) for i in api),
+        )  # type: ignore[arg-type]
+
+    def _blob(self, state: S.GameState) -> bytes:
+        blob = S.encode_state(state)
+        if self.faults.blob_offset_error == "angular_speed":
+            buf = bytearray(blob)
+            buf[S.OFF_ANGULAR_SPEED - 12:S.OFF_ANGULAR_SPEED] = buf[S.OFF_ANGULAR_SPEED:S.OFF_ANGULAR_SPEED + 12]
+            buf[S.OFF_ANGULAR_SPEED:S.OFF_ANGULAR_SPEED + 12] = bytes(12)
+            blob = bytes(buf)
+        elif self.faults.blob_offset_error == "wheel_order":
+            buf = bytearray(blob)
+            rr, rl = (S.OFF_WHEELS + S.WHEEL_STRIDE * i for i in (2, 3))
+            buf[rr:rr + S.WHEEL_STRIDE], buf[rl:rl + S.WHEEL_STRIDE] = blob[rl:rl + S.WHEEL_STRIDE], blob[rr:rr + S.WHEEL_STRIDE]
+            blob = bytes(buf)
+        return blob
+
     def _rewind(self, blob: bytes) -> None:
         try:
             st = S.decode_state(blob)
@@ -562,7 +597,7 @@ class FakeGame:
                 self.faults.empty_cp_times_reads -= 1
                 self.log.append("fault:empty_cp_times")
                 state.cp_times = []
-            blob = S.encode_state(state) if state is not None else b""
+            blob = self._blob(state) if state is not None else b""
             self._send(P.encode_bytes_reply(blob))
         elif kind == M.C_REWIND_TO_STATE:
             if in_race:
@@ -599,6 +634,11 @@ class FakeGame:
             self._send(P.encode_int_reply(1 if self.state == "menus" else 0))
         elif kind == M.C_GET_INPUTS:
             self._send(P.encode_bytes_reply(b""))
+        elif kind == M.C_GET_API_STATE:
+            if self.faults.plugin_before_1_1:
+                self.log.append("fault:unknown_message")  # what the plugin logs; it writes nothing
+            else:
+                self._send(P.encode_api_state(self.api_state()))
 
     def _console(self, text: str) -> None:
         self.log.append(f"cmd:{text}")

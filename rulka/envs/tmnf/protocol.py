@@ -52,6 +52,7 @@ class MessageType(IntEnum):
     C_TOGGLE_INTERFACE = 21
     C_IS_IN_MENUS = 22
     C_GET_INPUTS = 23
+    C_GET_API_STATE = 24  # rulka's own (the doctor's); Linesight's protocol ends at 23
 
 
 M = MessageType
@@ -227,7 +228,7 @@ def encode_command(kind: MessageType, *args: object) -> bytes:
         return head + _I32.pack(int(value))  # type: ignore[call-overload]
     if kind in (M.C_REWIND_TO_CURRENT_STATE, M.C_GET_SIMULATION_STATE, M.C_GIVE_UP,
                 M.C_PREVENT_SIMULATION_FINISH, M.C_SHUTDOWN, M.C_RACE_FINISHED, M.C_RESET_CAMERA,
-                M.C_UNREQUEST_FRAME, M.C_IS_IN_MENUS, M.C_GET_INPUTS):
+                M.C_UNREQUEST_FRAME, M.C_IS_IN_MENUS, M.C_GET_INPUTS, M.C_GET_API_STATE):
         if args:
             raise ValueError(f"{kind.name} takes no fields")
         return head
@@ -240,7 +241,7 @@ C_FIXED_SIZE: dict[MessageType, int] = {
     M.C_SET_INPUT_STATE: 4, M.C_GIVE_UP: 0, M.C_PREVENT_SIMULATION_FINISH: 0, M.C_SHUTDOWN: 0,
     M.C_SET_TIMEOUT: 4, M.C_RACE_FINISHED: 0, M.C_REQUEST_FRAME: 8, M.C_RESET_CAMERA: 0,
     M.C_SET_ON_STEP_PERIOD: 4, M.C_UNREQUEST_FRAME: 0, M.C_TOGGLE_INTERFACE: 4, M.C_IS_IN_MENUS: 0,
-    M.C_GET_INPUTS: 0,
+    M.C_GET_INPUTS: 0, M.C_GET_API_STATE: 0,
 }
 # Commands followed by an int32 length and that many bytes.
 C_LENGTH_PREFIXED: dict[MessageType, int] = {M.C_REWIND_TO_STATE: MAX_BLOB_BYTES, M.C_EXECUTE_COMMAND: MAX_TEXT_BYTES}
@@ -259,6 +260,40 @@ def decode_command_fields(kind: MessageType, fields: bytes) -> tuple[object, ...
     if kind in (M.C_SET_ON_STEP_PERIOD, M.C_TOGGLE_INTERFACE):
         return (_I32.unpack(fields)[0],)
     return ()
+
+
+# Reply of C_GET_API_STATE: int32 SimulationManager.RaceTime; Dyna.CurrentState's
+# Location.Position, LinearSpeed and AngularSpeed (3 x f32 each); then for each wheel in the
+# API's accessor order FrontLeft, FrontRight, BackRight, BackLeft: RTState.HasGroundContact
+# (int32 0/1), DamperAbsorbVal (f32), ContactMaterialId (int32).
+_API_STATE = struct.Struct("<i9f" + "ifi" * 4)
+API_STATE_SIZE = _API_STATE.size
+
+
+@dataclass
+class ApiState:
+    """What TMInterface's API reports for one run step (the doctor compares it with the blob)."""
+
+    race_time_ms: int
+    position: tuple[float, float, float]
+    velocity: tuple[float, float, float]
+    angular_velocity: tuple[float, float, float]
+    wheel_contact: tuple[bool, bool, bool, bool]  # FL, FR, BR, BL (the API's accessors)
+    wheel_damper: tuple[float, float, float, float]
+    wheel_material: tuple[int, int, int, int]
+
+
+def encode_api_state(s: ApiState) -> bytes:
+    wheels = [v for i in range(4) for v in (int(s.wheel_contact[i]), s.wheel_damper[i], s.wheel_material[i])]
+    return _API_STATE.pack(int(s.race_time_ms), *s.position, *s.velocity, *s.angular_velocity, *wheels)
+
+
+def decode_api_state(data: bytes) -> ApiState:
+    v = _API_STATE.unpack(data)
+    w = v[10:]
+    return ApiState(int(v[0]), tuple(v[1:4]), tuple(v[4:7]), tuple(v[7:10]),  # type: ignore[arg-type]
+                    tuple(bool(w[3 * i]) for i in range(4)), tuple(w[3 * i + 1] for i in range(4)),  # type: ignore[arg-type]
+                    tuple(int(w[3 * i + 2]) for i in range(4)))  # type: ignore[arg-type]
 
 
 def encode_int_reply(value: int) -> bytes:

@@ -11,7 +11,7 @@
 // response timeout (then the client is dropped, the timeout goes back to 2000 ms and any frame
 // request is cleared). Commands sent while no callback runs stay in the socket until the next one.
 
-const string PLUGIN_VERSION = "1.0.0";
+const string PLUGIN_VERSION = "1.1.0";  // 1.1.0: C_GET_API_STATE (the doctor's)
 const int DEFAULT_TIMEOUT_MS = 2000;
 
 enum MessageType {
@@ -37,7 +37,8 @@ enum MessageType {
     C_UNREQUEST_FRAME,
     C_TOGGLE_INTERFACE,
     C_IS_IN_MENUS,
-    C_GET_INPUTS
+    C_GET_INPUTS,
+    C_GET_API_STATE
 }
 
 Net::Socket@ g_listener = null;
@@ -107,6 +108,20 @@ bool WaitForResponse(int expected)
 void SendAndWait(int id)
 {
     WaitForResponse(id);
+}
+
+void WriteVec3(const vec3&in v)
+{
+    g_client.Write(v.x);
+    g_client.Write(v.y);
+    g_client.Write(v.z);
+}
+
+void WriteWheel(TM::SceneVehicleCar::SimulationWheel@ wheel)
+{
+    g_client.Write(wheel.RTState.HasGroundContact ? 1 : 0);
+    g_client.Write(wheel.RTState.DamperAbsorbVal);
+    g_client.Write(int(wheel.RTState.ContactMaterialId));
 }
 
 void HandleCommand(int id)
@@ -195,6 +210,18 @@ void HandleCommand(int id)
             g_client.Write(text);
             break;
         }
+        case MessageType::C_GET_API_STATE:
+            // `rulka tm doctor` only: what TMInterface's API reports for this step, which the
+            // doctor compares with the state blob's fields at their offsets (Linesight never sends it)
+            g_client.Write(int(sim.RaceTime));
+            WriteVec3(sim.Dyna.CurrentState.Location.Position);
+            WriteVec3(sim.Dyna.CurrentState.LinearSpeed);
+            WriteVec3(sim.Dyna.CurrentState.AngularSpeed);
+            WriteWheel(sim.Wheels.FrontLeft);
+            WriteWheel(sim.Wheels.FrontRight);
+            WriteWheel(sim.Wheels.BackRight);
+            WriteWheel(sim.Wheels.BackLeft);
+            break;
         default:
             log("rulka: unknown message id " + id + " (client and plugin versions differ?)", Severity::Warning);
             break;
