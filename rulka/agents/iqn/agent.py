@@ -34,6 +34,7 @@ from rulka.config.sections import (
     NnTrainingConfig,
     TrainingConfig,
 )
+from rulka.memory.deferred import DeferredValues
 from rulka.telemetry import metrics as m
 
 # every default is the run config's (rulka.config.sections): one home for each
@@ -207,6 +208,9 @@ class IQNAgent(Learner):
         # an extra term added to each update's loss: f(agent) -> (loss tensor, metrics), e.g. the
         # demonstration losses of rulka.pretrain.dqfd.DemoLoss (pretrain.demo_episodes); None: none
         self.auxiliary_loss: Callable[[IQNAgent], tuple[torch.Tensor, dict[str, Any]]] | None = None
+        # PER: report TD errors as DeferredValues where the memory accepts them (False: read back at
+        # once, the behaviour before; the batches and priorities are the same either way)
+        self.defer_td_errors = True
 
     # -------------------------------------------------------------- schedules
     @property
@@ -350,7 +354,10 @@ class IQNAgent(Learner):
 
         td = (online.detach().mean(2) - target.mean(1, keepdim=True)).abs().mean(1)  # mean over branches
         if batch.report_td_errors is not None:
-            batch.report_td_errors(td.cpu().numpy())
+            # a memory that takes them deferred reads them back when it next needs them: no wait here
+            # for the step to finish on a GPU (rulka.memory.deferred)
+            batch.report_td_errors(DeferredValues(td) if self.defer_td_errors and getattr(batch, "defers_td_errors", False)
+                                   else td.cpu().numpy())
         eps, eps_boltzmann = self.exploration()
         # device tensors, not floats: a float() per metric would make every GPU update wait for the
         # host; the trainer converts the last update's metrics when it logs (Agent.train)

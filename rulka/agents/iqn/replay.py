@@ -41,6 +41,7 @@ from rulka.config.sections import EnvironmentConfig, MemoryConfig, TrainingConfi
 from rulka.errors import BadInput
 from rulka.interfaces import Memory
 from rulka.memory.batch_device import DeviceBatcher, resolve_batch_device, ring_bytes
+from rulka.memory.deferred import DeferredValues, PendingReports
 from rulka.memory.episodes import EpisodeStitcher, Stretch
 from rulka.memory.files import ChunkStore, read_replay, write_replay
 from rulka.memory.frames import FrameStore
@@ -69,7 +70,10 @@ class ReplayBatch:
     time: np.ndarray | None = None  # mini-race time of each item (None without mini-races)
     frames_played: int = 0  # the memory's frame count when sampled (drives the agent's schedules)
     test_batch: ReplayBatch | None = None
-    report_td_errors: Callable[[np.ndarray], None] | None = None
+    # PER: the agent reports each item's TD error; with ``defers_td_errors`` it may pass a
+    # rulka.memory.deferred.DeferredValues (read back when the replay next needs it)
+    report_td_errors: Callable[[Any], None] | None = None
+    defers_td_errors: bool = False
 
     def __len__(self) -> int:
         return int(len(self.action))
@@ -210,6 +214,10 @@ class MiniRaceReplayMemory(Memory):
         # sample() may run on the trainer's prefetch thread while the agent trains; the PER
         # priority callback the agent calls then (update_priorities) takes the same lock
         self._sample_lock = threading.Lock()
+        # TD errors reported as DeferredValues (a CUDA learner's, not yet on the host): applied in
+        # order before the priorities are next read or changed, so the result is that of an
+        # immediate report (rulka.memory.deferred)
+        self._pending = PendingReports(self._apply_logical)
 
         size, _ = self._size_now(0)
         self.train = _TransitionRing(size, self.n_max, self.n_action_branches)
@@ -277,8 +285,16 @@ class MiniRaceReplayMemory(Memory):
     def start_learning_size(self) -> int:
         return self._size_now(self._schedule_frames())[1]
 
+    def flush_priorities(self) -> int:
+        """Apply the TD errors reported but not applied yet (deferred ones); returns how many batches."""
+        if not len(self._pending):
+            return 0
+        with self._sample_lock:
+            return self._pending.drain()
+
     def set_frames_played(self, frames_played: int) -> None:
         """Tell the memory the run's frame count (drives the size and gamma schedules)."""
+        self.flush_priorities()  # the ring may grow and re-lay the priorities
         self.frames_played = max(self.frames_played, int(frames_played))
         size, _ = self._size_now(self.frames_played)
         if self.train.grow(size):
@@ -382,6 +398,7 @@ class MiniRaceReplayMemory(Memory):
 
     def append(self, segment: Segment) -> int:
         """Store one segment; return the number of transitions added (train + test)."""
+        self.flush_priorities()  # new transitions enter at the largest priority, updates included
         try:
             frames, action = self._check(segment)
         except BadInput:
@@ -502,6 +519,7 @@ class MiniRaceReplayMemory(Memory):
 
     def _sample(self, batch_size: int | None) -> ReplayBatch:
         bs = int(batch_size or self.batch_size)
+        self._pending.drain()
         slots, weights = self._pick(self.train, bs, prioritized=True)
         batch = self._make_batch(self.train, slots, weights)
         self.batches_sampled += 1
@@ -509,7 +527,8 @@ class MiniRaceReplayMemory(Memory):
             # by logical index: a batch sampled ahead (trainer.prefetch_batches) is trained on after
             # the next intake, which may have overwritten or (growing the ring) moved its slots
             logical = self.train.logical_of(slots)
-            batch.report_td_errors = lambda td, b=batch, lg=logical: self._update_priorities_logical(lg, td, b.time)
+            batch.report_td_errors = lambda td, b=batch, lg=logical: self._report(lg, td, b.time)
+            batch.defers_td_errors = True
         if self.test_every > 0 and self.batches_sampled % self.test_every == 0 and len(self.test) > 0:
             batch.test_batch = self.sample_test(bs)
         return batch
@@ -527,7 +546,14 @@ class MiniRaceReplayMemory(Memory):
         if self.tree is None:
             return
         with self._sample_lock:
+            self._pending.drain()
             self._update_priorities(slots, td_errors, time)
+
+    def _report(self, logical: np.ndarray, td_errors: Any, time: np.ndarray | None) -> None:
+        if isinstance(td_errors, DeferredValues):
+            self._pending.add(logical, td_errors, time)  # no lock: a prefetch may be sampling
+        else:
+            self._update_priorities_logical(logical, td_errors, time)
 
     def _update_priorities_logical(self, logical: np.ndarray, td_errors: np.ndarray,
                                    time: np.ndarray | None) -> None:
@@ -536,12 +562,16 @@ class MiniRaceReplayMemory(Memory):
         if self.tree is None:
             return
         with self._sample_lock:
-            kept, slots = self.train.slots_still_holding(logical)
-            if kept.all():
-                self._update_priorities(slots, td_errors, time)
-            elif kept.any():
-                self._update_priorities(slots[kept], np.asarray(td_errors)[kept],
-                                        None if time is None else np.asarray(time)[kept])
+            self._pending.drain()
+            self._apply_logical(logical, td_errors, time)
+
+    def _apply_logical(self, logical: np.ndarray, td_errors: np.ndarray, time: np.ndarray | None) -> None:
+        kept, slots = self.train.slots_still_holding(logical)
+        if kept.all():
+            self._update_priorities(slots, td_errors, time)
+        elif kept.any():
+            self._update_priorities(slots[kept], np.asarray(td_errors)[kept],
+                                    None if time is None else np.asarray(time)[kept])
 
     def _update_priorities(self, slots: np.ndarray, td_errors: np.ndarray, time: np.ndarray | None) -> None:
         if self.tree is None:
@@ -596,6 +626,7 @@ class MiniRaceReplayMemory(Memory):
         the arrays as chunks in ``chunks`` when given (frames not stored since the previous
         save there are not rewritten), else in one npz. Tails of unfinished episodes (at most
         ``n_steps`` steps each) are not saved."""
+        self.flush_priorities()
         stored = self.frames.put_chunks(chunks, "frames_") if chunks is not None else {}
         arrays: dict[str, np.ndarray] = {} if chunks is not None else self.frames.arrays("frames_")
         for name, ring in (("train", self.train), ("test", self.test)):
