@@ -51,6 +51,13 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "cartpole": ("configs/cartpole_iqn.yaml", []),
     # the default sim run with its 48x36 camera image (the CPU default runs without it)
     "sim_image": ("configs/sim_iqn.yaml", ["nn.vis.no_image=false"]),
+    # issue 67's GPU trainer: the guide-size network (160x120 image, float MLP 256, dense 1024) at batch
+    # 512 with docs/performance.md's GPU settings; give it --trainer-device cuda (bench/cuda_check.sh)
+    "guide": ("configs/sim_iqn.yaml", ["nn.vis.no_image=false", "nn.vis.image_size.width=160",
+                                       "nn.vis.image_size.height=120", "nn.float.mlp.hidden_dim=256",
+                                       "nn.decoder.dense_hidden_dimension=1024", "training.batch_size=512",
+                                       "nn.training.use_amp=true", "nn.training.amp_dtype=bfloat16",
+                                       "memory.batch_device=auto"]),
 }
 COMMON = ["worker.max_steps_per_s=null", "logging.log_every_s=2", "logging.progress=never",
           "logging.wandb.enabled=false"]
@@ -95,8 +102,10 @@ def role_groups(run: Any) -> list[int]:
 
 def measure_role(config: str, overrides: list[str], workers: int, seconds: float, run_dir: Path,
                  start_timeout_s: float = 240.0, worker_priority: str = "below_normal",
-                 pin_cores: bool = True) -> dict[str, Any]:
-    """Launch the run, time ``seconds`` of training after the first update, stop it."""
+                 pin_cores: bool = True, record_to: Path | None = None) -> dict[str, Any]:
+    """Launch the run, time ``seconds`` of training after the first update, stop it. With
+    ``record_to``, the run's journal (the segments its workers sent, as they sent them) is copied
+    there before the stop: ``--feed``'s recorded set (bench.feed)."""
     from rulka.cli.run import launch
 
     log = open(run_dir.parent / f"{run_dir.name}.log", "w")  # noqa: SIM115 - closed below
@@ -109,6 +118,10 @@ def measure_role(config: str, overrides: list[str], workers: int, seconds: float
             return {"error": f"no update within {start_timeout_s:.0f} s (see {run_dir}.log)"}
         time.sleep(seconds)
         last = _records(run_dir)[-1]
+        if record_to is not None:
+            from bench.feed import copy_journal
+
+            copy_journal(run_dir, record_to)
     finally:
         run.stop()
         log.close()
@@ -269,7 +282,11 @@ def _window(run_dir: Path, seconds: float, timeout_s: float = 60.0) -> dict[str,
     updates = last["metrics"]["charts/batches_trained"] - first["metrics"]["charts/batches_trained"]
     return {"updates_per_s": round(updates / dt_s, 2) if dt_s > 0 else None, "seconds": round(dt_s, 1),
             "learner_busy": _mean_of(inside, "perf/learner_busy"),
-            "learner_starved": _mean_of(inside, "perf/learner_starved")}
+            "learner_starved": _mean_of(inside, "perf/learner_starved"),
+            # what came in: transitions stored/s, MB/s received, segments held back by the rate limiter
+            "ingest_samples_per_s": _mean_of(inside, "perf/samples_per_s"),
+            "ingest_mb_per_s": _mean_of(inside, "perf/ingest_mb_per_s"),
+            "deferred_segments": _mean_of(inside, "perf/deferred_segments")}
 
 
 def _median(xs: list[Any]) -> float | None:
@@ -292,8 +309,51 @@ def pair_ratios(role: list[float | None], alone: list[float | None],
     return ratios, vs_loaded
 
 
+def feed_rate(spec: str, bare_updates_per_s: float, batch: int, spi_target: float | None) -> float:
+    """The feed's transitions/s from ``--feed``: ``N`` as given, or ``Kx``: K times what the bare
+    learner (``bare_updates_per_s``) consumes at the run's samples-per-insert target."""
+    if spec.endswith("x"):
+        return float(spec[:-1]) * bare_updates_per_s * batch / float(spi_target or 1.0)
+    return float(spec)
+
+
+def _run_torch_threads(run_dir: Path) -> int:
+    """The trainer's torch threads in the run's resolved config (what ``rulka run`` gave it beside
+    its workers): a run resumed without workers would otherwise take every core, the feeders' too."""
+    import yaml
+
+    cfg = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
+    return int(cfg["trainer"]["torch_threads"] or 1)
+
+
+def _start_feed(run: Any, args: argparse.Namespace, recorded_dir: Path, rate: float,
+                cores: list[int] | None, priority: str) -> Any:
+    """``--feeders`` synthetic workers (bench.feed), enrolled in the run's keys, fed ``rate``
+    transitions/s from ``recorded_dir``, below normal priority and on ``cores`` like the workers."""
+    from bench.feed import FeederProcesses, enroll
+
+    names = enroll(run.keys, args.feeders)
+    feed = FeederProcesses(run.keys, names, "127.0.0.1", run.port, recorded_dir, rate, procs=args.feed_procs,
+                           place=(cores, 10 if priority == "below_normal" else 0))
+    feed.start(time.time() + 36_000)  # until results() stops it
+    return feed
+
+
+def _feed_summary(feed: Any, rate: float, recorded_dir: Path, role: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """The feed's set rate, its feeders' counters summed (their time held back by the trainer's
+    credit included) and the trainer's ingest per window."""
+    got = feed.results()
+    total = {k: round(sum(f[k] for f in got), 2) for k in ("segments_queued", "transitions_queued", "acked",
+                                                           "unacked", "resent", "credit_wait_s", "encode_s")}
+    return {"rate_transitions_per_s": round(rate, 1), "feeders": len(got), "recorded": str(recorded_dir), **total,
+            "ingest_samples_per_s": [w["ingest_samples_per_s"] if w else None for w in role],
+            "ingest_mb_per_s": [w["ingest_mb_per_s"] if w else None for w in role],
+            "deferred_segments": [w["deferred_segments"] if w else None for w in role]}
+
+
 def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Path, args: argparse.Namespace,
-                   worker_priority: str, pin_cores: bool, worker_cores: list[int] | None) -> dict[str, Any]:
+                   worker_priority: str, pin_cores: bool, worker_cores: list[int] | None,
+                   spi_target: float | None = None, recorded_dir: Path | None = None) -> dict[str, Any]:
     """The trainer and the bare learner measured in turns seconds apart, not a minute apart: the
     run resumed from its checkpoint, then ``args.paired`` times: a window of the running trainer,
     the whole run paused (SIGSTOP to every role's process group), the bare learner on the same
@@ -301,12 +361,19 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
     cores), the run continued. Each trainer window is divided by the mean of the bare learner's
     windows just before and just after it (this machine's speed swings between seconds and
     drifts between minutes). Linux only (signals); the heartbeat is slowed to 5 s so that a pause of a
-    few seconds does not read as a lost connection (links would reconnect and resend)."""
+    few seconds does not read as a lost connection (links would reconnect and resend).
+
+    With ``args.feed`` (``recorded_dir`` set) the run resumes with no worker: ``args.feeders``
+    synthetic workers (bench.feed) feed it recorded segments through the relay at ``feed_rate``,
+    set from a first window of the bare learner taken before the run resumes."""
     import signal
 
     bare = BareLearnerProcess(run_dir)
     load: list[subprocess.Popen] = []
     run = None
+    feed: Any = None
+    rate, first_alone, feed_out = 0.0, None, None
+    role: list[dict[str, Any] | None] = []
     try:
         ready = bare.ready
         if ready is None:
@@ -326,12 +393,20 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
 
         from rulka.cli.run import launch
 
+        extra: list[str] = []
+        if recorded_dir is not None:
+            first_alone = bare.updates_per_s(args.alone_seconds)
+            rate = feed_rate(args.feed, first_alone or 0.0, int(ready["batch_size"]), spi_target)
+            extra = [f"trainer.torch_threads={_run_torch_threads(run_dir)}"]  # as with the workers, not all cores
         log = open(run_dir.parent / f"{run_dir.name}.paired.log", "w")  # noqa: SIM115 - closed with the run
-        run = launch(REPO_ROOT / config, workers=workers, run_dir=run_dir, resume=True, trainer_output=log,
-                     overrides=[*COMMON, *overrides, "network.heartbeat_s=5"], worker_priority=worker_priority,
-                     pin_cores=pin_cores)
+        run = launch(REPO_ROOT / config, workers=0 if recorded_dir is not None else workers, run_dir=run_dir,
+                     resume=True, trainer_output=log, overrides=[*COMMON, *overrides, *extra, "network.heartbeat_s=5"],
+                     worker_priority=worker_priority, pin_cores=pin_cores)
         run.log_files.append(log)
         groups = role_groups(run)
+        if recorded_dir is not None:
+            feed = _start_feed(run, args, recorded_dir, rate, worker_cores if pin_cores else None, worker_priority)
+            groups += feed.pids
         # learning again: a window of the resumed run with updates in it
         t_start = time.monotonic()
         while time.monotonic() - t_start < 240 and run.alive():
@@ -351,7 +426,6 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
                 time.sleep(args.settle_seconds)
 
         alone = [paused(alone_for, args.alone_seconds)]
-        role: list[dict[str, Any] | None] = []
         loaded: list[float | None] = []
         for _ in range(args.paired):
             role.append(_window(run_dir, args.window_seconds))
@@ -364,6 +438,9 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
             loaded.append(lo)
             alone.append(a)
     finally:
+        feed_out = _feed_summary(feed, rate, recorded_dir, role) if feed is not None and recorded_dir else None
+        if feed is not None:
+            feed.close()
         if run is not None:
             run.stop()
         for p in load:
@@ -381,6 +458,13 @@ def paired_windows(config: str, overrides: list[str], workers: int, run_dir: Pat
         "learner_starved": [w["learner_starved"] if w else None for w in role],
         "ratios": ratios, "ratio": _median(ratios), "batch_size": ready["batch_size"],
         "memory_size": ready["memory_size"]}
+    if feed_out is not None:
+        out["feed"] = {**feed_out, "set_from_bare_updates_per_s": first_alone}
+        # what the trainer's time went to besides updates: waiting with nothing to train (starved),
+        # and the rest (intake, checkpoints, metrics, the link)
+        out["learner_other"] = [round(1 - w["learner_busy"] - w["learner_starved"], 3)
+                                if w and w["learner_busy"] is not None and w["learner_starved"] is not None else None
+                                for w in role]
     if load:
         out["ratios_vs_loaded"] = vs_loaded
         out["ratio_vs_loaded"] = _median(vs_loaded)
@@ -430,7 +514,10 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
                 run_dir: Path) -> dict[str, Any]:
     """One row: the trainer role with ``n`` workers, then the bare learner (and loaded) on its checkpoint."""
     config, overrides = CONFIGS[name]
-    role = measure_role(config, overrides, n, seconds, run_dir, worker_priority=priority, pin_cores=pin == "on")
+    overrides = [*overrides, *([f"trainer.device={args.trainer_device}"] if args.trainer_device else [])]
+    record_to = run_dir.parent / f"{run_dir.name}-recorded" if args.feed and not args.recorded else None
+    role = measure_role(config, overrides, n, seconds, run_dir, worker_priority=priority, pin_cores=pin == "on",
+                        record_to=record_to)
     row: dict[str, Any] = {"config": name, "workers": n, "worker_priority": priority,
                            "pinned": pin == "on", "trainer": role}
     if "error" in role:
@@ -438,7 +525,8 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
     inserts, updates = role.pop("_inserts"), role.pop("_updates")
     worker_cores = role.pop("_worker_cores", None)
     if args.paired:
-        return _paired_row(row, config, overrides, n, priority, pin, args, run_dir, worker_cores, inserts, updates)
+        return _paired_row(row, config, overrides, n, priority, pin, args, run_dir, worker_cores, inserts, updates,
+                           record_to)
     row["alone"] = alone_median(run_dir, args.alone_seconds, args.alone_rounds)
     a = row["alone"].get("updates_per_s")
     if a and role["updates_per_s"] is not None:
@@ -455,10 +543,18 @@ def measure_row(name: str, n: int, priority: str, pin: str, seconds: float, args
 
 def _paired_row(row: dict[str, Any], config: str, overrides: list[str], n: int, priority: str, pin: str,
                 args: argparse.Namespace, run_dir: Path, worker_cores: list[int] | None, inserts: int,
-                updates: int) -> dict[str, Any]:
+                updates: int, recorded: Path | None = None) -> dict[str, Any]:
     """``measure_row`` with ``--paired``: the continuous window gives samples per insert, busy and
     starved; the ratio comes from ``paired_windows``."""
-    pw = paired_windows(config, overrides, n, run_dir, args, priority, pin == "on", worker_cores)
+    recorded_dir = None
+    if args.feed:
+        from bench.feed import cached_recording, recorded_payloads
+
+        recorded_dir = Path(args.recorded) if args.recorded else recorded
+        if recorded_dir is None or len(recorded_payloads(recorded_dir, 8)) < 8:
+            recorded_dir = cached_recording(row["config"])  # the run's own journal held too few
+    pw = paired_windows(config, overrides, n, run_dir, args, priority, pin == "on", worker_cores,
+                        spi_target=row["trainer"].get("spi_target"), recorded_dir=recorded_dir)
     row["paired"] = pw
     if "error" in pw:
         return row
@@ -530,6 +626,16 @@ def main() -> int:
     parser.add_argument("--window-seconds", type=float, default=4.0, help="each trainer window with --paired")
     parser.add_argument("--settle-seconds", type=float, default=2.0,
                         help="wait after the run continues before the next trainer window (--paired)")
+    parser.add_argument("--feed", default="",
+                        help="with --paired: resume the run with no worker, fed recorded segments through the relay by "
+                             "--feeders synthetic workers (bench.feed) at N transitions/s, or Kx: K times what the bare "
+                             "learner consumes at the samples-per-insert target (e.g. 1.5x)")
+    parser.add_argument("--feeders", type=int, default=4, help="synthetic workers of --feed")
+    parser.add_argument("--feed-procs", type=int, default=1, help="processes the feeders are spread over")
+    parser.add_argument("--recorded", default="",
+                        help="the recorded set for --feed (bench.feed --record); default: the first phase's own "
+                             "journal (its workers' segments), else one recorded per config in ~/.cache/rulka")
+    parser.add_argument("--trainer-device", default="", help="trainer.device of the runs (e.g. cuda)")
     parser.add_argument("--no-loaded-baseline", action="store_true",
                         help="skip alone_loaded (the bare learner beside the workers' inference load)")
     parser.add_argument("--alone", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one run folder
