@@ -5,9 +5,11 @@ trainer's real link, its credit and reassembly) in this process acting as the tr
 and publisher, and ``--workers`` simulated workers spread over ``--procs`` processes (asyncio,
 one coroutine per worker). Each simulated worker is its own TLS connection with its own
 credentials (``rulka.net.keys.add_worker``): it answers the relay's challenge with its key,
-sends signed segments (``rulka.net.wire.make_envelopes``) at a game's rate (``--segment-bytes``
-every ``--segment-s``: 200 steps at 20 Hz by default; the payload is synthetic bytes, stamped
-with the worker, a sequence number and the weights version it ran), reassembles and verifies
+sends signed segments (``rulka.net.wire.make_envelopes``) at a game's rate (one every
+``--segment-s``: 200 steps at 20 Hz by default; the payload is a recorded segment, the exact bytes
+a simulator worker sent (bench.feed's recorded set of the 48x36 sim run, ``--recorded``; each worker
+cycles through it from its own offset), stamped with the worker, a sequence number and the weights
+version it ran; ``--recorded none``: ``--segment-bytes`` random bytes instead), reassembles and verifies
 what the relay sends, and loads every weights version it receives
 (``rulka.net.weights.decode_weights``: signature, zstd, safetensors). With ``--mbit`` the
 workers reach the relay through a throttling proxy (bench/throttle.py, its own process): the
@@ -164,9 +166,13 @@ class SimWorker:
         from rulka.net.wire import make_envelopes, serialize
 
         args = self.args
-        pad = os.urandom(args.segment_bytes)  # incompressible, as compressed observations are
+        # recorded segments as a worker sent them (real sizes), each worker from its own offset; or
+        # incompressible bytes, as compressed observations are
+        pads = getattr(args, "recorded_payloads", None) or [os.urandom(args.segment_bytes)]
+        first = random.randrange(len(pads))
         await asyncio.sleep(random.uniform(0, args.segment_s))  # workers do not start in step
         while time.time() < self.t_end - 1.0:
+            pad = pads[(first + self.seq) % len(pads)]
             payload = serialize({"w": self.name, "q": self.seq, "v": self.version, "t": time.time(), "pad": pad})
             for env in make_envelopes("segment", self.name, self.counter.next(), payload,
                                       signing_key=self.creds.signing_key, chunk_bytes=args.chunk_bytes):
@@ -191,6 +197,7 @@ def run_workers(args: argparse.Namespace) -> int:
     import rulka.net.weights  # noqa: F401 - imported (torch) before the run starts, not during it
 
     bundles = [Path(args.keys) / "bundles" / n for n in args.names.split(",")]
+    args.recorded_payloads = recorded_segment_payloads(args)
     print("ready", flush=True)
     t_end = float(sys.stdin.readline())  # the orchestrator starts every process's clock together
 
@@ -211,6 +218,16 @@ def run_workers(args: argparse.Namespace) -> int:
     results = asyncio.run(main())
     print(json.dumps({"cpu_s": time.process_time(), "workers": results}))
     return 0
+
+
+def recorded_segment_payloads(args: argparse.Namespace) -> list[bytes] | None:
+    """The recorded segments' payloads (bench.feed) named by ``args.recorded``; None for ``none``."""
+    from bench.feed import recorded_payloads
+
+    folder = getattr(args, "recorded", None)
+    if not folder or folder == "none":
+        return None
+    return [payload for _, _, payload in recorded_payloads(Path(folder))] or None
 
 
 # -- the trainer side ----------------------------------------------------------------------------
@@ -343,6 +360,16 @@ def jain(xs: list[int]) -> float | None:
     return round(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)), 4)
 
 
+def segment_sizes(args: argparse.Namespace) -> dict[str, Any]:
+    """What the segments carried: the recorded set and its payload sizes, or random bytes."""
+    payloads = recorded_segment_payloads(args)
+    if payloads is None:
+        return {"source": "random", "payload_bytes": args.segment_bytes}
+    sizes = sorted(len(p) for p in payloads)
+    return {"source": str(args.recorded), "recorded_segments": len(sizes),
+            "payload_bytes_median": sizes[len(sizes) // 2], "payload_bytes_max": sizes[-1]}
+
+
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     from rulka.net.keys import add_worker, generate_keys
     from rulka.net.status import query_status
@@ -379,7 +406,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             cmd = [sys.executable, "-m", "bench.fleet", "--as-workers", "--names", ",".join(g), "--keys", str(keys),
                    "--port", str(port), "--segment-bytes", str(args.segment_bytes),
                    "--segment-s", str(args.segment_s), "--chunk-bytes", str(args.chunk_bytes),
-                   "--ramp-s", str(args.ramp_s)]
+                   "--ramp-s", str(args.ramp_s), "--recorded", getattr(args, "recorded", None) or "none"]
             procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                           cwd=REPO_ROOT))
         for p in procs:
@@ -455,7 +482,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                                 "p50": percentile(lags, 0.5), "p99": percentile(lags, 0.99),
                                 "max": max(lags) if lags else None},
         "segments": {"sent": sum(sent.values()), "received_unique": len(unique), "lost": lost,
-                     "duplicated": duplicated, "bad_payload": intake.bad_payload},
+                     "duplicated": duplicated, "bad_payload": intake.bad_payload, **segment_sizes(args)},
         "disconnects": {"relay_counters": relay_disc, "workers_seen": worker_disc,
                         "reconnects": sum(max(0, r["connects"] - 1) for r in results),
                         "slow_client": relay_disc.get("slow_client", 0)},
@@ -493,7 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["float16", "float32"], default="float16")
     parser.add_argument("--publish-s", type=float, default=10.0, help="seconds between weights versions")
     parser.add_argument("--mbit", type=float, default=0.0, help="relay upload rate (0: no proxy)")
-    parser.add_argument("--segment-bytes", type=int, default=40_000)
+    parser.add_argument("--segment-bytes", type=int, default=40_000, help="with --recorded none: random bytes per segment")
+    parser.add_argument("--recorded", default="",
+                        help="recorded segments (bench.feed --record DIR); default: the 48x36 sim run's, recorded once "
+                             "into ~/.cache/rulka/bench-segments; none: --segment-bytes random bytes")
     parser.add_argument("--segment-s", type=float, default=10.0, help="a segment every N s per worker (200 steps at 20 Hz)")
     parser.add_argument("--chunk-bytes", type=int, default=256 * 1024)
     parser.add_argument("--as-workers", action="store_true", help=argparse.SUPPRESS)
@@ -507,6 +537,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_workers(args)
     given = {a.dest for a in parser._actions if any(o in (argv if argv is not None else sys.argv[1:])
                                                      for o in a.option_strings)}
+    if not args.recorded:
+        from bench.feed import cached_recording
+
+        args.recorded = str(cached_recording("sim_image"))
     runs = {}
     for name in args.scenarios.split(","):
         run = argparse.Namespace(**vars(args))
