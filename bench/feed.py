@@ -61,6 +61,18 @@ def recorded(folder: Path, limit: int | None = None) -> list[Any]:
     return [decoder.decompress(p) for _, _, p in recorded_payloads(folder, limit)]
 
 
+def whole_episodes(segments: list[Any]) -> list[Any]:
+    """The segments of the episodes recorded from their first segment on with none missing, in the
+    order received (a recording copied mid-run starts inside episodes: a trainer holds such a
+    segment back until the start it will never get); all of them if no episode is whole."""
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for seg in segments:
+        groups.setdefault((seg.worker_id, seg.episode_id), []).append(seg)
+    whole = {k for k, g in groups.items() if [s.index_in_episode for s in g] == list(range(len(g)))}
+    kept = [seg for seg in segments if (seg.worker_id, seg.episode_id) in whole]
+    return kept or segments
+
+
 def record(config: str, overrides: list[str], out: Path, segments: int = 64, workers: int = 2,
            timeout_s: float = 240.0) -> Path:
     """Run ``config`` (``rulka run``, ``workers`` unpaced workers) until its journal holds
@@ -113,6 +125,16 @@ def cached_recording(name: str = "sim_image", segments: int = 64) -> Path:
 
 
 # -- a synthetic worker --------------------------------------------------------------------------
+def encode_as(seg: Any, worker: str, seq: int, episode_id: int, compressor: Any, codec: str) -> bytes:
+    """``seg`` as ``worker``'s segment ``seq`` of its episode ``episode_id`` (no run id: any run takes
+    it), framed and compressed as the worker's runner does; nothing else changes."""
+    import dataclasses
+
+    from rulka.compress import frame_segment
+
+    seg = dataclasses.replace(seg, worker_id=worker, seq=seq, run_id="", episode_id=episode_id, created_at=time.time())
+    return frame_segment(codec, compressor.compress(seg))
+
 class Feeder:
     """One synthetic worker (see the module docstring). ``rate``: transitions per second."""
 
@@ -146,18 +168,12 @@ class Feeder:
 
     def _next(self, i: int) -> tuple[int, bytes]:
         """The recorded segment ``i`` as this worker's next one, encoded as the worker encodes it."""
-        import dataclasses
-
-        from rulka.compress import frame_segment
-
         seg = self.segments[i % len(self.segments)]
         key = (seg.worker_id, seg.episode_id + 1_000_000 * (i // len(self.segments)))  # a new episode per lap
         if key not in self._episodes:
             self._episodes[key] = self.counters.take_episode()
         seq = self.counters.take_seq()
-        seg = dataclasses.replace(seg, worker_id=self.name, seq=seq, run_id="", episode_id=self._episodes[key],
-                                  created_at=time.time())
-        return seq, frame_segment(self.codec, self.compressor.compress(seg))
+        return seq, encode_as(seg, self.name, seq, self._episodes[key], self.compressor, self.codec)
 
     def produce(self, t_end: float, stop: threading.Event) -> None:
         """Queue the recorded segments at ``rate`` transitions/s (no catching up after a credit wait)."""
@@ -194,7 +210,7 @@ def run_feeders(args: argparse.Namespace) -> int:
     """``--as-feeders``: the named feeders until the ``t_end`` read on stdin, or a second line (or the
     end of stdin) before it; prints their counters."""
     logging.basicConfig(level=logging.ERROR)
-    segments = recorded(Path(args.recorded), args.limit)
+    segments = whole_episodes(recorded(Path(args.recorded), args.limit))
     names = args.names.split(",")
     feeders = [Feeder(Path(args.keys) / "bundles" / n, args.host, args.port, segments, args.rate / len(names))
                for n in names]
