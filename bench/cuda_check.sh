@@ -20,6 +20,14 @@
 #   tmnf_fake_cuda.json bench/tmnf_fake.py's instances rows on CUDA: 1, 2, 4 processes, each a TMNF
 #                      fake at 160x120 acted on by the guide-size network, actions/s per instance
 #                      and device memory (ACTOR_ROWS=0 skips these two)
+#   trainer_loop_cuda.json
+#                      issue 67's item 3: bench/trainer_loop.py on the guide-size network (config "guide":
+#                      batch 512, AMP bfloat16, memory.batch_device auto) with trainer.device $DEVICE: a run
+#                      with 4 simulator workers, then resumed with no worker and fed its own recorded
+#                      segments by 8 synthetic workers (bench/feed.py: real relay, TLS, credentials) at 1.5x
+#                      what the bare learner consumes; "ratio" = the trainer role's updates/s over the bare
+#                      learner's, paired in 3 windows (target >= 0.9), with ingest, queue depth, credit waits
+#                      (FEED_ROW=0 skips it)
 #   run.log, metrics.jsonl, best.json, eval_best.json, eval_final.json
 #                      `rulka run` of the guide-size image network (160x120 frames, float MLP 256,
 #                      dense 1024, batch 512) on the GPU with AMP bfloat16 and device batches (what
@@ -94,7 +102,7 @@ EOF
 
 echo "== 2. unit tests with CUDA branches ($SECONDS s in)" | tee -a "$LOG"
 timeout "$(left 120)" $PY -m pytest -q -p no:cacheprovider tests/test_iqn_agent.py tests/test_learner_step.py \
-    tests/test_batch_device.py 2>&1 | tail -4 | tee -a "$LOG"
+    tests/test_batch_device.py tests/test_deferred_priorities.py 2>&1 | tail -4 | tee -a "$LOG"
 
 timeout "$(left 60)" $PY -m pytest -q -p no:cacheprovider tests/test_acting.py -k "cuda or weights_swap" 2>&1 \
     | tail -4 | tee -a "$LOG"
@@ -116,6 +124,23 @@ for r in actor["paths"]:
 for r in tmnf["instances"]:
     print("tmnf_fake", r["device"], r["instances"], "instances:", r["actions_per_s_per_instance"], "actions/s each,",
           "device MB", r.get("device_used_mb_all"), "reserved/process", r.get("torch_reserved_mb_per_process"))
+EOF
+fi
+
+if [ "${FEED_ROW:-1}" != 0 ]; then
+    echo "== 2c. the trainer role fed by synthetic workers, over the bare learner, on $DEVICE ($SECONDS s in)" | tee -a "$LOG"
+    timeout "$(left 180)" $PY -m bench.trainer_loop --configs guide --trainer-device "$DEVICE" --workers 4 --seconds 15 \
+        --pinning on --paired 3 --feed 1.5x --feeders 8 --feed-procs 4 --no-loaded-baseline \
+        > "$OUT/trainer_loop_cuda.json" 2> "$OUT/trainer_loop.err"
+    echo "trainer_loop rc=$? $(tail -c 300 "$OUT/trainer_loop.err")" | tee -a "$LOG"
+    $PY - "$OUT/trainer_loop_cuda.json" <<'EOF' 2>&1 | tee -a "$LOG"
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    p = r.get("paired", {})
+    print("trainer role over bare", r.get("ratio"), r.get("ratio_pairs"), "role", p.get("role_updates_per_s"),
+          "bare", p.get("alone_updates_per_s"), "busy", p.get("learner_busy"), "starved", p.get("learner_starved"),
+          "other", p.get("learner_other"), "feed", {k: v for k, v in p.get("feed", {}).items() if k != "recorded"},
+          p.get("error", ""))
 EOF
 fi
 

@@ -27,3 +27,17 @@ def test_its_run_is_a_valid_config_with_the_guide_size_network() -> None:
     assert cfg.trainer.device == "cuda" and not cfg.nn.vis.no_image
     assert (cfg.nn.vis.image_size.width, cfg.nn.vis.image_size.height) == (160, 120)
     assert cfg.nn.decoder.dense_hidden_dimension == 1024 and cfg.training.batch_size == 512
+
+
+def test_its_trainer_loop_feed_row_is_the_guide_size_network_on_the_gpu() -> None:
+    from bench.trainer_loop import CONFIGS
+    from rulka.config import load_config
+
+    text = SCRIPT.read_text()
+    assert re.search(r"bench\.trainer_loop --configs guide --trainer-device \"\$DEVICE\"", text)
+    assert "--feed 1.5x" in text
+    config, overrides = CONFIGS["guide"]
+    cfg = load_config(REPO / config, [*overrides, "trainer.device=cuda"], env_file=None)
+    assert cfg.trainer.device == "cuda" and not cfg.nn.vis.no_image and cfg.training.batch_size == 512
+    assert (cfg.nn.vis.image_size.width, cfg.nn.vis.image_size.height) == (160, 120)
+    assert cfg.nn.decoder.dense_hidden_dimension == 1024 and cfg.nn.training.amp_dtype == "bfloat16"
