@@ -262,6 +262,15 @@ STEP_PAIRS: dict[str, dict[str, Any]] = {
     # Adam (trainer.agent_kwargs optimizer: adam): foreach vs torch's fused kernel (the agent's auto on CUDA)
     "adam_fused": {"devices": ("cuda",), "before": {"hyper": {"optimizer": "adam", "optimizer_impl": "foreach"}},
                    "after": {"hyper": {"optimizer": "adam"}}},
+    # PER: the TD errors read back at once (a host sync per update on CUDA) vs deferred to the
+    # replay's next sample (rulka.memory.deferred; the agent's default); on CUDA with the prefetching
+    # sampler, as the trainer runs there (the wait then falls on the sampler's thread)
+    # (PER on: prio_alpha 0.6; the shipped configs sample uniformly, prio_alpha 0, and report nothing)
+    "td_errors_deferred": {"devices": ("cpu",), "after": {"memory": {"prio_alpha": 0.6}},
+                           "before": {"memory": {"prio_alpha": 0.6}, "agent": {"defer_td_errors": False}}},
+    "td_errors_deferred_prefetch": {"devices": ("cuda",), "after": {"prefetch": True, "memory": {"prio_alpha": 0.6}},
+                                    "before": {"prefetch": True, "memory": {"prio_alpha": 0.6},
+                                               "agent": {"defer_td_errors": False}}},
 }
 # On CUDA a ladder from today's defaults (AMP float16, host batches, prefetch on) to every setting
 # on, each rung paired with the one before it (and device batches also with host)
@@ -281,9 +290,11 @@ NOT_ON_GPU = "not measured on a GPU"
 def _configured(net_kw: dict[str, Any], device: str, batch_size: int, cfg: dict[str, Any]) -> tuple[Any, Any]:
     """(agent, memory) for one configuration, warmed up (3 updates: allocations, autotune, compile)."""
     agent = build_agent(net_kw, device, **cfg.get("hyper", {}))
+    for key, value in cfg.get("agent", {}).items():  # agent attributes that are no IQNHyper field
+        setattr(agent, key, value)
     spec = agent.spec
     mem = filled_memory(spec.image_height, spec.image_width, batch_size,
-                        batch_device=cfg.get("batch_device", "host"), device=device)
+                        batch_device=cfg.get("batch_device", "host"), device=device, **cfg.get("memory", {}))
     for _ in range(3):
         agent.train(mem.sample(batch_size))
     return agent, mem
