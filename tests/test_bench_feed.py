@@ -49,3 +49,40 @@ def test_only_episodes_recorded_from_their_start_are_fed():
 def test_feed_rate_is_absolute_or_a_multiple_of_what_the_bare_learner_consumes():
     assert feed_rate("2500", 10.0, 512, 16.0) == 2500.0
     assert feed_rate("1.5x", 10.0, 512, 16.0) == pytest.approx(1.5 * 10 * 512 / 16)
+
+
+@pytest.mark.extended
+def test_feeders_deliver_recorded_segments_through_the_relay_into_a_real_trainer(tmp_path):
+    """A recorded CartPole set, then a run with no worker fed by two feeders (own credentials,
+    real relay and TLS): the trainer accepts and acknowledges their segments. About 2 minutes."""
+    import time
+    from pathlib import Path
+
+    from bench.feed import REPO_ROOT, FeederProcesses, enroll, record
+    from bench.trainer_loop import COMMON
+    from rulka.cli.run import launch
+
+    rec = record("configs/cartpole_iqn.yaml", [], tmp_path / "rec", segments=12)
+    assert len(recorded_payloads(rec)) >= 12
+    run_dir = tmp_path / "run"
+    with open(tmp_path / "trainer.log", "w") as log:
+        run = launch(REPO_ROOT / "configs/cartpole_iqn.yaml", workers=0, run_dir=run_dir, overrides=COMMON,
+                     trainer_output=log)
+        feed = None
+        try:
+            feed = FeederProcesses(run.keys, enroll(run.keys, 2), "127.0.0.1", run.port, rec, rate=200.0)
+            feed.start(time.time() + 60)
+            accepted = Path(run_dir) / "accepted.log"
+            deadline = time.monotonic() + 60
+            senders: set[str] = set()
+            while time.monotonic() < deadline and len(senders) < 2:
+                time.sleep(1.0)
+                if accepted.exists():
+                    senders = {line.split()[0] for line in accepted.read_text().splitlines() if line.strip()}
+            got = feed.results()
+        finally:
+            if feed is not None:
+                feed.close()
+            run.stop()
+    assert senders == {"feeder0", "feeder1"}
+    assert len(got) == 2 and all(f["acked"] > 0 and f["segments_queued"] >= f["acked"] for f in got)
