@@ -511,3 +511,67 @@ def test_weights_abandoned_by_a_leaving_trainer_do_not_stall_a_worker(core, keys
     t2 = connect(core, creds, "trainer")
     send_message(t2, creds["trainer"], "weights", b"c" * 2500, 12, "workers", -1)
     assert [(e["n"], e["i"]) for e in w.received()] == [(12, 0), (12, 1), (12, 2)]
+
+
+def _fills_on_every_write(client):
+    """Each chunk written fills Twisted's buffer: the relay writes the next one after resumeProducing."""
+    write = client.transport.writeSequence
+
+    def write_and_fill(data):
+        write(data)
+        client.proto.pauseProducing()
+
+    client.transport.writeSequence = write_and_fill
+
+
+def _drain(client, times=20):
+    for _ in range(times):
+        client.proto.resumeProducing()
+    return [(e["n"], e["i"]) for e in client.received()]
+
+
+def test_weights_go_to_weights_streams_workers_at_a_time_and_the_next_gets_the_newest(core, keys):
+    """With one turn, a second worker waits while the first is sent a version, then gets the
+    newest version (not the one it waited behind); the first then queues behind it."""
+    _, creds = keys
+    core.settings.weights_streams = 1
+    t = connect(core, creds, "trainer")
+    w1, w2 = connect(core, creds, "w1"), connect(core, creds, "w2")
+    _fills_on_every_write(w1)
+    _fills_on_every_write(w2)
+    send_message(t, creds["trainer"], "weights", b"a" * 8000, 10, "workers", -1)
+    assert [(e["n"], e["i"]) for e in w1.received()] == [(10, 0)]
+    assert w2.received() == [] and core.status()["server"]["weights_waiting"] == 1
+    send_message(t, creds["trainer"], "weights", b"b" * 8000, 11, "workers", -1)
+    assert w2.received() == []  # still waiting: w1 finishes 10 first
+    assert _drain(w1, 7) == [(10, i) for i in range(1, 8)]
+    # w1's turn ended: w2 starts on 11, the newest; w1 waits behind it for 11
+    assert [(e["n"], e["i"]) for e in w2.received()] == [(11, 0)]
+    assert _drain(w1) == [] and core.status()["server"]["weights_waiting"] == 1
+    assert _drain(w2) == [(11, i) for i in range(1, 8)]
+    assert _drain(w1) == [(11, i) for i in range(8)]
+    assert core.weights_sending == {} and core.weights_waiting == {}
+    assert not w1.closed and not w2.closed
+
+
+def test_a_weights_turn_passes_on_when_its_worker_leaves_or_stalls(core, keys):
+    _, creds = keys
+    core.settings.weights_streams = 1
+    t = connect(core, creds, "trainer")
+    w1, w2 = connect(core, creds, "w1"), connect(core, creds, "w2")
+    for c in (w1, w2):
+        _fills_on_every_write(c)
+    send_message(t, creds["trainer"], "weights", b"a" * 8000, 10, "workers", -1)
+    assert [e["n"] for e in w1.received()] == [10] and w2.received() == []
+    w1.proto.connectionLost()  # mid-version: its turn goes to w2
+    assert [(e["n"], e["i"]) for e in w2.received()] == [(10, 0)]
+    w1 = connect(core, creds, "w1")
+    _fills_on_every_write(w1)
+    assert w1.received() == []  # waits for w2's turn
+    # w2 stops reading: past overdue_s() its turn no longer counts and w1 is served
+    core.weights_sending[w2.proto] -= core.overdue_s() + 1
+    core.clock.advance(relay_module.TURN_CHECK_S)
+    assert [(e["n"], e["i"]) for e in w1.received()] == [(10, 0)]
+    assert _drain(w1) == [(10, i) for i in range(1, 8)]
+    assert _drain(w2) == [(10, i) for i in range(1, 8)]
+    assert core.weights_sending == {} and core.weights_waiting == {}

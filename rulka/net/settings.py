@@ -21,6 +21,8 @@ Every default is the config model's; the keys, under the transport's names:
   new chunks are dropped and counted (workers resend unacknowledged segments).
 - ``heartbeat_s``: how often links check that the server answers; ``connected()`` turns False
   after three missed beats.
+- ``weights_streams``: workers the relay sends a weights version to at once (0 = all at once);
+  the others wait their turn and then get the newest version.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class NetworkSettings:
     outbox_messages: int = _DEFAULTS["outbox_messages"]
     server_queue_bytes: int = _DEFAULTS["server_queue_bytes"]
     heartbeat_s: float = _DEFAULTS["heartbeat_s"]
+    weights_streams: int = _DEFAULTS["weights_streams"]
 
     @classmethod
     def from_config(cls, cfg: Any = None, **overrides: Any) -> NetworkSettings:
@@ -85,6 +88,8 @@ class NetworkSettings:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ConfigError(f"network.{name} must be positive, got {getattr(self, name)!r}")
+        if self.weights_streams < 0:
+            raise ConfigError(f"network.weights_streams must be 0 or more, got {self.weights_streams!r}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"network.port must be 0..65535, got {self.port}")
         if self.chunk_bytes > 16 * 1024 * 1024:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import (
     Field,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
 )
@@ -45,6 +46,10 @@ class NetworkConfig(Section):
     """Bytes the relay queues for an absent trainer; beyond that chunks are dropped and counted."""
     heartbeat_s: PositiveFloat = 1.0
     """How often links check that the relay answers, seconds."""
+    weights_streams: NonNegativeInt = 4
+    """Workers the relay sends a weights version to at once (0 = all at once). The others wait
+    their turn and then get the newest version: on a slow uplink each version arrives fresh
+    instead of every worker getting the same one late (docs/operations.md, sizing)."""
 
     @property
     def credentials_path(self) -> Path:
@@ -67,4 +72,5 @@ class NetworkConfig(Section):
             "outbox_messages": self.outbox_messages,
             "server_queue_bytes": self.server_queue_bytes,
             "heartbeat_s": self.heartbeat_s,
+            "weights_streams": self.weights_streams,
         }
