@@ -11,13 +11,17 @@ a simulator worker sent (bench.feed's recorded set of the 48x36 sim run, ``--rec
 cycles through it from its own offset), stamped with the worker, a sequence number and the weights
 version it ran; ``--recorded none``: ``--segment-bytes`` random bytes instead), reassembles and verifies
 what the relay sends, and loads every weights version it receives
-(``rulka.net.weights.decode_weights``: signature, zstd, safetensors). With ``--mbit`` the
+(``rulka.net.weights.decode_weights``: signature, zstd, safetensors; by default each worker checks
+the signature over its own bytes, and zstd and safetensors run once per worker process and
+version, ``--no-share-decode`` runs them per worker: ``SimWorker._decode`` says why). With ``--mbit`` the
 workers reach the relay through a throttling proxy (bench/throttle.py, its own process): the
 relay's upload is that rate, shared by all workers.
 
 The publisher encodes a weights version of ``--params`` parameters (``--network`` presets: the
 48x36 sim network, 149,213; the guide-size one, 6,578,333) every ``--publish-s`` seconds, signed,
-in ``--dtype`` with zstd, as the trainer publishes them.
+in ``--dtype`` with zstd, as the trainer publishes them (``--dtype int8``: the opt-in lossy
+encoding). ``--weights-streams`` sets the relay's ``network.weights_streams`` (workers sent a
+version at once; 0 = all).
 
 Prints one JSON object: the relay's CPU seconds per MB it moved and its peak RSS (VmHWM); per
 weights version the seconds until 50/99/100% of the connected workers run it or a newer one;
@@ -137,7 +141,6 @@ class SimWorker:
 
     def _handle(self, obj: Any) -> str | None:
         from rulka.errors import BadInput
-        from rulka.net.weights import decode_weights
         from rulka.net.wire import deserialize
 
         env = deserialize(obj)
@@ -151,14 +154,37 @@ class SimWorker:
         if msg is None or msg.kind != "weights":
             return None
         try:
-            blob = decode_weights(msg.payload, self.creds.trainer_public, newer_than=self.version)
-        except BadInput as exc:
+            blob = self._decode(msg.payload)
+        except BadInput:
             self.bad["weights"] = self.bad.get("weights", 0) + 1
-            del exc
             return None
         self.version = blob.version
         self.loads.append((blob.version, time.time()))
         return None
+
+    def _decode(self, payload: bytes) -> Any:
+        """What a worker does with a weights message: check the trainer's signature over this
+        connection's own bytes (sha256 of all of them, Ed25519) and the version, then decompress and
+        load the tensors. With ``--share-decode`` (the default) a payload whose signature this
+        process already checked and decoded for another simulated worker is not decompressed and
+        parsed again: its tensors are reused. That skips zstd and safetensors (about 0.03 CPU s per
+        guide-size version), which a real worker pays once on its own machine, not 40 times on the
+        relay's cores; the signature and version checks still run per worker."""
+        from rulka.errors import BadInput
+        from rulka.net.weights import WeightsBlob, decode_weights, read_weights_header
+
+        key = self.creds.trainer_public
+        if not self.args.share_decode:
+            return decode_weights(payload, key, newer_than=self.version)
+        meta = read_weights_header(payload, key)  # the signature over these bytes: every worker
+        if meta["version"] <= self.version:
+            raise BadInput("weights", f"stale version {meta['version']}")
+        digest = (meta["run_id"], meta["version"])  # signed by the trainer: one body per version
+        cached = _DECODED.get(digest)
+        if cached is None:
+            _DECODED.clear()  # the newest version only
+            cached = _DECODED[digest] = decode_weights(payload, key, newer_than=self.version)
+        return WeightsBlob(cached.run_id, cached.version, cached.tensors, cached.header, cached.dtype)
 
     async def _send_segments(self, writer: asyncio.StreamWriter) -> None:
         import random
@@ -184,6 +210,9 @@ class SimWorker:
     def result(self) -> dict[str, Any]:
         return {"name": self.name, "sent": self.seq, "loads": self.loads, "disconnects": self.disconnects,
                 "bad": self.bad, "connects": self.connects}
+
+
+_DECODED: dict[tuple[str, int], Any] = {}  # --share-decode: (run id, version) -> decoded blob
 
 
 def _client_context(bundle: Path) -> ssl.SSLContext:
@@ -252,9 +281,12 @@ class Intake:
         self.bad_payload = 0
         gen = torch.Generator().manual_seed(0)
         n = args.params
-        # one tensor per 1M parameters or less (a network's layers), std 0.02 as initialised weights
-        sizes = [min(1 << 20, n - i) for i in range(0, n, 1 << 20)]
-        self.tensors = {f"layer{i}.weight": torch.randn(k, generator=gen) * 0.02 for i, k in enumerate(sizes)}
+        # one matrix of rows of 256 per 1M parameters or less (a network's layers), std 0.02 as
+        # initialised weights, and the remainder as one vector (a bias)
+        sizes = [min(1 << 20, n - i) // 256 * 256 for i in range(0, n, 1 << 20)]
+        self.tensors = {f"layer{i}.weight": torch.randn(k // 256, 256, generator=gen) * 0.02
+                        for i, k in enumerate(sizes)}
+        self.tensors["last.bias"] = torch.randn(n - sum(sizes), generator=gen) * 0.02
         self.gen = gen
         self.stop = threading.Event()
 
@@ -372,6 +404,7 @@ def segment_sizes(args: argparse.Namespace) -> dict[str, Any]:
 
 def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     from rulka.net.keys import add_worker, generate_keys
+    from rulka.net.settings import NetworkSettings
     from rulka.net.status import query_status
     from rulka.server.server import Server
 
@@ -383,9 +416,13 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     for n in names:
         add_worker(keys, n)
     net = {"chunk_bytes": args.chunk_bytes, "heartbeat_s": 1.0, "max_message_bytes": 256 << 20}
+    if args.weights_streams is not None:
+        net["weights_streams"] = args.weights_streams
+    streams = NetworkSettings.from_config(net).weights_streams
     srv = Server(net, keys, bind_host="127.0.0.1", port=0).start()
     relay_pid = srv._process.pid  # type: ignore[union-attr]
     proxy = None
+    proxy_totals: dict[str, Any] = {}
     port = srv.port
     procs: list[subprocess.Popen[str]] = []
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -407,6 +444,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                    "--port", str(port), "--segment-bytes", str(args.segment_bytes),
                    "--segment-s", str(args.segment_s), "--chunk-bytes", str(args.chunk_bytes),
                    "--ramp-s", str(args.ramp_s), "--recorded", getattr(args, "recorded", None) or "none"]
+            cmd += [] if args.share_decode else ["--no-share-decode"]
             procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                           cwd=REPO_ROOT))
         for p in procs:
@@ -444,10 +482,17 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             intake.link.close()
         if proxy is not None:
             proxy.terminate()
-            proxy.wait(10)
+            out, _ = proxy.communicate(timeout=10)
+            lines = out.strip().splitlines() if out else []
+            proxy_totals = json.loads(lines[-1]) if lines else {}
         srv.stop()
         shutil.rmtree(root, ignore_errors=True)
-    moved_mb = sum(c["bytes_in"] + c["bytes_out"] for c in status["clients"].values()) / 1e6
+    # bytes the relay took in (segments, the trainer's weights) and handed to its sockets (payloads;
+    # without TLS and frame overhead, and a connection's last chunk may never have left it)
+    in_mb = sum(c["bytes_in"] for c in status["clients"].values()) / 1e6
+    out_mb = sum(c["bytes_out"] for c in status["clients"].values()) / 1e6
+    to_workers_mb = sum(c["bytes_out"] for n, c in status["clients"].items() if n != "trainer") / 1e6
+    moved_mb = in_mb + out_mb
     sent = {r["name"]: r["sent"] for r in results}
     unique = {(w, q) for (w, q) in intake.received}
     lost = sum(1 for w, n in sent.items() for q in range(n) if (w, q) not in unique)
@@ -465,7 +510,9 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "config": {k: v for k, v in vars(args).items() if k not in ("as_workers", "names", "keys", "port")},
         "machine_load_1m": [round(load_before[0], 1), round(os.getloadavg()[0], 1)],
         "wall_s": round(wall, 1),
-        "relay": {"cpu_s": round(cpu, 2), "moved_mb": round(moved_mb, 1),
+        "relay": {"cpu_s": round(cpu, 2), "moved_mb": round(moved_mb, 1), "in_mb": round(in_mb, 1),
+                  "out_mb": round(out_mb, 1), "to_workers_mb": round(to_workers_mb, 1),
+                  "weights_streams": streams,
                   "cpu_s_per_mb": round(cpu / moved_mb, 4) if moved_mb else None,
                   "peak_rss_mb": round(peak_rss, 1), "weights_versions": status.get("weights_versions"),
                   "weights_superseded": status.get("weights_superseded")},
@@ -494,7 +541,9 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                      "min_over_max": round(min(per_worker) / max(per_worker), 3) if per_worker and max(per_worker) else None},
         "worker_bad_inputs": {k: sum(r["bad"].get(k, 0) for r in results) for r in results for k in r["bad"]},
         "workers_reported": len(results),
-        "proxy": {"mbit": args.mbit},
+        # bytes_down: what crossed the throttled link to the workers (TLS records included)
+        "proxy": {"mbit": args.mbit, "bytes_down_mb": round(proxy_totals["bytes_down"] / 1e6, 1)
+                  if "bytes_down" in proxy_totals else None},
     }
 
 
@@ -517,7 +566,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-s", type=float, default=5.0)
     parser.add_argument("--network", choices=sorted(NETWORKS), default="48x36", help="weights size preset")
     parser.add_argument("--params", type=int, default=None, help="weights parameters (overrides --network)")
-    parser.add_argument("--dtype", choices=["float16", "float32"], default="float16")
+    parser.add_argument("--dtype", choices=["float16", "float32", "int8"], default="float16",
+                        help="trainer.weights_dtype (int8: opt-in, lossy)")
+    parser.add_argument("--weights-streams", type=int, default=None,
+                        help="the relay's network.weights_streams (default: the product's)")
     parser.add_argument("--publish-s", type=float, default=10.0, help="seconds between weights versions")
     parser.add_argument("--mbit", type=float, default=0.0, help="relay upload rate (0: no proxy)")
     parser.add_argument("--segment-bytes", type=int, default=40_000, help="with --recorded none: random bytes per segment")
@@ -526,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
                              "into ~/.cache/rulka/bench-segments; none: --segment-bytes random bytes")
     parser.add_argument("--segment-s", type=float, default=10.0, help="a segment every N s per worker (200 steps at 20 Hz)")
     parser.add_argument("--chunk-bytes", type=int, default=256 * 1024)
+    parser.add_argument("--no-share-decode", dest="share_decode", action="store_false",
+                        help="every simulated worker decompresses and parses every version itself "
+                             "(default: once per worker process per version; signatures are checked per worker)")
     parser.add_argument("--as-workers", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--names", help=argparse.SUPPRESS)
     parser.add_argument("--keys", help=argparse.SUPPRESS)

@@ -8,16 +8,20 @@ For each IQN network a worker runs (configs/sim_iqn.yaml's 184-float one, the sa
    the guide schedule's plateau; the early 1e-3 moves weights 20x more per step), so that two
    consecutive versions differ as much as an optimizer moves them;
 2. encodes each version as the trainer publishes it (``rulka.net.weights.encode_weights``,
-   signed, zstd level 3) in float32 and in float16, and measures a delta encoding against the
-   version before: zstd of the XOR of the float16 bit patterns (exact: the worker rebuilds the
-   float16 weights bit for bit, so its actions equal those of the full float16 version);
+   signed, zstd level 3) in float32, float16 and int8 (per-row scales; opt-in, lossy), and
+   measures delta encodings against a version the worker already has: zstd of the XOR of the
+   float16 bit patterns, plain and byte-shuffled (high bytes, then low bytes), against the version
+   before and against the one ``--versions`` before (a worker that skipped versions; exact: the
+   worker rebuilds the float16 weights bit for bit, so its actions equal the full version's);
 3. compares the greedy actions (``IQNActor.act(obs, test=True)``, same seed) of the float32
-   weights and of the float16 blob loaded by a worker, on ``--observations`` fixed random
-   observations, for the initial and the trained weights.
+   weights and of the float16 and int8 blobs loaded by a worker, on ``--observations`` frames
+   recorded from the simulator (``bench.actor.recorded_frames``; the network's float inputs
+   normalised by the frames' own mean and std, as a run's ``state_normalization`` does), for the
+   initial and the trained weights.
 
 Prints one JSON object.
 
-    python -m bench.weights_codec [--quick] [--updates 100] [--lr 5e-5] [--observations 256]
+    python -m bench.weights_codec [--quick] [--updates 100] [--lr 5e-5] [--observations 256] [--versions 2]
 """
 
 from __future__ import annotations
@@ -104,11 +108,33 @@ def half_bits(tensors: dict[str, torch.Tensor]) -> bytes:
 KEY = Ed25519PrivateKey.generate()
 
 
-def measure(name: str, config: str, overrides: list[str], updates: int, lr: float, n_obs: int, batch: int) -> dict[str, Any]:
+def recorded(spec: dict[str, Any], n: int) -> tuple[dict[str, Any], list[Any]]:
+    """``spec`` normalised by ``n`` recorded simulator frames, and the frames as the actor takes them."""
+    from bench.actor import normalised, recorded_frames
+
+    frames = recorded_frames(n, spec["image_width"] or 48, spec["image_height"] or 36)
+    spec = normalised(spec, frames)
+    if spec["image_height"]:
+        return spec, [{"img": f["img"][None], "float": f["float"]} for f in frames]
+    return spec, [f["float"] for f in frames]
+
+
+def xor_delta_bytes(old: bytes, new: bytes) -> dict[str, int]:
+    """zstd-3 bytes of the XOR of two float16 bit-pattern strings, plain and byte-shuffled."""
+    a, b = np.frombuffer(old, np.uint8), np.frombuffer(new, np.uint8)
+    xor = np.bitwise_xor(a, b)
+    even = xor[: len(xor) // 2 * 2].reshape(-1, 2)
+    shuffled = np.concatenate([even[:, 1], even[:, 0], xor[len(even) * 2:]]).tobytes()  # high bytes first
+    z = zstandard.ZstdCompressor(level=3)
+    return {"plain": len(z.compress(xor.tobytes())), "shuffled": len(z.compress(shuffled))}
+
+
+def measure(name: str, config: str, overrides: list[str], updates: int, lr: float, n_obs: int, batch: int,
+            steps: int = 2) -> dict[str, Any]:
     actor, spec = build_actor(config, overrides)
     net = actor.net
     params = sum(p.numel() for p in net.parameters())
-    obs = observations(spec, n_obs)
+    spec, obs = recorded(spec, n_obs)
     row: dict[str, Any] = {"network": name, "parameters": params, "updates_per_version": updates, "lr": lr}
 
     def snapshot() -> dict[str, torch.Tensor]:
@@ -116,12 +142,12 @@ def measure(name: str, config: str, overrides: list[str], updates: int, lr: floa
 
     versions = [snapshot()]
     train_s = 0.0
-    for _ in range(2):
+    for _ in range(max(2, steps)):
         train_s += train(net, spec, updates, lr, batch)
         versions.append(snapshot())
     row["train_s"] = round(train_s, 1)
     sizes = {}
-    for dtype in ("float32", "float16"):
+    for dtype in ("float32", "float16", "int8"):
         t0 = time.perf_counter()
         data = encode_weights(WeightsBlob("r", 2, versions[-1], {}, dtype), KEY)
         enc_s = time.perf_counter() - t0
@@ -138,15 +164,25 @@ def measure(name: str, config: str, overrides: list[str], updates: int, lr: floa
     row["delta_xor_float16_zstd3_bytes"] = delta
     row["delta_xor_float16_zstd19_bytes"] = delta19
     row["delta_ratio_vs_full_float16"] = round(delta / sizes["float16"]["bytes"], 3)
+    full16 = sizes["float16"]["bytes"]
+    for label, old in (("1_behind", versions[-2]), (f"{len(versions) - 1}_behind", versions[0])):
+        d = xor_delta_bytes(half_bits(old), half_bits(versions[-1]))
+        row[f"delta_xor_float16_{label}"] = {**d, "ratio_plain": round(d["plain"] / full16, 3),
+                                             "ratio_shuffled": round(d["shuffled"] / full16, 3)}
+    row["int8_ratio_vs_float16"] = round(sizes["int8"]["bytes"] / full16, 3)
     row["changed_half_values_share"] = round(float(np.mean(
         np.frombuffer(xor, np.uint16) != 0)) if len(xor) % 2 == 0 else 0.0, 3)
     agree = {}
+    agree8 = {}
     for label, w in (("initial", versions[0]), ("trained", versions[-1])):
         full = greedy(spec, w, obs)
-        half = greedy(spec, decode_weights(encode_weights(WeightsBlob("r", 1, w, {}, "float16"), KEY),
-                                           KEY.public_key()).tensors, obs)
-        agree[label] = {"observations": len(obs), "different_greedy_actions": sum(x != y for x, y in zip(full, half, strict=True))}
+        got = {dt: greedy(spec, decode_weights(encode_weights(WeightsBlob("r", 1, w, {}, dt), KEY),
+                                               KEY.public_key()).tensors, obs) for dt in ("float16", "int8")}
+        for out, dt in ((agree, "float16"), (agree8, "int8")):
+            out[label] = {"observations": len(obs), "distinct_actions_float32": len({str(a) for a in full}),
+                          "different_greedy_actions": sum(x != y for x, y in zip(full, got[dt], strict=True))}
     row["greedy_float32_vs_float16"] = agree
+    row["greedy_float32_vs_int8"] = agree8
     return row
 
 
@@ -158,13 +194,15 @@ def main() -> None:
     parser.add_argument("--observations", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--networks", default=",".join(NETWORKS))
+    parser.add_argument("--versions", type=int, default=2, help="versions trained; deltas against 1 and this many back")
     args = parser.parse_args()
     torch.set_num_threads(1)
     names = [n for n in args.networks.split(",") if n]
     if args.quick:
         args.updates, args.observations = 10, 64
         names = [n for n in names if n != "guide_160x120"]
-    rows = [measure(n, *NETWORKS[n], args.updates, args.lr, args.observations, args.batch) for n in names]
+    rows = [measure(n, *NETWORKS[n], args.updates, args.lr, args.observations, args.batch, args.versions)
+            for n in names]
     print(json.dumps({"benchmark": "weights_codec", "rows": rows}, indent=1))
 
 

@@ -530,11 +530,12 @@ def _drain(client, times=20):
     return [(e["n"], e["i"]) for e in client.received()]
 
 
-def test_weights_go_to_weights_streams_workers_at_a_time_and_the_next_gets_the_newest(core, keys):
+def test_weights_go_to_weights_streams_workers_at_a_time_and_the_next_gets_the_newest(core, keys, monkeypatch):
     """With one turn, a second worker waits while the first is sent a version, then gets the
     newest version (not the one it waited behind); the first then queues behind it."""
     _, creds = keys
     core.settings.weights_streams = 1
+    monkeypatch.setattr(relay_module, "TURN_BYTES", 0)  # no extra turns for small versions
     t = connect(core, creds, "trainer")
     w1, w2 = connect(core, creds, "w1"), connect(core, creds, "w2")
     _fills_on_every_write(w1)
@@ -552,11 +553,17 @@ def test_weights_go_to_weights_streams_workers_at_a_time_and_the_next_gets_the_n
     assert _drain(w1) == [(11, i) for i in range(8)]
     assert core.weights_sending == {} and core.weights_waiting == {}
     assert not w1.closed and not w2.closed
+    # a small version gets more turns: at least TURN_BYTES of it in progress (8 chunks of 1 KB here)
+    monkeypatch.setattr(relay_module, "TURN_BYTES", 20_000)
+    assert core.turns() == 3
+    core.settings.weights_streams = 0
+    assert core.turns() == 0  # all at once
 
 
-def test_a_weights_turn_passes_on_when_its_worker_leaves_or_stalls(core, keys):
+def test_a_weights_turn_passes_on_when_its_worker_leaves_or_stalls(core, keys, monkeypatch):
     _, creds = keys
     core.settings.weights_streams = 1
+    monkeypatch.setattr(relay_module, "TURN_BYTES", 0)
     t = connect(core, creds, "trainer")
     w1, w2 = connect(core, creds, "w1"), connect(core, creds, "w2")
     for c in (w1, w2):

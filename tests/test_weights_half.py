@@ -39,3 +39,38 @@ def test_trainer_default_weights_dtype_follows_the_algorithm():
     assert cfg.trainer.weights_dtype == "float32"
     blob = WeightsBlob("run", 1, {"w": torch.randn(4096)}, {})
     assert decode_weights(signed_encoder(KEY, "float32")(blob), KEY.public_key()).tensors["w"].dtype == torch.float32
+
+
+def test_int8_weights_are_per_row_within_half_a_step_and_half_the_bytes_of_float16():
+    """trainer.weights_dtype=int8 (opt-in): matrices travel as int8 with one float32 scale per row
+    and come back float32 within half a quantisation step of each row; small tensors and vectors
+    travel as float16 rules say. bench/weights_codec.py counts the greedy actions this changes."""
+    from rulka.config.loader import load_config
+    from rulka.errors import BadInput
+    from rulka.net.weights import SCALE_PREFIX, read_weights_header
+
+    assert load_config("configs/sim_iqn.yaml", ["trainer.weights_dtype=int8"], env_file=None).trainer.weights_dtype == "int8"
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(256, 512, generator=gen) * 0.02
+    w[3] *= 50  # rows of very different scales each keep their own precision
+    w[7] = 0.0
+    weights = {"fc.weight": w, "fc.bias": torch.randn(256, generator=gen), "big.vec": torch.randn(4096, generator=gen)}
+    data = signed_encoder(KEY, "int8")(WeightsBlob("run", 1, weights, {}))
+    blob = decode_weights(data, KEY.public_key())
+    assert blob.dtype == "int8" and set(blob.tensors) == set(weights)
+    got = blob.tensors["fc.weight"]
+    assert got.dtype == torch.float32 and got.shape == w.shape
+    step = w.abs().amax(dim=1, keepdim=True) / 127
+    assert bool(((got - w).abs() <= step / 2 + 1e-7).all()) and bool((got[7] == 0).all())
+    assert blob.tensors["fc.bias"].dtype == torch.float32 and blob.tensors["big.vec"].dtype == torch.float16
+    half = signed_encoder(KEY, "float16")(WeightsBlob("run", 1, weights, {}))
+    assert len(data) < 0.6 * len(half)
+    # a blob whose scales do not match its int8 tensor is refused with one clear reason
+    from rulka.net.weights import _dequantize
+    with pytest.raises(BadInput, match="per-row scales"):
+        _dequantize({"a": torch.zeros(4, 4, dtype=torch.int8), SCALE_PREFIX + "a": torch.ones(3)})
+    with pytest.raises(BadInput, match="without scales"):
+        _dequantize({"a": torch.zeros(4, 4, dtype=torch.int8)})
+    assert read_weights_header(data, KEY.public_key())["dtype"] == "int8"
+    with pytest.raises(ValueError, match="reserved"):
+        signed_encoder(KEY, "int8")(WeightsBlob("run", 1, {SCALE_PREFIX + "x": w}, {}))

@@ -46,14 +46,58 @@ class WeightsBlob:
     version: int
     tensors: dict[str, Any]
     header: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # "float32" or "float16": how floating tensors travel; with "float16" only the large ones
-    # (HALF_MIN_ELEMENTS and up, all finite and within float16's range): the worker loads them
-    # into its float32 network, and tests/test_weights_half.py checks greedy actions do not change
+    # "float32", "float16" or "int8": how floating tensors travel; with "float16" only the large
+    # ones (HALF_MIN_ELEMENTS and up, all finite and within float16's range): the worker loads them
+    # into its float32 network, and tests/test_weights_half.py checks greedy actions do not change.
+    # "int8" (opt-in, lossy): large matrices (2+ dimensions) as int8 with a float32 scale per row
+    # (the first dimension), the rest as float16; decoding gives them back as float32
     dtype: str = "float32"
 
 
 HALF_MIN_ELEMENTS = 1024  # with dtype float16, smaller tensors (biases, norms, exploration rates) stay float32
 HALF_MAX = 65504.0  # the largest finite float16: a tensor beyond it stays float32
+DTYPES = ("float32", "float16", "int8")
+SCALE_PREFIX = "rulka.int8_scale:"  # name of the per-row scales of an int8 tensor ``name``
+
+
+def _quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 values and float32 scales, one per row (first dimension): value x scale ~ t."""
+    rows = t.reshape(t.shape[0], -1).to(torch.float32)
+    scale = rows.abs().amax(dim=1) / 127.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(rows / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q.reshape(t.shape).contiguous(), scale.contiguous()
+
+
+def _dequantize(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """int8 tensors with their per-row scales -> float32 (the decoded blob's form)."""
+    out = {k: v for k, v in tensors.items() if not k.startswith(SCALE_PREFIX)}
+    for key, scale in tensors.items():
+        if not key.startswith(SCALE_PREFIX):
+            continue
+        name = key[len(SCALE_PREFIX):]
+        q = out.get(name)
+        if (q is None or q.dtype != torch.int8 or q.dim() < 2 or scale.dtype != torch.float32
+                or scale.shape != (q.shape[0],)):
+            raise BadInput("weights", f"int8 tensor {name!r} without matching per-row scales")
+        out[name] = (q.reshape(q.shape[0], -1).to(torch.float32) * scale[:, None]).reshape(q.shape)
+    if any(v.dtype == torch.int8 for v in out.values()):
+        raise BadInput("weights", "int8 tensor without scales")
+    return out
+
+
+def _wire_tensors(tensors: dict[str, Any], dtype: str) -> dict[str, torch.Tensor]:
+    """The tensors as they travel in ``dtype``."""
+    out: dict[str, torch.Tensor] = {}
+    for name, value in tensors.items():
+        if name.startswith(SCALE_PREFIX):
+            raise ValueError(f"weights entry {name!r}: names starting {SCALE_PREFIX!r} are reserved")
+        t = _to_torch(name, value, "float16" if dtype == "int8" else dtype)
+        if dtype == "int8" and t.dtype == torch.float16 and t.dim() >= 2:
+            out[name], out[SCALE_PREFIX + name] = _quantize_rows(_to_torch(name, value, "float32"))
+        else:
+            out[name] = t
+    return out
 
 
 def _to_torch(name: str, value: Any, dtype: str) -> torch.Tensor:
@@ -75,13 +119,12 @@ def _signed_digest(meta: bytes, tensors: bytes) -> bytes:
 def encode_weights(blob: WeightsBlob, signing_key: Ed25519PrivateKey, *, compress: bool = True,
                    level: int = 3) -> bytes:
     """Serialize and sign ``blob`` (the trainer's key). ``compress`` uses zstd at ``level``."""
-    if blob.dtype not in ("float32", "float16"):
-        raise ValueError(f"dtype must be 'float32' or 'float16', not {blob.dtype!r}")
+    if blob.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, not {blob.dtype!r}")
     if not isinstance(blob.version, int) or blob.version < 0:
         raise ValueError("version must be a non-negative int")
     _check_scalar_tree(blob.header)
-    tensors = {name: _to_torch(name, v, blob.dtype) for name, v in blob.tensors.items()}
-    raw = st_save(tensors)
+    raw = st_save(_wire_tensors(blob.tensors, blob.dtype))
     body = zstandard.ZstdCompressor(level=level).compress(raw) if compress else raw
     meta = pack({"format": FORMAT, "fv": FORMAT_VERSION, "run_id": blob.run_id, "version": blob.version,
                  "dtype": blob.dtype, "actor_spec": blob.header,
@@ -111,6 +154,8 @@ def read_weights_header(data: bytes, verify_key: Ed25519PublicKey) -> dict[str, 
         raise BadInput("weights", f"unknown format {meta['format']!r} v{meta['fv']}")
     if meta["compression"] not in ("zstd", "none") or not 0 <= meta["raw_len"] <= MAX_WEIGHTS_BYTES:
         raise BadInput("weights", "bad compression or size")
+    if meta["dtype"] not in DTYPES:
+        raise BadInput("weights", f"unknown dtype {meta['dtype']!r}")
     meta["_body"] = outer["t"]
     return meta
 
@@ -118,7 +163,7 @@ def read_weights_header(data: bytes, verify_key: Ed25519PublicKey) -> dict[str, 
 def decode_weights(data: bytes, verify_key: Ed25519PublicKey, *, newer_than: int | None = None) -> WeightsBlob:
     """Verify and decode a blob. ``newer_than``: the version the caller runs now; a blob that is
     not newer raises BadInput (reason ``weights``, "stale") so an old blob is never loaded again.
-    Tensors come back as CPU torch tensors in the blob's dtype."""
+    Tensors come back as CPU torch tensors in the blob's dtype (int8 ones as float32)."""
     meta = read_weights_header(data, verify_key)
     if newer_than is not None and meta["version"] <= newer_than:
         raise BadInput("weights", f"stale version {meta['version']} (running {newer_than})")
@@ -136,5 +181,6 @@ def decode_weights(data: bytes, verify_key: Ed25519PublicKey, *, newer_than: int
         tensors = st_load(raw)
     except Exception as exc:  # safetensors raises its own error types on a bad header
         raise BadInput("weights", f"safetensors: {type(exc).__name__}") from None
-    return WeightsBlob(meta["run_id"], meta["version"], dict(tensors), meta["actor_spec"], meta["dtype"])
+    tensors = _dequantize(dict(tensors)) if meta["dtype"] == "int8" else dict(tensors)
+    return WeightsBlob(meta["run_id"], meta["version"], tensors, meta["actor_spec"], meta["dtype"])
 

@@ -30,7 +30,8 @@ Here:
   ``weights_streams`` workers are sent a version at once, the others wait their turn (oldest
   first) and then get the newest one, so on a slow uplink each version a worker gets is fresh
   when it lands instead of every worker getting the same version late (a turn held far longer
-  than the recent ones, a worker on a slow link, stops counting after ``overdue_s()``);
+  than the recent ones, a worker on a slow link, stops counting after ``overdue_s()``; a small
+  version gets more turns at once, ``TURN_BYTES``);
 - every client has counters (messages/bytes in/out, bad inputs by reason), and the latest
   ``stats`` per sender are kept for ``rulka status``;
 - a client that does not read is not read from either: when Twisted's write buffer for it is
@@ -98,6 +99,9 @@ REFUSE_GRACE_S = 1.0  # a refused client that does not answer the TLS close is c
 TURN_OVERDUE_MIN_S = 30.0  # a weights turn stops counting toward weights_streams after this (or
 TURN_OVERDUE_X = 4.0  # this many times the recent turns' length, if longer), checked every
 TURN_CHECK_S = 1.0  # this while workers wait
+# a small version needs more turns at once to keep the uplink busy (each turn costs round trips):
+# at least this many bytes of the newest version are sent at once (several hundred 300 KB turns)
+TURN_BYTES = 16 * 1024 * 1024
 
 
 class RelayCore:
@@ -292,8 +296,17 @@ class RelayCore:
     def overdue_s(self) -> float:
         return max(TURN_OVERDUE_MIN_S, TURN_OVERDUE_X * self.turn_s)
 
-    def _turn_free(self) -> bool:
+    def turns(self) -> int:
+        """How many workers may be sent weights at once: ``weights_streams`` (0: all), more for a
+        small version (``TURN_BYTES``)."""
         limit = self.settings.weights_streams
+        chunks = self.incoming_count if self.incoming else len(self.retained)
+        if not limit or not chunks:
+            return limit
+        return max(limit, -(-TURN_BYTES // (chunks * self.settings.chunk_bytes)))
+
+    def _turn_free(self) -> bool:
+        limit = self.turns()
         if not limit:
             return True
         now, overdue = time.monotonic(), self.overdue_s()

@@ -61,8 +61,8 @@ class TrainerConfig(Section):
 
     On-policy learners need every update to reach the workers; over a network IQN publishes rarer
     than the guide's shared-memory 8."""
-    weights_dtype: Literal["float16", "float32"] | None = None
-    """How published weights travel (zstd either way): float16 halves the bytes per version (tensors of 1024+ values; workers act in float32). null = float16 for iqn (greedy actions checked unchanged), float32 otherwise."""
+    weights_dtype: Literal["float16", "float32", "int8"] | None = None
+    """How published weights travel (zstd either way): float16 halves the bytes per version (tensors of 1024+ values; workers act in float32). null = float16 for iqn (greedy actions checked unchanged), float32 otherwise. int8 (opt-in, lossy: a few greedy actions change, docs/operations.md sizing) sends large matrices as int8 with a scale per row, about 0.55 of float16's bytes."""
     max_policy_lag: NonNegativeInt | None = 4
     """ppo/grpo/dpo: drop (and count) data from weights more than N versions old (null = keep all)."""
     checkpoint_every_s: PositiveFloat = 300
