@@ -131,6 +131,7 @@ def xor_delta_bytes(old: bytes, new: bytes) -> dict[str, int]:
 
 def measure(name: str, config: str, overrides: list[str], updates: int, lr: float, n_obs: int, batch: int,
             steps: int = 2) -> dict[str, Any]:
+    torch.manual_seed(0)  # the same initial weights every run
     actor, spec = build_actor(config, overrides)
     net = actor.net
     params = sum(p.numel() for p in net.parameters())
