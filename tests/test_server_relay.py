@@ -14,6 +14,7 @@ from rulka.net.settings import NetworkSettings
 from rulka.net.stats import build_status
 from rulka.net.wire import challenge_token, deserialize, hello_nonce, join_token, make_envelopes, serialize
 from rulka.server import relay as relay_module
+from rulka.server import turns as turns_module
 from rulka.server.relay import (
     HELLO_TIMEOUT_S,
     RATE_LIMITS,
@@ -535,7 +536,7 @@ def test_weights_go_to_weights_streams_workers_at_a_time_and_the_next_gets_the_n
     newest version (not the one it waited behind); the first then queues behind it."""
     _, creds = keys
     core.settings.weights_streams = 1
-    monkeypatch.setattr(relay_module, "TURN_BYTES", 0)  # no extra turns for small versions
+    monkeypatch.setattr(turns_module, "TURN_BYTES", 0)  # no extra turns for small versions
     t = connect(core, creds, "trainer")
     w1, w2 = connect(core, creds, "w1"), connect(core, creds, "w2")
     _fills_on_every_write(w1)
@@ -554,7 +555,7 @@ def test_weights_go_to_weights_streams_workers_at_a_time_and_the_next_gets_the_n
     assert core.weights_sending == {} and core.weights_waiting == {}
     assert not w1.closed and not w2.closed
     # a small version gets more turns: at least TURN_BYTES of it in progress (8 chunks of 1 KB here)
-    monkeypatch.setattr(relay_module, "TURN_BYTES", 20_000)
+    monkeypatch.setattr(turns_module, "TURN_BYTES", 20_000)
     assert core.turns() == 3
     core.settings.weights_streams = 0
     assert core.turns() == 0  # all at once
@@ -563,7 +564,7 @@ def test_weights_go_to_weights_streams_workers_at_a_time_and_the_next_gets_the_n
 def test_a_weights_turn_passes_on_when_its_worker_leaves_or_stalls(core, keys, monkeypatch):
     _, creds = keys
     core.settings.weights_streams = 1
-    monkeypatch.setattr(relay_module, "TURN_BYTES", 0)
+    monkeypatch.setattr(turns_module, "TURN_BYTES", 0)
     t = connect(core, creds, "trainer")
     w1, w2 = connect(core, creds, "w1"), connect(core, creds, "w2")
     for c in (w1, w2):
@@ -577,7 +578,7 @@ def test_a_weights_turn_passes_on_when_its_worker_leaves_or_stalls(core, keys, m
     assert w1.received() == []  # waits for w2's turn
     # w2 stops reading: past overdue_s() its turn no longer counts and w1 is served
     core.weights_sending[w2.proto] -= core.overdue_s() + 1
-    core.clock.advance(relay_module.TURN_CHECK_S)
+    core.clock.advance(turns_module.TURN_CHECK_S)
     assert [(e["n"], e["i"]) for e in w1.received()] == [(10, 0)]
     assert _drain(w1) == [(10, i) for i in range(1, 8)]
     assert _drain(w2) == [(10, i) for i in range(1, 8)]

@@ -26,12 +26,8 @@ Here:
   each worker's connection sends the newest weights only, one chunk whenever its write buffer
   has drained: a version superseded before that worker started on it is skipped (counted,
   ``weights_superseded``), never queued behind the newer one, so a worker on a slow link is not
-  cut off for a backlog of weights and gets the newest version next; at most
-  ``weights_streams`` workers are sent a version at once, the others wait their turn (oldest
-  first) and then get the newest one, so on a slow uplink each version a worker gets is fresh
-  when it lands instead of every worker getting the same version late (a turn held far longer
-  than the recent ones, a worker on a slow link, stops counting after ``overdue_s()``; a small
-  version gets more turns at once, ``TURN_BYTES``);
+  cut off for a backlog of weights and gets the newest version next; a few workers at a time
+  (``network.weights_streams``; ``rulka.server.turns``), so each version lands fresh;
 - every client has counters (messages/bytes in/out, bad inputs by reason), and the latest
   ``stats`` per sender are kept for ``rulka status``;
 - a client that does not read is not read from either: when Twisted's write buffer for it is
@@ -82,6 +78,7 @@ from rulka.net.wire import (
     verify_challenge_token,
 )
 from rulka.server.connection import UNSENT_BYTES, ClientCounters, limit_unsent_bytes  # noqa: F401
+from rulka.server.turns import WeightsTurns
 
 log = logging.getLogger("rulka.server")
 
@@ -96,15 +93,9 @@ LOG_EVERY_S = 5.0  # one log line per (reason, client) this often; the counters 
 FRAME_OVERHEAD = 4096  # envelope fields + tlspyo tuple around one chunk
 KEY_CHECK_S = 0.5  # how often the server compares the enrolled keys with the key files
 REFUSE_GRACE_S = 1.0  # a refused client that does not answer the TLS close is cut after this
-TURN_OVERDUE_MIN_S = 30.0  # a weights turn stops counting toward weights_streams after this (or
-TURN_OVERDUE_X = 4.0  # this many times the recent turns' length, if longer), checked every
-TURN_CHECK_S = 1.0  # this while workers wait
-# a small version needs more turns at once to keep the uplink busy (each turn costs round trips):
-# at least this many bytes of the newest version are sent at once (several hundred 300 KB turns)
-TURN_BYTES = 16 * 1024 * 1024
 
 
-class RelayCore:
+class RelayCore(WeightsTurns):
     """Relay state shared by all connections (lives in the reactor thread only)."""
 
     def __init__(self, settings: NetworkSettings, creds: Credentials, clock: Any = None) -> None:
@@ -143,14 +134,7 @@ class RelayCore:
         self.retained_serial = 0
         self.weights_superseded = 0  # versions not sent to some worker because a newer one came first
         self.weights_completed_at: dict[int, float] = {}  # serial -> when it was complete here (the latest 256)
-        # workers being sent a weights message (-> when their turn started; at most
-        # settings.weights_streams count) and those waiting for a turn, oldest first
-        self.weights_sending: dict[RelayProtocol, float] = {}
-        self.weights_waiting: dict[RelayProtocol, None] = {}
-        self.turn_s = 0.0  # moving average of how long one worker's turn took
-        self._turn_timer: Any = None
-        self._pumping = False
-        self._repump = False
+        self.init_turns()
         self.clients: dict[str, ClientCounters] = {}  # identity -> counters (kept after disconnect)
         self.bad: dict[str, int] = collections.defaultdict(int)
         self.stats: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -285,79 +269,6 @@ class RelayCore:
         if self.retained:
             return self.retained, len(self.retained), self.retained_serial
         return None
-
-    def pump_all_weights(self) -> None:
-        self.pump_waiting()  # those waiting for a turn first, in their order
-        for conn in list(self.workers.values()):
-            if conn not in self.weights_waiting:
-                conn.pump_weights()
-
-    # -- turns: at most settings.weights_streams workers are sent weights at once ---------------
-    def overdue_s(self) -> float:
-        return max(TURN_OVERDUE_MIN_S, TURN_OVERDUE_X * self.turn_s)
-
-    def turns(self) -> int:
-        """How many workers may be sent weights at once: ``weights_streams`` (0: all), more for a
-        small version (``TURN_BYTES``)."""
-        limit = self.settings.weights_streams
-        chunks = self.incoming_count if self.incoming else len(self.retained)
-        if not limit or not chunks:
-            return limit
-        return max(limit, -(-TURN_BYTES // (chunks * self.settings.chunk_bytes)))
-
-    def _turn_free(self) -> bool:
-        limit = self.turns()
-        if not limit:
-            return True
-        now, overdue = time.monotonic(), self.overdue_s()
-        return sum(1 for t in self.weights_sending.values() if now - t < overdue) < limit
-
-    def take_weights_turn(self, conn: RelayProtocol) -> bool:
-        """Whether ``conn`` may start sending a weights message now; if not, it waits in line
-        (``pump_waiting`` calls it again when a turn is free)."""
-        if conn in self.weights_sending:
-            return True
-        if self._turn_free() and (not self.weights_waiting or self._pumping or next(iter(self.weights_waiting)) is conn):
-            self.weights_waiting.pop(conn, None)
-            self.weights_sending[conn] = time.monotonic()
-            return True
-        self.weights_waiting.setdefault(conn, None)
-        if self._turn_timer is None or not self._turn_timer.active():
-            self._turn_timer = self.clock.callLater(TURN_CHECK_S, self._check_turns)
-        return False
-
-    def end_weights_turn(self, conn: RelayProtocol, finished: bool = False) -> None:
-        """``conn`` finished its message (``finished``), dropped it or left: the next in line goes."""
-        self.weights_waiting.pop(conn, None)
-        started = self.weights_sending.pop(conn, None)
-        if started is None:
-            return
-        if finished:
-            took = time.monotonic() - started
-            self.turn_s = took if not self.turn_s else 0.8 * self.turn_s + 0.2 * took
-        self.pump_waiting()
-
-    def _check_turns(self) -> None:
-        self._turn_timer = None
-        self.pump_waiting()  # a turn may have become overdue
-
-    def pump_waiting(self) -> None:
-        """Let the workers waiting for a turn take the free ones, oldest first (not re-entered:
-        a worker that finishes inside this loop only asks it to run again)."""
-        if self._pumping:
-            self._repump = True
-            return
-        self._pumping = True
-        try:
-            self._repump = True
-            while self._repump:
-                self._repump = False
-                for conn in list(self.weights_waiting):
-                    if not self._turn_free():
-                        break
-                    conn.pump_weights()
-        finally:
-            self._pumping = False
 
     def status(self) -> dict[str, Any]:
         server = {
