@@ -240,7 +240,8 @@ class _TorchMeanQ:
             example = [torch.zeros(s, dtype=torch.uint8 if with_image and i == 0 else torch.float32)
                        for i, s in enumerate(self._shapes)]
             step = OrtStep(_ExportedStep(net, features_only=self.int8, with_image=with_image),
-                           example + ([] if self.int8 else [self.midpoints]))
+                           example + ([] if self.int8 else [self.midpoints]),
+                           threads=torch.get_num_threads())  # worker.torch_threads, as torch would use
         except Exception as exc:  # noqa: BLE001 - an export this torch or runtime cannot do: torch acts
             log.warning("ONNX Runtime graph not built, torch acts: %s", str(exc)[:200])
             self.ort = False

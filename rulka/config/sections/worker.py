@@ -73,7 +73,7 @@ class WorkerConfig(Section):
     """CPU: what runs an image network's policy step: torch, or ONNX Runtime (the rulka[onnx] extra).
 
     onnxruntime: the network is exported to ONNX in memory for each weights version (on a thread
-    of its own; torch acts meanwhile) and ONNX Runtime runs it on one thread: the whole step where
+    of its own; torch acts meanwhile) and ONNX Runtime runs it on torch_threads threads: the whole step where
     the heads stay float32, the CNN and float MLP where cpu_int8's int8 heads apply
     (docs/performance.md has the measured rows). auto: onnxruntime where it is installed, else
     torch. onnxruntime without the package stops the worker with a one-line error."""
