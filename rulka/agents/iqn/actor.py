@@ -97,6 +97,11 @@ def stratified_taus(rng: np.random.Generator, k: int) -> np.ndarray:
     return np.concatenate([low, 1.0 - low])
 
 
+def _centred(advantage: torch.Tensor) -> torch.Tensor:
+    """``DuelingHead.combine`` without the value stream: Q less the state's value, per tau."""
+    return advantage - advantage.mean(dim=-1, keepdim=True)
+
+
 class _ExportedStep(nn.Module):
     """What ``_TorchMeanQ`` hands ONNX Runtime: the features of one observation ``(img, float)``,
     or (``features_only`` False) its mean Q over the taus given, ``(img, float, taus)``; without
@@ -130,7 +135,10 @@ class _TorchMeanQ:
     decides instead (the value stream shifts every action alike). On the guide-size network int8
     moved the difference between two actions' Q by at most 3.7% of that spread (1,000 simulator
     frames, two initialisations), so the default guard, 10%, leaves the greedy action float32's
-    (``tests/test_acting.py`` checks it on 1,000 recorded frames).
+    (``tests/test_acting.py`` checks it on 1,000 recorded frames). With the int8 heads the value
+    stream is left out: it adds the same to every action, so no choice depends on it, and the Q
+    this path returns (``q_values``, recorded as ``extra/q_values``) is each action's advantage
+    centred over the actions, Q less the state's value.
 
     On CPU, ``runtime="onnxruntime"`` (``worker.cpu_runtime``; networks without noisy layers):
     ONNX Runtime runs the whole step (features, tau embedding, heads, mean over the taus; float32)
@@ -291,14 +299,15 @@ class _TorchMeanQ:
         x = feats * emb  # (k, width): the features broadcast over the taus
         head8 = self._head8
         if head8 is not None:
-            value = head8.value(x)
-            q = DuelingHead.combine(value, head8.advantage(x)).mean(dim=0)
+            # the value stream adds the same to every action: a choice (greedy, Boltzmann) needs only
+            # the advantages, so it is not computed (half the heads' work; the Q returned omits it)
+            q = _centred(head8.advantage(x)).mean(dim=0)
             top2 = torch.topk(q, 2).values
             if float(top2[0] - top2[1]) >= self.int8_guard * float(q.max() - q.min()):
                 return q
-            # a near tie: the float32 advantages decide (the value stream adds the same to every action)
+            # a near tie: the float32 advantages decide
             self.int8_rechecks += 1
-            exact = DuelingHead.combine(value, self.net.head.advantage(x)).mean(dim=0)
+            exact = _centred(self.net.head.advantage(x)).mean(dim=0)
             self.int8_overruled += int(torch.argmax(exact) != torch.argmax(q))
             return exact
         return self.net.head(x).mean(dim=0)
