@@ -26,7 +26,8 @@ installed" without ``rulka[onnx]``; ``setup_s``: until the graph is built. CUDA 
 torch sees a GPU, else "not measured"): ``eager`` fp32 and ``graph`` (fp16 autocast, channels_last,
 CUDA graph: what ``worker.device: cuda`` runs), plus ``batched``: ms per forward of N
 observations at once (N = 1, 2, 4, 8) and the memory one process's CUDA context takes, for the
-several-instances design (docs/performance.md).
+several-instances design (docs/performance.md); on CPU ``batched_ort``, the CPU ms per
+observation of one ONNX Runtime forward of N = 1, 2, 4 observations, for the same choice.
 
     python -m bench.actor [--quick] [--seconds 2] [--rounds 3] [--frames 200] [--no-compile]
 """
@@ -276,6 +277,36 @@ def cpu_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float,
     return rows
 
 
+def cpu_batched(name: str, net: dict[str, Any], frames: list[Any], seconds: float) -> dict[str, Any]:
+    """CPU ms per observation of one forward of N = 1, 2, 4 observations (ONNX Runtime's whole
+    float32 step, one thread): what one process batching N instances would save over N processes."""
+    from rulka.agents.iqn.network import mean_q
+    from rulka.nn.inference import OrtStep
+
+    row: dict[str, Any] = {"network": name, "device": "cpu", "path": "batched_ort"}
+    if onnxruntime_missing():
+        return {**row, "cpu_ms_per_observation_of_n": onnxruntime_missing()}
+    actor = actor_for(normalised(net, frames), SEED)
+
+    class Batch(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = actor.net
+
+        def forward(self, img: torch.Tensor, flt: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+            return mean_q(self.net, img, flt, K, taus)
+
+    per_obs: dict[str, float] = {}
+    for n in (1, 2, 4):
+        img = np.stack([f["img"] for f in frames[:n]])
+        flt = np.stack([f["float"] for f in frames[:n]])
+        taus = ((np.arange(K, dtype=np.float32) + 0.5) / K).repeat(n)
+        step = OrtStep(Batch(), [torch.from_numpy(img), torch.from_numpy(flt), torch.from_numpy(taus)])
+        forwards_per_s = rate(lambda _o, s=step, a=(img, flt, taus): s(*a), [None], seconds, cpu=True)
+        per_obs[str(n)] = round(1000 / (n * forwards_per_s), 3)
+    return {**row, "cpu_ms_per_observation_of_n": per_obs}
+
+
 def cuda_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float, rounds: int) -> list[dict[str, Any]]:
     if not torch.cuda.is_available():
         return [{"network": name, "device": "cuda", "path": p, "decisions_per_s": "not measured"}
@@ -338,6 +369,7 @@ def main() -> None:
             frames = recorded_frames(n_frames, net["image_width"], net["image_height"])
             if "cpu" in devices:
                 out["paths"] += cpu_paths(name, net, frames, seconds, rounds, not (args.quick or args.no_compile))
+                out["paths"].append(cpu_batched(name, net, frames, seconds))
             if "cuda" in devices:
                 out["paths"] += cuda_paths(name, net, frames, seconds, rounds)
         out["best_cpu"] = best_paths(out["paths"], n_frames, SHIPPED_CPU_PATHS)

@@ -68,7 +68,9 @@ class WorkerConfig(Section):
 
     The heads run with int8 weights (torch's dynamic quantisation), and the float32 advantages decide whenever the two best actions are within 10% of the spread of
     Q, so the greedy action stays float32's (bench/actor.py: the fastest CPU path that acts as
-    eager on the recorded frames). false: float32 throughout. Float-only networks act in numpy."""
+    eager on the recorded frames). The value stream, the same for every action, is left out, so
+    the recorded extra/q_values are the advantages (Q less the state's value). false: float32
+    throughout. Float-only networks act in numpy."""
     cpu_runtime: Literal["auto", "torch", "onnxruntime"] = "auto"
     """CPU: what runs an image network's policy step: torch, or ONNX Runtime (the rulka[onnx] extra).
 
