@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,10 @@ log = logging.getLogger(__name__)
 # int8 heads only pay where the heads' dense layers are large (the guide-size network's 6.0 M
 # weights: 1.64x eager per CPU-second; the 48x36 network's: slower than float32, bench/actor.py)
 INT8_MIN_HEAD_WEIGHTS = 1_000_000
+# the share of one core that rebuilding the int8 heads and the ONNX Runtime graph for new weights
+# may take when versions arrive faster than builds (a build of t seconds waits 3t before the next;
+# torch acts with the new weights meanwhile)
+BUILD_DUTY = 0.25
 
 EXPLORATION_KEY = "exploration"  # weights entry [epsilon, epsilon_boltzmann, tau_epsilon_boltzmann]
 
@@ -178,6 +183,7 @@ class _TorchMeanQ:
         self._target = 0  # the version whose weights are fully loaded (``refresh``): what a build copies
         self._building = False
         self._builder: threading.Thread | None = None
+        self._next_build_t = 0.0  # the builder starts no build before this (monotonic time)
         if net.img_head is not None:  # CUDA and CPU alike (bench/actor.py: faster on both CPU networks)
             net.img_head.to(memory_format=torch.channels_last)
         self.refresh(background=False)
@@ -196,7 +202,8 @@ class _TorchMeanQ:
         ``background`` (the worker acts with float32 torch meanwhile instead of stalling the game:
         0.2-0.3 s for the int8 heads on the 2-core machine, about 1 s for a graph), else at once.
         One builder at a time: weights that arrive during a build are built next, and a build
-        whose weights were replaced meanwhile is dropped."""
+        whose weights were replaced meanwhile is dropped; builds take at most ``BUILD_DUTY`` of a
+        core (a graph is 0.4-1 s of CPU, and a trainer may publish every few seconds)."""
         self._greedy_emb = None
         if not (self.int8 or self.ort):
             return
@@ -213,10 +220,15 @@ class _TorchMeanQ:
 
     def _build_loop(self) -> None:
         while True:
+            wait = self._next_build_t - time.monotonic()
+            if wait > 0:  # weights arriving faster than builds take no more than BUILD_DUTY of a core
+                time.sleep(wait)
             with self._lock:
                 version = self._target
+            t0 = time.monotonic()
             head8 = self._build_int8() if self.int8 else None
             ort_step = self._build_ort() if self.ort and self._shapes is not None else None
+            self._next_build_t = time.monotonic() + (time.monotonic() - t0) * (1 / BUILD_DUTY - 1)
             with self._lock:
                 if self._version == version:  # else newer weights came meanwhile: the next pass has them
                     self._head8, self._ort_step = head8, ort_step
