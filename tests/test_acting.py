@@ -9,6 +9,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +208,33 @@ def test_onnxruntime_features_with_int8_heads_act_as_eager(n: int) -> None:
     assert (got == want).all(), f"{int((got != want).sum())} of {n} greedy actions differ"
     f = fast._fast
     assert f is not None and f.int8 and f._head8 is not None and f.int8_rechecks < f.calls
+
+
+def test_weights_faster_than_builds_take_a_bounded_share_of_a_core(monkeypatch) -> None:
+    """Versions landing back to back: the builder coalesces them (the newest is built) and waits
+    3x a build's time before the next one (BUILD_DUTY 0.25), while torch acts meanwhile."""
+    from rulka.agents.iqn.actor import BUILD_DUTY, _TorchMeanQ
+
+    starts: list[float] = []
+
+    def slow_build(self):  # stands in for an export: 0.1 s of work
+        starts.append(time.monotonic())
+        time.sleep(0.1)
+        return lambda *arrays: np.zeros(12, np.float32)
+
+    monkeypatch.setattr(_TorchMeanQ, "_build_ort", slow_build)
+    obs, net = frames(3, SMALL)
+    a = actor(net, 0)
+    a.accelerate("cpu", runtime="onnxruntime")
+    a.act(obs[0], test=True)  # fixes the shapes: the first build
+    versions = [actor(net, s).get_weights() for s in (1, 2, 3)]
+    for w in versions:
+        a.load_weights(w)
+        a.act(obs[1], test=True)  # torch acts while the graph is rebuilt
+    assert a._fast.wait_built(30)
+    assert 2 <= len(starts) <= 3  # four versions asked for, coalesced
+    gaps = np.diff(starts)
+    assert (gaps >= 0.1 * (1 / BUILD_DUTY) * 0.95).all(), gaps
 
 
 @ort
