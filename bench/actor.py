@@ -18,12 +18,16 @@ does. CPU paths: ``eager`` (``IQNActor`` as built), ``batch1`` (``IQNActor.accel
 float32: the greedy taus' embedding once per weights version, features broadcast over the taus,
 the CNN in channels_last), ``batch1_contiguous`` (batch1 without channels_last), ``compile``
 (batch1's greedy step through torch.compile), ``int8`` (batch1 with int8 heads and the float32
-re-check of near ties where the heads are large: what ``worker.cpu_int8`` runs) and ``onnxruntime`` (batch1's greedy step exported to ONNX, run by
-ONNX Runtime with one thread; "not installed" without the package). CUDA paths (measured where
+re-check of near ties where the heads are large: what ``worker.cpu_int8`` runs), ``ort`` (the
+whole step exported to ONNX and run by ONNX Runtime with one thread: ``worker.cpu_runtime:
+onnxruntime`` with ``cpu_int8: false``) and ``ort_int8`` (ONNX Runtime's features under the int8
+heads: ``cpu_runtime: onnxruntime`` with ``cpu_int8: true``, where the int8 heads apply); "not
+installed" without ``rulka[onnx]``; ``setup_s``: until the graph is built. CUDA paths (measured where
 torch sees a GPU, else "not measured"): ``eager`` fp32 and ``graph`` (fp16 autocast, channels_last,
 CUDA graph: what ``worker.device: cuda`` runs), plus ``batched``: ms per forward of N
 observations at once (N = 1, 2, 4, 8) and the memory one process's CUDA context takes, for the
-several-instances design (docs/performance.md).
+several-instances design (docs/performance.md); on CPU ``batched_ort``, the CPU ms per
+observation of one ONNX Runtime forward of N = 1, 2, 4 observations, for the same choice.
 
     python -m bench.actor [--quick] [--seconds 2] [--rounds 3] [--frames 200] [--no-compile]
 """
@@ -47,6 +51,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rulka.agents.iqn import IQNActor, IQNNetworkSpec  # noqa: E402
+from rulka.nn.inference import onnxruntime_missing  # noqa: E402
 
 NETWORKS: dict[str, dict[str, Any]] = {
     "cartpole": dict(float_dim=4, n_actions=2, float_hidden_dim=128, dense_hidden_dimension=256),
@@ -186,10 +191,11 @@ def _module_step(module: Callable[..., torch.Tensor]) -> Callable[[Any], int]:
     return step
 
 
-SHIPPED_CPU_PATHS = ("eager", "batch1", "int8")
-"""The CPU paths a worker runs (``IQNActor`` as built, ``accelerate`` in float32, and with
-``worker.cpu_int8``): the targets read the best of these; compile and ONNX Runtime are measured
-beside them (``best_cpu_any``) but no worker runs them."""
+SHIPPED_CPU_PATHS = ("eager", "batch1", "int8", "ort", "ort_int8")
+"""The CPU paths a worker runs (``IQNActor`` as built, ``accelerate`` in float32, with
+``worker.cpu_int8``, and with ``worker.cpu_runtime: onnxruntime`` without and with cpu_int8): the
+targets read the best of these; torch.compile is measured beside them (``best_cpu_any``) but no
+worker runs it."""
 
 
 def best_paths(paths: list[dict[str, Any]], n_frames: int, allowed: tuple[str, ...] | None) -> dict[str, Any]:
@@ -204,25 +210,6 @@ def best_paths(paths: list[dict[str, Any]], n_frames: int, allowed: tuple[str, .
             best[row["network"]] = row
     return {n: {"path": r["path"], "decisions_per_s": r["decisions_per_cpu_s"], "over_eager": r["cpu_over_eager"],
                 "wall_decisions_per_s": r["decisions_per_s"]} for n, r in best.items()}
-
-
-def _onnx_step(module: torch.nn.Module, frame: dict[str, np.ndarray]) -> Callable[[Any], int] | str:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return "not installed"
-    import io
-    import warnings
-
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, (torch.from_numpy(frame["img"][None]), torch.from_numpy(frame["float"][None])),
-                          buf, dynamo=False, input_names=["img", "float"])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
-    sess = ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
-    return lambda o: int(np.argmax(sess.run(None, {"img": o["img"][None], "float": o["float"][None]})[0]))
 
 
 def cpu_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float, rounds: int,
@@ -244,18 +231,33 @@ def cpu_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float,
         "eager": lambda o: eager.act(o, True), "batch1_contiguous": lambda o: contiguous.act(o, True),
         "batch1": lambda o: batch1.act(o, True), "int8": lambda o: int8.act(o, True)}
     setup_s: dict[str, float] = {}
+    # what worker.cpu_runtime: onnxruntime runs: ONNX Runtime's whole float32 step, and with cpu_int8
+    # (where the int8 heads apply) its features under torch's int8 heads
+    ort_actors: dict[str, IQNActor] = {}
+    missing = onnxruntime_missing()
+    for path, kw in (("ort", {}), ("ort_int8", {"int8": True})):
+        if missing:
+            steps[path] = missing
+            continue
+        t0 = time.perf_counter()
+        a = accelerated(runtime="onnxruntime", **kw)
+        a.act(frames[0], True)  # the first observation fixes the graph's shapes
+        fast = a._fast
+        if fast is None or not fast.wait_built(300) or fast._ort_step is None:
+            steps[path] = "not built (see the log)"
+            continue
+        if path == "ort_int8" and not fast.int8:
+            steps[path] = "as ort (int8 heads do not apply to this network)"
+            continue
+        setup_s[path] = time.perf_counter() - t0
+        ort_actors[path] = a
+        steps[path] = lambda o, a=a: a.act(o, True)
     if compile_too:
         t0 = time.perf_counter()
         compiled = torch.compile(_greedy_module(accelerated()))
         steps["compile"] = _module_step(compiled)
         steps["compile"](frames[0])
         setup_s["compile"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    try:
-        steps["onnxruntime"] = _onnx_step(_greedy_module(accelerated()), frames[0])
-    except Exception as exc:  # noqa: BLE001 - an export this torch cannot do is a row, not the end of the run
-        steps["onnxruntime"] = f"export failed: {str(exc)[:120]}"
-    setup_s["onnxruntime"] = time.perf_counter() - t0
     measured = compare_and_time({p: s for p, s in steps.items() if callable(s)}, frames, seconds, rounds)
     rows = []
     for p, s in steps.items():
@@ -266,13 +268,43 @@ def cpu_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float,
             row.update(measured[p])
             if p in setup_s:
                 row["setup_s"] = round(setup_s[p], 1)
-            if p == "int8":
-                fast = int8._fast
+            if p in ("int8", "ort_int8"):
+                fast = (int8 if p == "int8" else ort_actors[p])._fast
                 if fast is not None:
                     row["float32_rechecks"] = f"{fast.int8_rechecks}/{fast.calls}"
                     row["int8_alone_would_differ"] = fast.int8_overruled
         rows.append(row)
     return rows
+
+
+def cpu_batched(name: str, net: dict[str, Any], frames: list[Any], seconds: float) -> dict[str, Any]:
+    """CPU ms per observation of one forward of N = 1, 2, 4 observations (ONNX Runtime's whole
+    float32 step, one thread): what one process batching N instances would save over N processes."""
+    from rulka.agents.iqn.network import mean_q
+    from rulka.nn.inference import OrtStep
+
+    row: dict[str, Any] = {"network": name, "device": "cpu", "path": "batched_ort"}
+    if onnxruntime_missing():
+        return {**row, "cpu_ms_per_observation_of_n": onnxruntime_missing()}
+    actor = actor_for(normalised(net, frames), SEED)
+
+    class Batch(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = actor.net
+
+        def forward(self, img: torch.Tensor, flt: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+            return mean_q(self.net, img, flt, K, taus)
+
+    per_obs: dict[str, float] = {}
+    for n in (1, 2, 4):
+        img = np.stack([f["img"] for f in frames[:n]])
+        flt = np.stack([f["float"] for f in frames[:n]])
+        taus = ((np.arange(K, dtype=np.float32) + 0.5) / K).repeat(n)
+        step = OrtStep(Batch(), [torch.from_numpy(img), torch.from_numpy(flt), torch.from_numpy(taus)])
+        forwards_per_s = rate(lambda _o, s=step, a=(img, flt, taus): s(*a), [None], seconds, cpu=True)
+        per_obs[str(n)] = round(1000 / (n * forwards_per_s), 3)
+    return {**row, "cpu_ms_per_observation_of_n": per_obs}
 
 
 def cuda_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float, rounds: int) -> list[dict[str, Any]]:
@@ -337,6 +369,7 @@ def main() -> None:
             frames = recorded_frames(n_frames, net["image_width"], net["image_height"])
             if "cpu" in devices:
                 out["paths"] += cpu_paths(name, net, frames, seconds, rounds, not (args.quick or args.no_compile))
+                out["paths"].append(cpu_batched(name, net, frames, seconds))
             if "cuda" in devices:
                 out["paths"] += cuda_paths(name, net, frames, seconds, rounds)
         out["best_cpu"] = best_paths(out["paths"], n_frames, SHIPPED_CPU_PATHS)

@@ -20,7 +20,8 @@ For the same seeded action sequence on the default track it measures:
   part of it the worker's loop adds over the bare env;
 - instances (``instances``): 1, 2 and 4 processes at once, each a TMNF fake at 160x120 (in its
   process) acted on by the guide-size network (``IQNActor.accelerate`` on the device:
-  ``worker.device``), actions/s per instance; on CUDA with the memory each process's context
+  ``worker.device``; on CPU with int8 heads and ONNX Runtime where it is installed, as
+  ``worker.cpu_runtime: auto`` runs), actions/s per instance; on CUDA with the memory each process's context
   takes (one process per instance, each with its own CUDA context: docs/performance.md).
 
 Prints one JSON object.
@@ -190,12 +191,18 @@ def _instance(device: str, seconds: float, out) -> None:
     from bench.actor import IMAGE_NETWORKS, actor_for
     from rulka.envs.tmnf.env import TmnfEnv
     from rulka.envs.tmnf.game import FakeLauncher
+    from rulka.nn.inference import onnxruntime_missing
 
     actor = actor_for(IMAGE_NETWORKS["guide160x120"])
-    actor.accelerate(device, int8=True)
+    # what a worker runs by default there: worker.cpu_int8, and worker.cpu_runtime auto on the CPU
+    runtime = "onnxruntime" if device == "cpu" and onnxruntime_missing() is None else "torch"
+    actor.accelerate(device, int8=True, runtime=runtime)
     env = TmnfEnv(cfg(True), launcher=FakeLauncher(countdown_ms=-100), port=0)
     try:
         obs, _ = env.reset()
+        actor.act(obs)
+        if actor._fast is not None:
+            actor._fast.wait_built(300)  # the int8 heads and the ONNX Runtime graph, before the clock starts
         n, t0, warm = 0, time.perf_counter(), 20
         while True:
             obs, _, terminated, truncated, _ = env.step(actor.act(obs))
@@ -206,7 +213,7 @@ def _instance(device: str, seconds: float, out) -> None:
                 t0 = time.perf_counter()
             elif n > warm and time.perf_counter() - t0 >= seconds:
                 break
-        row = {"actions_per_s": (n - warm) / (time.perf_counter() - t0)}
+        row = {"actions_per_s": (n - warm) / (time.perf_counter() - t0), "runtime": runtime}
         if device.startswith("cuda"):
             free, total = torch.cuda.mem_get_info()
             row.update(torch_reserved_mb=round(torch.cuda.memory_reserved() / 2**20, 1),
@@ -236,7 +243,8 @@ def instances(devices: list[str], seconds: float) -> list[dict]:
             for p in procs:
                 p.join(30)
             rates = [g["actions_per_s"] for g in got]
-            row = {"device": device, "instances": n, "actions_per_s_per_instance": round(float(np.mean(rates)), 1),
+            row = {"device": device, "instances": n, "runtime": got[0]["runtime"],
+                   "actions_per_s_per_instance": round(float(np.mean(rates)), 1),
                    "slowest": round(min(rates), 1), "total_actions_per_s": round(sum(rates), 1)}
             if device == "cuda":
                 row["device_used_mb_all"] = max(g["device_used_mb"] for g in got)

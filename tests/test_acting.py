@@ -9,6 +9,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from rulka.agents.iqn import IQNActor, IQNNetworkSpec
 from rulka.agents.iqn.network import mean_q
 from rulka.config import config_from_dict
 from rulka.errors import ConfigError
+from rulka.nn.inference import onnxruntime_missing
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = dict(float_dim=184, n_actions=12, float_hidden_dim=256, dense_hidden_dimension=1024,
@@ -28,6 +30,7 @@ GUIDE = dict(float_dim=184, n_actions=12, float_hidden_dim=256, dense_hidden_dim
 SMALL = dict(float_dim=184, n_actions=12, float_hidden_dim=128, dense_hidden_dimension=256,
              image_height=36, image_width=48)  # the sim's image network
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+ort = pytest.mark.skipif(onnxruntime_missing() is not None, reason="needs rulka[onnx] (onnxruntime, onnx)")
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +123,7 @@ def test_new_weights_reach_the_int8_heads_without_stalling_the_actor() -> None:
     want = eager_greedy(eager, obs).tolist()
     assert fast.act(obs[0], test=True) == want[0]  # at once, whether the int8 heads are ready or not
     f = fast._fast
-    assert f is not None and f.wait_int8(120)
+    assert f is not None and f.wait_built(120)
     calls, rechecks = f.calls, f.int8_rechecks
     assert [fast.act(o, test=True) for o in obs] == want
     assert f.int8_rechecks - rechecks < f.calls - calls  # int8 decided some of them
@@ -138,6 +141,134 @@ def test_prepare_actor_follows_worker_device() -> None:
     assert prepare_actor(plain, cfg) is plain
     with pytest.raises(ConfigError, match="worker.device"):
         config_from_dict({"worker": {"device": "gpu"}})
+
+
+def ort_actor(net: dict, weights: dict, int8: bool) -> IQNActor:
+    """An actor on the ONNX Runtime path with ``weights``, its graph built (at the first frame's shapes)."""
+    a = actor(net, 2)
+    a.load_weights(weights)
+    a.accelerate("cpu", int8=int8, runtime="onnxruntime")
+    return a
+
+
+def ort_greedy(a: IQNActor, obs: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """``a``'s greedy actions once its graph of the current weights is built; every one of them by ONNX Runtime."""
+    f = a._fast
+    assert f is not None
+    a.act(obs[0], test=True)  # the first observation fixes the graph's shapes
+    assert f.wait_built(180)
+    calls = f.ort_calls
+    got = np.array([a.act(o, test=True) for o in obs])
+    assert f.ort_calls - calls == len(obs)  # ONNX Runtime, not torch, decided each of them
+    return got
+
+
+@ort
+def test_onnxruntime_path_acts_as_eager_on_1000_recorded_frames_before_and_after_new_weights() -> None:
+    """The sim's 48x36 network, whose whole step ONNX Runtime runs (worker.cpu_runtime): its
+    greedy actions equal eager torch's on 1,000 recorded frames; then two weights versions land
+    back to back (the first one's graph, if built, is dropped) and the graph of the last one acts
+    as eager does with it; exploring Q under sampled taus is torch's too."""
+    obs, net = frames(1000, SMALL)
+    eager = actor(net, SEED)
+    fast = ort_actor(net, eager.get_weights(), int8=False)
+    before = eager_greedy(eager, obs)
+    got = ort_greedy(fast, obs)
+    assert (got == before).all(), f"{int((got != before).sum())} of 1000 greedy actions differ"
+    assert len(set(before.tolist())) > 1
+    f = fast._fast
+    assert f is not None and not f.int8 and f.ort_builds == 1
+    fast.load_weights(actor(net, 0).get_weights())
+    new = actor(net, 3).get_weights()
+    eager.load_weights(new)
+    fast.load_weights(new)
+    after = eager_greedy(eager, obs)
+    assert (after != before).any()  # the new weights act differently: the swap is visible
+    got = ort_greedy(fast, obs)
+    assert (got == after).all(), f"{int((got != after).sum())} of 1000 greedy actions differ after the swap"
+    assert 2 <= f.ort_builds <= 3
+    taus = np.linspace(0.01, 0.99, 32, dtype=np.float32)
+    o = obs[3]
+    q = f(o["img"], o["float"], taus, False)
+    with torch.inference_mode():
+        want = eager.net(torch.from_numpy(o["img"][None]), torch.from_numpy(o["float"][None]), torch.from_numpy(taus))
+    np.testing.assert_allclose(q, want.mean(dim=0).numpy(), rtol=1e-4, atol=1e-5)
+
+
+@ort
+@pytest.mark.parametrize("n", [120, pytest.param(1000, marks=pytest.mark.extended)])
+def test_onnxruntime_features_with_int8_heads_act_as_eager(n: int) -> None:
+    """The guide-size network with cpu_int8 and ONNX Runtime: ONNX Runtime computes the features,
+    the int8 heads (float32 deciding near ties) the rest; every greedy action is eager's."""
+    obs, net = frames(n, GUIDE)
+    eager = actor(net, SEED)
+    fast = ort_actor(net, eager.get_weights(), int8=True)
+    want = eager_greedy(eager, obs)
+    got = ort_greedy(fast, obs)
+    assert (got == want).all(), f"{int((got != want).sum())} of {n} greedy actions differ"
+    f = fast._fast
+    assert f is not None and f.int8 and f._head8 is not None and f.int8_rechecks < f.calls
+
+
+def test_weights_faster_than_builds_take_a_bounded_share_of_a_core(monkeypatch) -> None:
+    """Versions landing back to back: the builder coalesces them (the newest is built) and waits
+    3x a build's time before the next one (BUILD_DUTY 0.25), while torch acts meanwhile."""
+    from rulka.agents.iqn.actor import BUILD_DUTY, _TorchMeanQ
+
+    starts: list[float] = []
+
+    def slow_build(self):  # stands in for an export: 0.1 s of work
+        starts.append(time.monotonic())
+        time.sleep(0.1)
+        return lambda *arrays: np.zeros(12, np.float32)
+
+    monkeypatch.setattr(_TorchMeanQ, "_build_ort", slow_build)
+    obs, net = frames(3, SMALL)
+    a = actor(net, 0)
+    a.accelerate("cpu", runtime="onnxruntime")
+    a.act(obs[0], test=True)  # fixes the shapes: the first build
+    versions = [actor(net, s).get_weights() for s in (1, 2, 3)]
+    for w in versions:
+        a.load_weights(w)
+        a.act(obs[1], test=True)  # torch acts while the graph is rebuilt
+    assert a._fast.wait_built(30)
+    assert 2 <= len(starts) <= 3  # four versions asked for, coalesced
+    gaps = np.diff(starts)
+    assert (gaps >= 0.1 * (1 / BUILD_DUTY) * 0.95).all(), gaps
+
+
+@ort
+def test_prepare_actor_follows_worker_cpu_runtime() -> None:
+    spec = {"network": dataclasses.asdict(IQNNetworkSpec(embedding_dimension=64, **SMALL))}
+    for setting, runtime_on in (("onnxruntime", True), ("auto", True), ("torch", False)):
+        cfg = config_from_dict({"worker": {"device": "cpu", "cpu_runtime": setting}})
+        a = build_actor("iqn", spec, cfg)
+        assert a._fast is not None and a._fast.ort is runtime_on, setting
+    with pytest.raises(ConfigError, match="worker.cpu_runtime"):
+        config_from_dict({"worker": {"cpu_runtime": "openvino"}})
+
+
+def test_worker_cpu_runtime_onnxruntime_without_it_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Asking for ONNX Runtime where it is not installed (hidden here from the child process)
+    stops ``rulka run`` before anything starts, with one line naming the setting; ``auto`` falls
+    back to torch."""
+    hide = ("import runpy, sys; sys.modules['onnxruntime'] = None; sys.argv[0] = 'rulka'; "
+            "runpy.run_module('rulka.cli', run_name='__main__')")
+    proc = subprocess.run(
+        [sys.executable, "-c", hide, "run", str(REPO / "configs" / "sim_iqn.yaml"), "--workers", "1",
+         "--minutes", "0.1", "--run-dir", str(tmp_path / "run"), "--set", "worker.device=cpu",
+         "--set", "worker.cpu_runtime=onnxruntime"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "worker.cpu_runtime" in lines[0] and "onnxruntime" in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists()  # nothing started
+    probe = ("import sys; sys.modules['onnxruntime'] = None\n"
+             "from rulka.config import config_from_dict\n"
+             "print(config_from_dict({'worker': {'cpu_runtime': 'auto'}}).worker.cpu_runtime_here())")
+    auto = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert auto.stdout.strip() == "torch", auto.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")

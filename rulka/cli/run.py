@@ -234,7 +234,7 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
 
     cfg = load_config(config, overrides)  # fail here, with the config's own message
     check_startable(cfg)
-    cfg.worker.torch_device()  # the workers act on this machine: worker.device must exist here
+    cfg.worker.check_acting()  # the workers act on this machine: worker.device (and cpu_runtime) must exist here
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)

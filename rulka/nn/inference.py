@@ -15,16 +15,21 @@ offers an actor (``rulka.agents.iqn.actor`` uses it):
 - ``int8_linears``: a copy of a module whose ``nn.Linear`` layers run with int8 weights and
   dynamically quantised activations (fbgemm/oneDNN), for CPUs; the caller checks its argmax
   against float32 (it is not exact).
+- ``OrtStep``: a module's forward exported to ONNX in memory (from the module itself: nothing is
+  read from a file) and run by ONNX Runtime on one CPU thread (``worker.cpu_runtime``, the
+  optional ``rulka[onnx]`` extra); ``onnxruntime_missing`` says why it cannot run here.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import logging
 import re
 import warnings
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -96,3 +101,44 @@ def int8_linears(module: nn.Module) -> nn.Module:
     with warnings.catch_warnings():  # torch marks the eager quantisation API deprecated; it is what runs here
         warnings.simplefilter("ignore")
         return quantize_dynamic(copy.deepcopy(module).eval(), {nn.Linear: per_channel_dynamic_qconfig})
+
+
+def onnxruntime_missing() -> str | None:
+    """Why ``OrtStep`` cannot run on this machine (None: it can): ONNX Runtime runs the graph and
+    the ``onnx`` package is what torch's exporter writes it with (``pip install rulka[onnx]``)."""
+    import importlib
+
+    missing = []
+    for name in ("onnxruntime", "onnx"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return f"{' and '.join(missing)} not installed (pip install 'rulka[onnx]')" if missing else None
+
+
+class OrtStep:
+    """``module(*inputs)`` exported to ONNX (in memory, with the inputs' shapes fixed) and run by
+    ONNX Runtime with one thread. ``__call__`` takes numpy arrays of the example inputs' shapes
+    and dtypes and returns the first output as float32 numpy. The weights are constants of the
+    graph: new weights need a new ``OrtStep``."""
+
+    def __init__(self, module: nn.Module, inputs: Sequence[torch.Tensor], threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        self.names = [f"in{i}" for i in range(len(inputs))]
+        buf = io.BytesIO()
+        with warnings.catch_warnings(), torch.no_grad():  # the TorchScript exporter: deprecated, and fast
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module.eval(), tuple(inputs), buf, dynamo=False, input_names=self.names,
+                              do_constant_folding=True)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.log_severity_level = 3
+        self.session = ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
+        self.bytes = buf.getbuffer().nbytes
+
+    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
+        out = self.session.run(None, dict(zip(self.names, arrays)))[0]
+        return np.asarray(out, dtype=np.float32)

@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
 
         cfg = load_config(args.config, args.overrides)
         check_startable(cfg, replay=False)  # the replay memory lives on the trainer
-        cfg.worker.torch_device()  # worker.device: cuda without a GPU stops here, not at the first weights
+        cfg.worker.check_acting()  # worker.device: cuda without a GPU stops here, not at the first weights
     creds = load_credentials(args.keys, "worker")
     name = args.name or creds.identity
     if name != creds.identity:

@@ -4,7 +4,8 @@
 objects it is given (``rulka.worker.network``): the ``WeightsInbox`` (verified weights, loaded
 between env steps; evaluation versions between episodes only) and the ``CreditGate`` (it pauses
 between segments while the trainer's credit is used up, and before numbering anything while it
-waits for the welcome). What it produces goes to the ``Outbox``.
+waits for the welcome). What it produces goes to the ``Outbox`` through the ``SegmentPacker``
+(``rulka.worker.packer``), which compresses each segment on a thread of its own.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rulka.compress import codec_name, frame_segment
+from rulka.compress import codec_name
 from rulka.config import RulkaConfig, as_config
 from rulka.envs.map_cycle import MapCycle
 from rulka.errors import BadInput, UserError
@@ -27,6 +27,7 @@ from rulka.segment import Segment
 from rulka.worker.buffer import EpisodeBuffer
 from rulka.worker.network import CreditGate, WeightsInbox
 from rulka.worker.outbox import Outbox, WorkerCounters
+from rulka.worker.packer import SegmentPacker
 from rulka.worker.policy import EpisodePlan, Policies
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,10 @@ class EpisodeRunner:
 
     def __init__(self, name: str, cfg: RulkaConfig | None, env: Any, compressor: Any, policies: Policies, *,
                  inbox: WeightsInbox, gate: CreditGate, outbox: Outbox, counters: WorkerCounters, stats: Any,
-                 test: bool, act_before_weights: str, produced_log: Path | None, max_steps_per_s: float | None,
-                 wait_for_welcome: bool) -> None:
+                 test: bool, act_before_weights: str, max_steps_per_s: float | None,
+                 wait_for_welcome: bool, packer: SegmentPacker) -> None:
         self.name = name
+        self.packer = packer
         self.cfg = cfg
         self._defaults = cfg if cfg is not None else as_config(None)
         self.env = env
@@ -54,7 +56,6 @@ class EpisodeRunner:
         self.inbox, self.gate, self.outbox, self.counters, self.stats = inbox, gate, outbox, counters, stats
         self.test = test
         self.act_before_weights = act_before_weights
-        self.produced_log = produced_log
         self.wait_for_welcome = wait_for_welcome
         self.run_id = ""
         self.segment_max_steps = self.settings().worker.segment_max_steps
@@ -283,7 +284,8 @@ class EpisodeRunner:
                 if done:
                     break
                 self._wait_for_credit(stop_event)
-                buf.start(buf.obs[-1], step)
+                last, buf = buf.obs[-1], EpisodeBuffer()  # the finished one now belongs to the packer
+                buf.start(last, step)
         self.stats.episodes += 1
         self.stats.last_returns = (self.stats.last_returns + [ret])[-100:]
         return step
@@ -298,20 +300,19 @@ class EpisodeRunner:
 
     def _produce(self, buf: EpisodeBuffer, episode_id: int, index: int, done: bool, info: dict[str, Any],
                  stop_event: threading.Event, plan: EpisodePlan) -> bool:
+        """Number the finished segment ``buf`` and hand it to the packer (stacked, compressed and
+        kept in the outbox on its thread; ``rulka.worker.packer``); False when a stop came first."""
         seq = self.counters.take_seq()
         version = plan.version  # the version that chose the actions: the evaluation version on its entries
-        seg = Segment(
-            run_id=self.run_id, worker_id=self.name, episode_id=episode_id, seq=seq, index_in_episode=index,
-            first_step=buf.first_step,
-            policy_version=self.stats.weights_version if version is None else version,
-            arrays=buf.arrays(), episode_done=done, map_name=str(info.get("map_name") or info.get("track") or ""),
-            evaluation=plan.greedy, info=info,
-        )
-        payload = frame_segment(self.codec, self.compressor.compress(seg))
-        if not self.outbox.add(seq, payload, stop_event):
-            return False
-        self.stats.segments += 1
-        if self.produced_log is not None:
-            with open(self.produced_log, "a") as f:
-                f.write(f"{seq}\n")
-        return True
+        policy_version = self.stats.weights_version if version is None else version
+        map_name = str(info.get("map_name") or info.get("track") or "")
+
+        def segment() -> Segment:
+            return Segment(
+                run_id=self.run_id, worker_id=self.name, episode_id=episode_id, seq=seq, index_in_episode=index,
+                first_step=buf.first_step, policy_version=policy_version, arrays=buf.arrays(), episode_done=done,
+                map_name=map_name, evaluation=plan.greedy, info=info)
+
+        kept = self.packer.submit(seq, segment, self.compressor, self.codec, stop_event)
+        self.stats.pack_waits, self.stats.pack_wait_s = self.packer.waits, self.packer.wait_s
+        return kept

@@ -222,6 +222,7 @@ class Network:
             "unacked": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resends,
             "quarantined": self.outbox.quarantined, "steps": steps, "test": self.test,
             "next_seq": self.counters.next_seq, "paused_s": round(s.paused_s, 1),
+            "pack_waits": s.pack_waits, "pack_wait_s": round(s.pack_wait_s, 2),
             "welcomed": self.gate.welcomed.is_set(),
         }
         try:

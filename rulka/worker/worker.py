@@ -6,10 +6,13 @@ A worker is three components with one job each, joined by the objects they are h
   welcome, acknowledgements, hello, sending segments, ``stats``;
 - ``rulka.worker.episodes.EpisodeRunner`` (the env thread): episodes cut into segments, with the
   policies of ``rulka.worker.policy``; it never waits on the network;
+- ``rulka.worker.packer.SegmentPacker`` (a thread of its own): each finished segment stacked,
+  compressed and added to the outbox, in order, with a bounded queue (the env thread waits,
+  counted, when it is full);
 - ``rulka.worker.outbox.Outbox``: finished segments until the trainer acknowledges them
   (bounded, durable when a state folder is given), resent after a reconnect or a timeout.
 
-Between the two threads pass only the outbox and ``WorkerCounters`` (thread-safe), a
+Between the threads pass only the outbox, the packer and ``WorkerCounters`` (thread-safe), a
 ``WeightsInbox`` (verified weights, swapped in between two env steps when newer than the loaded
 version; the evaluation slot between episodes), a ``CreditGate`` (credit and welcome) and the
 ``WorkerStats`` they count in.
@@ -36,6 +39,7 @@ from rulka.net.link import WorkerLink
 from rulka.worker.episodes import EpisodeRunner
 from rulka.worker.network import CreditGate, Network, WeightsInbox
 from rulka.worker.outbox import Outbox, WorkerCounters
+from rulka.worker.packer import SegmentPacker
 from rulka.worker.policy import Policies
 
 
@@ -56,6 +60,8 @@ class WorkerStats:
     paused_s: float = 0.0  # time spent waiting for the trainer's credit
     credit_timeouts: int = 0  # waits given up because no credit message came for CREDIT_TIMEOUT_S
     eval_episodes: int = 0  # greedy test episodes run at the trainer's request
+    pack_waits: int = 0  # finished segments that waited for the packer's bounded queue (rulka.worker.packer)
+    pack_wait_s: float = 0.0  # the env thread's time in those waits
     last_returns: list[float] = field(default_factory=list)
 
 
@@ -156,11 +162,12 @@ class Worker:
                                  if wait_for_welcome is None else bool(wait_for_welcome))
         inbox, gate = WeightsInbox(), CreditGate()
         self.policies = Policies(self.name, actor)
+        # compresses finished segments into the outbox on a thread of its own, in order (rulka.worker.packer)
+        self.packer = SegmentPacker(self.outbox, self.stats, Path(produced_log) if produced_log is not None else None)
         self.runner = EpisodeRunner(
             self.name, config, env, compressor, self.policies, inbox=inbox, gate=gate, outbox=self.outbox,
             counters=self.counters, stats=self.stats, test=test, act_before_weights=act_before_weights,
-            produced_log=Path(produced_log) if produced_log is not None else None,
-            max_steps_per_s=max_steps_per_s, wait_for_welcome=self.wait_for_welcome)
+            max_steps_per_s=max_steps_per_s, wait_for_welcome=self.wait_for_welcome, packer=self.packer)
         self.network = Network(
             link, self.outbox, self.counters, self.stats, inbox, gate,
             weights_decoder or _verifying_decoder(verify_key), test=test, resend_after_s=resend_after_s,
@@ -250,11 +257,12 @@ class Worker:
                     break
                 if max_steps is not None and steps >= max_steps:
                     break
-                n = self.run_episode(stop_event, None if max_steps is None else max_steps - steps)
+                n = self.runner.run_episode(stop_event, None if max_steps is None else max_steps - steps)
                 if n < 0:
                     break
                 steps += n
                 episodes += 1
+            self.packer.flush(drain_timeout_s)  # what was produced, in the outbox before the drain
             # wait for the last acknowledgements, unless the link can no longer bring any
             deadline = time.monotonic() + drain_timeout_s
             while time.monotonic() < deadline and not getattr(self.link, "dead", ""):
@@ -275,10 +283,13 @@ class Worker:
         stop_event = stop_event or threading.Event()
         if not self.runner.ready(stop_event):
             return -1
-        return self.runner.run_episode(stop_event, max_steps)
+        steps = self.runner.run_episode(stop_event, max_steps)
+        self.packer.flush()  # its segments are in the outbox when this returns
+        return steps
 
     def close(self) -> None:
-        """Stop background I/O, close the outbox, the link and the env."""
+        """Pack what was produced, stop background I/O, close the outbox, the link and the env."""
+        self.packer.close()
         self.stop_io()
         self.outbox.close()
         self.link.close()

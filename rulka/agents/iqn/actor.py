@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,10 @@ log = logging.getLogger(__name__)
 # int8 heads only pay where the heads' dense layers are large (the guide-size network's 6.0 M
 # weights: 1.64x eager per CPU-second; the 48x36 network's: slower than float32, bench/actor.py)
 INT8_MIN_HEAD_WEIGHTS = 1_000_000
+# the share of one core that rebuilding the int8 heads and the ONNX Runtime graph for new weights
+# may take when versions arrive faster than builds (a build of t seconds waits 3t before the next;
+# torch acts with the new weights meanwhile)
+BUILD_DUTY = 0.25
 
 EXPLORATION_KEY = "exploration"  # weights entry [epsilon, epsilon_boltzmann, tau_epsilon_boltzmann]
 
@@ -97,6 +102,29 @@ def stratified_taus(rng: np.random.Generator, k: int) -> np.ndarray:
     return np.concatenate([low, 1.0 - low])
 
 
+def _centred(advantage: torch.Tensor) -> torch.Tensor:
+    """``DuelingHead.combine`` without the value stream: Q less the state's value, per tau."""
+    return advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+class _ExportedStep(nn.Module):
+    """What ``_TorchMeanQ`` hands ONNX Runtime: the features of one observation ``(img, float)``,
+    or (``features_only`` False) its mean Q over the taus given, ``(img, float, taus)``; without
+    an image the same less ``img``."""
+
+    def __init__(self, net: IQNNetwork, features_only: bool, with_image: bool) -> None:
+        super().__init__()
+        self.net, self.features_only, self.with_image = net, features_only, with_image
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        img, rest = (inputs[0], inputs[1:]) if self.with_image else (None, inputs)
+        feats = self.net.features(img, rest[0])
+        if self.features_only:
+            return feats
+        emb = self.net.iqn_fc(cosine_embedding(rest[1], self.net.embedding_dimension))
+        return self.net.head(feats * emb).mean(dim=0)
+
+
 class _TorchMeanQ:
     """``mean_q`` of one observation in torch, the worker's batch-1 path (``IQNActor.accelerate``).
 
@@ -112,29 +140,50 @@ class _TorchMeanQ:
     decides instead (the value stream shifts every action alike). On the guide-size network int8
     moved the difference between two actions' Q by at most 3.7% of that spread (1,000 simulator
     frames, two initialisations), so the default guard, 10%, leaves the greedy action float32's
-    (``tests/test_acting.py`` checks it on 1,000 recorded frames)."""
+    (``tests/test_acting.py`` checks it on 1,000 recorded frames). With the int8 heads the value
+    stream is left out: it adds the same to every action, so no choice depends on it, and the Q
+    this path returns (``q_values``, recorded as ``extra/q_values``) is each action's advantage
+    centred over the actions, Q less the state's value.
+
+    On CPU, ``runtime="onnxruntime"`` (``worker.cpu_runtime``; networks without noisy layers):
+    ONNX Runtime runs the whole step (features, tau embedding, heads, mean over the taus; float32)
+    where the heads stay float32, and only the features (CNN and float MLP) where the int8 heads
+    apply, which then take over as above (``rulka.nn.inference.OrtStep``; bench/actor.py measures
+    both). The graph is exported from a copy of this network at the first observation's shapes and
+    again for each weights version, on a thread of its own like the int8 heads; the actor acts
+    with torch until the new version's graph is in place. An export that fails is logged once and
+    torch acts from then on."""
 
     def __init__(self, net: IQNNetwork, k: int, device: torch.device, *, cuda_graph: bool = True,
-                 half: bool = True, int8: bool = False, int8_guard: float = 0.1) -> None:
+                 half: bool = True, int8: bool = False, int8_guard: float = 0.1, runtime: str = "torch") -> None:
         self.net, self.k, self.device = net, k, device
         self.uses_image = net.spec.uses_image
         self.cuda = device.type == "cuda"
         self.midpoints = (torch.arange(k, dtype=torch.float32, device=device) + 0.5) / k
+        self._midpoints_np = self.midpoints.cpu().numpy()
         self.cuda_graph, self.half = cuda_graph and self.cuda, half and self.cuda
         linears = [m for m in net.head.modules() if isinstance(m, nn.Linear)]
+        noisy = any(isinstance(m, NoisyLinear) for m in net.modules())
         self.int8 = (int8 and not self.cuda and type(net.head) is DuelingHead and net.spec.n_actions > 1
-                     and not any(isinstance(m, NoisyLinear) for m in net.head.modules())
-                     and sum(m.weight.numel() for m in linears) >= INT8_MIN_HEAD_WEIGHTS)
+                     and not noisy and sum(m.weight.numel() for m in linears) >= INT8_MIN_HEAD_WEIGHTS)
         self.int8_guard = float(int8_guard)
         self.int8_rechecks = 0  # decisions the float32 advantages took over (a near tie under int8)
         self.int8_overruled = 0  # of those, the ones where int8's own argmax was not float32's
+        self.ort = runtime == "onnxruntime" and not self.cuda and not noisy
+        self.ort_calls = 0  # decisions (or feature passes, with int8 heads) ONNX Runtime made
+        self.ort_builds = 0  # graphs built (one per weights version that stayed long enough)
         self.calls = 0
         self._graphs: dict[bool, Any] = {}
         self._greedy_emb: torch.Tensor | None = None
         self._head8: nn.Module | None = None
+        self._ort_step: Any = None  # the OrtStep of the current weights, once built
+        self._shapes: tuple[tuple[int, ...], ...] | None = None  # the observations' ([img,] float) shapes
         self._lock = threading.Lock()
         self._version = 0  # weights versions seen (``invalidate``)
+        self._target = 0  # the version whose weights are fully loaded (``refresh``): what a build copies
+        self._building = False
         self._builder: threading.Thread | None = None
+        self._next_build_t = 0.0  # the builder starts no build before this (monotonic time)
         if net.img_head is not None:  # CUDA and CPU alike (bench/actor.py: faster on both CPU networks)
             net.img_head.to(memory_format=torch.channels_last)
         self.refresh(background=False)
@@ -144,37 +193,88 @@ class _TorchMeanQ:
         with self._lock:
             self._version += 1
             self._head8 = None
+            self._ort_step = None
             self._greedy_emb = None
 
     def refresh(self, background: bool = True) -> None:
         """After new weights (captured graphs keep reading the parameters in place and stay): the
-        int8 heads are built again, on a thread of their own with ``background`` (the worker acts
-        with the float32 heads meanwhile instead of stalling the game: 0.2-0.3 s on the 2-core
-        machine), else at once."""
+        int8 heads and the ONNX Runtime graph are built again, on a thread of their own with
+        ``background`` (the worker acts with float32 torch meanwhile instead of stalling the game:
+        0.2-0.3 s for the int8 heads on the 2-core machine, about 1 s for a graph), else at once.
+        One builder at a time: weights that arrive during a build are built next, and a build
+        whose weights were replaced meanwhile is dropped; builds take at most ``BUILD_DUTY`` of a
+        core (a graph is 0.4-1 s of CPU, and a trainer may publish every few seconds)."""
         self._greedy_emb = None
-        if not self.int8:
+        if not (self.int8 or self.ort):
             return
-        from rulka.nn.inference import int8_linears
-
-        version = self._version
-
-        def build() -> None:
-            head8 = int8_linears(self.net.head)
-            with self._lock:
-                if self._version == version:  # else newer weights came meanwhile: a later build has them
-                    self._head8 = head8
-
+        with self._lock:
+            self._target = self._version
+            if self._building:
+                return  # the running builder sees the new target when it finishes
+            self._building = True
         if background:
-            self._builder = threading.Thread(target=build, name="int8-heads", daemon=True)
+            self._builder = threading.Thread(target=self._build_loop, name="batch1-build", daemon=True)
             self._builder.start()
         else:
-            build()
+            self._build_loop()
 
-    def wait_int8(self, timeout: float | None = None) -> bool:
-        """Wait for the int8 heads of the current weights (tests, benchmarks); whether they are in use."""
+    def _build_loop(self) -> None:
+        while True:
+            wait = self._next_build_t - time.monotonic()
+            if wait > 0:  # weights arriving faster than builds take no more than BUILD_DUTY of a core
+                time.sleep(wait)
+            with self._lock:
+                version = self._target
+            t0 = time.monotonic()
+            head8 = self._build_int8() if self.int8 else None
+            ort_step = self._build_ort() if self.ort and self._shapes is not None else None
+            self._next_build_t = time.monotonic() + (time.monotonic() - t0) * (1 / BUILD_DUTY - 1)
+            with self._lock:
+                if self._version == version:  # else newer weights came meanwhile: the next pass has them
+                    self._head8, self._ort_step = head8, ort_step
+                if self._target == version:
+                    self._building = False
+                    return
+
+    def _build_int8(self) -> nn.Module | None:
+        from rulka.nn.inference import int8_linears
+
+        try:
+            return int8_linears(self.net.head)
+        except Exception as exc:  # noqa: BLE001 - the float32 heads act instead
+            log.warning("int8 heads not built, float32 acts: %s", str(exc)[:200])
+            self.int8 = False
+            return None
+
+    def _build_ort(self) -> Any:
+        """An ``OrtStep`` of a copy of the current weights: the whole step of ([img,] float, taus),
+        or with int8 heads the features of ([img,] float)."""
+        import copy
+
+        from rulka.nn.inference import OrtStep
+
+        assert self._shapes is not None
+        with_image = len(self._shapes) == 2
+        try:
+            net = copy.deepcopy(self.net).eval()
+            example = [torch.zeros(s, dtype=torch.uint8 if with_image and i == 0 else torch.float32)
+                       for i, s in enumerate(self._shapes)]
+            step = OrtStep(_ExportedStep(net, features_only=self.int8, with_image=with_image),
+                           example + ([] if self.int8 else [self.midpoints]),
+                           threads=torch.get_num_threads())  # worker.torch_threads, as torch would use
+        except Exception as exc:  # noqa: BLE001 - an export this torch or runtime cannot do: torch acts
+            log.warning("ONNX Runtime graph not built, torch acts: %s", str(exc)[:200])
+            self.ort = False
+            return None
+        self.ort_builds += 1
+        return step
+
+    def wait_built(self, timeout: float | None = None) -> bool:
+        """Wait for the int8 heads and the ONNX Runtime graph of the current weights (tests,
+        benchmarks); whether all that applies is in use."""
         if self._builder is not None:
             self._builder.join(timeout)
-        return self._head8 is not None
+        return (not self.int8 or self._head8 is not None) and (not self.ort or self._ort_step is not None)
 
     def _embed(self, taus: torch.Tensor) -> torch.Tensor:
         return self.net.iqn_fc(cosine_embedding(taus, self.net.embedding_dimension))
@@ -183,8 +283,25 @@ class _TorchMeanQ:
         """(A,) mean Q; on CUDA the captured function."""
         return self.net.head(self.net.features(img, flt) * self._embed(taus)).mean(dim=0)
 
+    def _observed(self, arrays: tuple[np.ndarray, ...]) -> None:
+        """The first observation: its shapes fix the ONNX Runtime graph's inputs; build it."""
+        self._shapes = tuple(a.shape for a in arrays)
+        self.refresh()
+
     def _cpu(self, img: torch.Tensor | None, flt: torch.Tensor, taus: torch.Tensor | None) -> torch.Tensor:
-        feats = self.net.features(img, flt)
+        ort_step = self._ort_step
+        if ort_step is not None:
+            arrays = (flt.numpy(),) if img is None else (img.numpy(), flt.numpy())
+            if tuple(a.shape for a in arrays) == self._shapes:
+                self.ort_calls += 1
+                if not self.int8:
+                    return torch.from_numpy(ort_step(*arrays, self._midpoints_np if taus is None else taus.numpy()))
+                return self._heads(torch.from_numpy(ort_step(*arrays)), taus)
+        elif self.ort and self._shapes is None:
+            self._observed((flt.numpy(),) if img is None else (img.numpy(), flt.numpy()))
+        return self._heads(self.net.features(img, flt), taus)
+
+    def _heads(self, feats: torch.Tensor, taus: torch.Tensor | None) -> torch.Tensor:
         if taus is None:
             if self._greedy_emb is None:
                 self._greedy_emb = self._embed(self.midpoints)
@@ -194,14 +311,15 @@ class _TorchMeanQ:
         x = feats * emb  # (k, width): the features broadcast over the taus
         head8 = self._head8
         if head8 is not None:
-            value = head8.value(x)
-            q = DuelingHead.combine(value, head8.advantage(x)).mean(dim=0)
+            # the value stream adds the same to every action: a choice (greedy, Boltzmann) needs only
+            # the advantages, so it is not computed (half the heads' work; the Q returned omits it)
+            q = _centred(head8.advantage(x)).mean(dim=0)
             top2 = torch.topk(q, 2).values
             if float(top2[0] - top2[1]) >= self.int8_guard * float(q.max() - q.min()):
                 return q
-            # a near tie: the float32 advantages decide (the value stream adds the same to every action)
+            # a near tie: the float32 advantages decide
             self.int8_rechecks += 1
-            exact = DuelingHead.combine(value, self.net.head.advantage(x)).mean(dim=0)
+            exact = _centred(self.net.head.advantage(x)).mean(dim=0)
             self.int8_overruled += int(torch.argmax(exact) != torch.argmax(q))
             return exact
         return self.net.head(x).mean(dim=0)
@@ -319,17 +437,20 @@ class IQNActor(ActorModule):
         self._refresh_numpy()
         self.resample_noise()
 
-    def accelerate(self, device: str | torch.device = "cpu", *, int8: bool = False, cuda_graph: bool = True) -> None:
+    def accelerate(self, device: str | torch.device = "cpu", *, int8: bool = False, cuda_graph: bool = True,
+                   runtime: str = "torch") -> None:
         """Act through the batch-1 path on ``device`` (what a worker calls, ``worker.device``):
         on CUDA fp16 autocast, channels_last and a CUDA graph captured once; on CPU the float-only
         networks keep their numpy path and the others run ``_TorchMeanQ`` (``int8``: int8 heads
-        with a float32 re-check of near ties). Weights loaded later are copied into place."""
+        with a float32 re-check of near ties; ``runtime="onnxruntime"``: ONNX Runtime runs what
+        the int8 heads do not, ``worker.cpu_runtime``). Weights loaded later are copied into place."""
         self.device = torch.device(device)
         self.net.to(self.device)
         self._midpoints = self._midpoints.to(self.device)
         self._refresh_numpy()
         self._fast = None if self._numpy is not None else _TorchMeanQ(self.net, self.iqn_k, self.device,
-                                                                         int8=int8, cuda_graph=cuda_graph)
+                                                                         int8=int8, cuda_graph=cuda_graph,
+                                                                         runtime=runtime)
 
     @property
     def noisy(self) -> bool:

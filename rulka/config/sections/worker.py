@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from rulka.config.sections.common import Section
+from rulka.errors import ConfigError
 
 
 class WorkerConfig(Section):
@@ -67,7 +68,17 @@ class WorkerConfig(Section):
 
     The heads run with int8 weights (torch's dynamic quantisation), and the float32 advantages decide whenever the two best actions are within 10% of the spread of
     Q, so the greedy action stays float32's (bench/actor.py: the fastest CPU path that acts as
-    eager on the recorded frames). false: float32 throughout. Float-only networks act in numpy."""
+    eager on the recorded frames). The value stream, the same for every action, is left out, so
+    the recorded extra/q_values are the advantages (Q less the state's value). false: float32
+    throughout. Float-only networks act in numpy."""
+    cpu_runtime: Literal["auto", "torch", "onnxruntime"] = "auto"
+    """CPU: what runs an image network's policy step: torch, or ONNX Runtime (the rulka[onnx] extra).
+
+    onnxruntime: the network is exported to ONNX in memory for each weights version (on a thread
+    of its own; torch acts meanwhile) and ONNX Runtime runs it on torch_threads threads: the whole step where
+    the heads stay float32, the CNN and float MLP where cpu_int8's int8 heads apply
+    (docs/performance.md has the measured rows). auto: onnxruntime where it is installed, else
+    torch. onnxruntime without the package stops the worker with a one-line error."""
     pause_for_credit: bool = True
     """Pause between segments while the trainer withholds credit (false: a real-time game).
     The trainer withholds credit while its learner is behind the replay ratio. A real-time game
@@ -87,3 +98,21 @@ class WorkerConfig(Section):
         from rulka.nn.inference import resolve_device
 
         return str(resolve_device(self.device, "worker.device"))
+
+    def cpu_runtime_here(self) -> str:
+        """``cpu_runtime`` with ``auto`` resolved on this machine (torch or onnxruntime); raises
+        ConfigError naming ``worker.cpu_runtime`` when onnxruntime is asked for but not installed."""
+        from rulka.nn.inference import onnxruntime_missing
+
+        missing = onnxruntime_missing() if self.cpu_runtime != "torch" else None
+        if missing and self.cpu_runtime == "onnxruntime":
+            raise ConfigError(f"config key `worker.cpu_runtime` is onnxruntime but {missing}; set it to auto or torch")
+        return "torch" if missing or self.cpu_runtime == "torch" else "onnxruntime"
+
+    def check_acting(self) -> str:
+        """Where a worker acts, checked on this machine before anything starts: the torch device
+        (``torch_device``) and, on the CPU, ``cpu_runtime_here``; ConfigError naming the key."""
+        device = self.torch_device()
+        if device == "cpu":
+            self.cpu_runtime_here()
+        return device
