@@ -73,8 +73,8 @@ def not_built_keys(cfg: RulkaConfig) -> list[str]:
 
 def check_built(cfg: RulkaConfig) -> None:
     """Raise ConfigError naming every key set away from its default that no code acts on yet, and
-    every ``nn`` key the configured topology does not read (``rulka.nn.fusion.inert_keys``)."""
-    from rulka.nn.fusion import inert_keys
+    every ``nn`` key the configured topology does not read (``rulka.nn.topology.inert_keys``, torch-free)."""
+    from rulka.nn.topology import inert_keys
 
     inert = inert_keys(cfg)
     if inert:

@@ -29,46 +29,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
 from rulka.errors import ConfigError
 from rulka.nn.pretrained import load_pretrained, normalise_name
+from rulka.nn.topology import (  # noqa: F401  (the torch-free half, re-exported for its callers)
+    FREEZE_FLAGS,
+    RESET_KEYS,
+    NetworkKind,
+    flag_prefixes,
+    network_kind,
+)
 
 log = logging.getLogger(__name__)
-
-NetworkKind = Literal["iqn", "policy"]
-
-# flag path -> (IQN prefixes, policy prefixes); an empty tuple: the flag does not apply
-FREEZE_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "nn.vis.freeze": (("img_head.",), ("img_head.",)),
-    "nn.float.freeze": (("float_feature_extractor.",), ("float_feature_extractor.",)),
-    "nn.encoder.freeze": (("fusion.",), ("fusion.",)),
-    "nn.iqn.freeze": (("iqn_fc.",), ()),
-    "nn.decoder.shared_trunk_freeze": (("trunk.",), ("trunk.",)),  # IQN: pre_tau only (flag_prefixes)
-    "nn.decoder.advantage.freeze": (("head.advantage.",), ("policy_head.",)),
-    "nn.decoder.value.freeze": (("head.value.",), ("value_head.",)),
-}
-
-
-def network_kind(cfg: Any) -> NetworkKind | None:
-    """``iqn`` or ``policy`` for the learners these flags apply to, else None."""
-    algorithm = cfg.training.algorithm
-    if algorithm == "iqn":
-        return "iqn"
-    if algorithm in ("ppo", "grpo", "dpo"):
-        return "policy"
-    return None
-
-
-def flag_prefixes(cfg: Any, path: str, kind: NetworkKind) -> tuple[str, ...]:
-    """The prefixes freeze flag ``path`` names in this network kind (empty: no such part)."""
-    iqn, policy = FREEZE_FLAGS[path]
-    if kind == "iqn" and path == "nn.decoder.shared_trunk_freeze" and cfg.nn.decoder.shared_input != "pre_tau":
-        return ()  # IQN's trunk exists only with pre_tau
-    return iqn if kind == "iqn" else policy
 
 
 def freeze_prefixes(cfg: Any, kind: NetworkKind) -> list[str]:
@@ -149,44 +125,3 @@ def prepare_network(cfg: Any, net: nn.Module, optimizer: torch.optim.Optimizer, 
                  ", ".join(f"{p} ({n} tensors)" for p, n in counts.items()) or "none",
                  f"; not in this network: {', '.join(missing)}" if missing else "")
     return info
-
-
-RESET_KEYS = ("single_reset_flag", "reset_every_n_frames_generated", "additional_transition_after_reset",
-              "last_layer_reset_factor", "overall_reset_mul_factor")
-
-
-def inert_keys(cfg: Any) -> list[str]:
-    """Freeze flags, pretrained init, network topology, IQN transformer heads and IQN reset knobs set away from their
-    defaults for a learner they do not apply to (``rulka.config.built.check_built`` refuses them)."""
-    from rulka.config.sections import NnTrainingConfig
-
-    out: list[str] = []
-    algorithm = cfg.training.algorithm
-    kind = network_kind(cfg)
-    for path in FREEZE_FLAGS:
-        if cfg.get(path) and (kind is None or not flag_prefixes(cfg, path, kind)):
-            out.append(f"`{path}` does not apply to training.algorithm {algorithm}"
-                       + (" with nn.decoder.shared_input post_tau (IQN's trunk is pre_tau's)" if kind == "iqn" else ""))
-    nn_cfg = cfg.nn
-    if kind != "iqn" and nn_cfg.decoder.shared_input != "post_tau":
-        out.append(f"`nn.decoder.shared_input: {nn_cfg.decoder.shared_input}` places IQN's quantile (tau) modulation; "
-                   f"training.algorithm {algorithm} has none (its trunk always reads the features: leave post_tau)")
-    if kind is None:
-        if nn_cfg.init_from_pretrained:
-            out.append(f"`nn.init_from_pretrained` is read by IQN and PPO/GRPO/DPO, not training.algorithm {algorithm}")
-        if nn_cfg.fusion_mode != "none" or (nn_cfg.vis.transformer is not None and not nn_cfg.vis.no_image):
-            out.append(f"the fusion modes and transformer stems are built for IQN and PPO/GRPO/DPO, "
-                       f"not training.algorithm {algorithm}")
-    if kind != "iqn":
-        if str(cfg.pretrain.demo_episodes).strip():
-            out.append(f"`pretrain.demo_episodes` (demonstrations kept in the replay, DQfD) is read by IQN only, "
-                       f"not training.algorithm {algorithm}")
-        for head in ("advantage", "value"):
-            if getattr(nn_cfg.decoder, head).transformer is not None:
-                out.append(f"`nn.decoder.{head}.transformer` (IQN's transformer heads) does not apply to "
-                           f"training.algorithm {algorithm}")
-        default = NnTrainingConfig()
-        for key in RESET_KEYS:
-            if getattr(nn_cfg.training, key) != getattr(default, key):
-                out.append(f"`nn.training.{key}` (IQN resets) does not apply to training.algorithm {algorithm}")
-    return out

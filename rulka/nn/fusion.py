@@ -34,12 +34,12 @@ tokens) or ``hf_embedding`` (a Hugging Face encoder fed ``inputs_embeds``; ``rul
 
 Everything that fixes the shapes is the ``topology`` (JSON text) that
 :func:`topology_from_config` writes into the network spec, so a worker rebuilds the same network
-from the actor spec it receives with the weights.
+from the actor spec it receives with the weights. It and the other config arithmetic
+(:func:`inert_keys`) live in the torch-free ``rulka.nn.topology``, re-exported here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,52 +47,14 @@ import torch
 from torch import nn
 
 from rulka.nn.blocks import LEAKY_SLOPE, _to_float_image, make_mlp
+from rulka.nn.topology import (  # noqa: F401  (the torch-free half, re-exported for its callers)
+    FUSION_ENCODERS,
+    default_fusion_encoder,
+    float_hidden_dim,
+    inert_keys,
+    topology_from_config,
+)
 from rulka.nn.transformer import VisionViT, stack_from
-
-FUSION_ENCODERS = ("linear", "native_transformer", "mlp", "cnn", "hf_embedding")
-
-
-def default_fusion_encoder(mode: str, encoder: Mapping[str, Any]) -> str:
-    """The trunk when ``nn.encoder.fusion_encoder`` is null: ``hf_embedding`` with an HF fusion
-    backbone, ``linear`` for vision_transformer, ``native_transformer`` for post_concat / unified."""
-    if encoder["transformer"].get("use_hf_backbone"):
-        return "hf_embedding"
-    return "linear" if mode == "vision_transformer" else "native_transformer"
-
-
-def topology_from_config(cfg: Any) -> str | None:
-    """The topology of ``cfg.nn`` for the network spec, as JSON text; None for the plain encoder
-    (``fusion_mode: none`` with a CNN stem or no image), which keeps older specs unchanged."""
-    from rulka.config.sections import FusionCnnConfig, FusionMlpConfig, HfEmbeddingConfig
-
-    nn_cfg = cfg.nn
-    vt = None if nn_cfg.vis.no_image else nn_cfg.vis.transformer
-    if nn_cfg.fusion_mode == "none" and vt is None:
-        return None
-    enc = nn_cfg.encoder
-    encoder = {
-        "transformer": enc.transformer.model_dump(),
-        "fusion_mlp": (enc.fusion_mlp or FusionMlpConfig()).model_dump(),
-        "fusion_cnn": (enc.fusion_cnn or FusionCnnConfig()).model_dump(),
-        "hf_embedding": (enc.hf_embedding or HfEmbeddingConfig()).model_dump(),
-        "post_concat_layout": enc.post_concat_layout,
-        "float_token_input": enc.float_token_input,
-        "float_token_layout": enc.float_token_layout,
-    }
-    encoder["fusion_encoder"] = enc.fusion_encoder or default_fusion_encoder(nn_cfg.fusion_mode, encoder)
-    topology = {"fusion_mode": nn_cfg.fusion_mode, "vis_transformer": None if vt is None else vt.model_dump(),
-                "encoder": encoder}
-    if (vt is not None and vt.use_hf_backbone) or (nn_cfg.fusion_mode != "none" and encoder["fusion_encoder"] == "hf_embedding"):
-        from rulka.nn.hf import add_hf_configs
-
-        add_hf_configs(topology)  # the model configs travel with the topology: workers never download
-    return json.dumps(topology, sort_keys=True)
-
-
-def float_hidden_dim(cfg: Any) -> int:
-    """The float MLP's width: ``nn.encoder.mlp`` overrides ``nn.float.mlp`` in fusion builds."""
-    nn_cfg = cfg.nn
-    return nn_cfg.float_hidden_dim_effective if nn_cfg.fusion_mode != "none" else nn_cfg.float_hidden_dim
 
 
 def cnn_feature_map(head: nn.Module, img: torch.Tensor) -> torch.Tensor:
@@ -255,68 +217,3 @@ class Fusion(nn.Module):
     def forward(self, img_head: nn.Module | None, img: torch.Tensor | None, x: torch.Tensor,
                 f: torch.Tensor) -> torch.Tensor:
         return self.trunk(self.tokens(img_head, img, x, f) + self.pos)
-
-
-def inert_keys(cfg: Any) -> list[str]:
-    """``nn`` keys set away from their default that the configured topology does not read, each
-    with the reason (``rulka.config.built.check_built`` refuses them, so none validates "ok" and
-    does nothing)."""
-    from rulka.config.sections import EncoderConfig, TransformersConfig
-    from rulka.nn.freeze import inert_keys as learner_inert_keys
-
-    nn_cfg = cfg.nn
-    out: list[str] = learner_inert_keys(cfg)
-    mode, enc = nn_cfg.fusion_mode, nn_cfg.encoder
-    if mode == "none":
-        if enc.model_dump() != EncoderConfig().model_dump():
-            out.append("`nn.encoder` is read only when `nn.fusion_mode` is not none")
-    default_slot = TransformersConfig()
-    vt = nn_cfg.vis.transformer
-    if vt is not None and not nn_cfg.vis.no_image:
-        for key in ("post_concat_seq_len", "unified_float_tokens"):
-            if getattr(vt, key) != getattr(default_slot, key):
-                out.append(f"`nn.vis.transformer.{key}` is not read: the fusion stack's is "
-                           f"`nn.encoder.transformer.{key}`")
-        if vt.fusion_tokens != default_slot.fusion_tokens and not (
-                mode == "post_concat" and enc.post_concat_layout == "token_sequence"):
-            out.append("`nn.vis.transformer.fusion_tokens` is read only with post_concat + token_sequence")
-        if vt.use_hf_backbone and mode == "unified":
-            out.append("`nn.vis.transformer.use_hf_backbone` cannot join fusion_mode unified "
-                       "(its layers are not rulka's); use post_concat or vision_transformer")
-        if not vt.use_hf_backbone:
-            for key in ("model_name_or_path", "trust_remote_code", "hidden_dropout_prob"):
-                if getattr(vt, key) != getattr(default_slot, key):
-                    out.append(f"`nn.vis.transformer.{key}` is read only with use_hf_backbone")
-    if mode != "none":
-        slot = enc.transformer
-        kind = enc.fusion_encoder or default_fusion_encoder(mode, {"transformer": slot.model_dump()})
-        for key in ("patch_size", "fusion_tokens"):
-            if getattr(slot, key) != getattr(default_slot, key):
-                out.append(f"`nn.encoder.transformer.{key}` is not read (a vision setting: nn.vis.transformer)")
-        if kind != "native_transformer":
-            for key in ("n_layers", "n_heads", "ff_mult", "dropout"):
-                if getattr(slot, key) != getattr(default_slot, key):
-                    out.append(f"`nn.encoder.transformer.{key}` is read only by fusion_encoder native_transformer")
-        if slot.use_hf_backbone and kind != "hf_embedding":
-            out.append("`nn.encoder.transformer.use_hf_backbone` is read only by fusion_encoder hf_embedding")
-        for key, wanted in (("fusion_mlp", "mlp"), ("fusion_cnn", "cnn"), ("hf_embedding", "hf_embedding")):
-            if getattr(enc, key) is not None and kind != wanted:
-                out.append(f"`nn.encoder.{key}` is read only by fusion_encoder {wanted}")
-        if kind == "hf_embedding" and not (slot.use_hf_backbone or (enc.hf_embedding and
-                                                                   enc.hf_embedding.model_name_or_path)):
-            out.append("fusion_encoder hf_embedding needs `nn.encoder.hf_embedding.model_name_or_path` "
-                       "(or encoder.transformer.use_hf_backbone with its model_name_or_path)")
-        if mode != "post_concat" or enc.post_concat_layout != "token_sequence":
-            for key, default in (("float_token_input", "raw"), ("float_token_layout", "dense")):
-                if getattr(enc, key) != default:
-                    out.append(f"`nn.encoder.{key}` is read only with post_concat + token_sequence")
-            if mode != "post_concat" and enc.post_concat_layout != "fused_vector":
-                out.append("`nn.encoder.post_concat_layout` is read only with fusion_mode post_concat")
-        if mode == "post_concat" and enc.post_concat_layout == "token_sequence" and \
-                slot.post_concat_seq_len != default_slot.post_concat_seq_len:
-            out.append("`nn.encoder.transformer.post_concat_seq_len` is read only with post_concat_layout fused_vector")
-        if mode != "post_concat" and slot.post_concat_seq_len != default_slot.post_concat_seq_len:
-            out.append("`nn.encoder.transformer.post_concat_seq_len` is read only with fusion_mode post_concat")
-        if mode != "unified" and slot.unified_float_tokens != default_slot.unified_float_tokens:
-            out.append("`nn.encoder.transformer.unified_float_tokens` is read only with fusion_mode unified")
-    return out
