@@ -106,14 +106,15 @@ def int8_linears(module: nn.Module) -> nn.Module:
 def onnxruntime_missing() -> str | None:
     """Why ``OrtStep`` cannot run on this machine (None: it can): ONNX Runtime runs the graph and
     the ``onnx`` package is what torch's exporter writes it with (``pip install rulka[onnx]``)."""
-    import importlib
-
     missing = []
-    for name in ("onnxruntime", "onnx"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        missing.append("onnxruntime")
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        missing.append("onnx")
     return f"{' and '.join(missing)} not installed (pip install 'rulka[onnx]')" if missing else None
 
 
