@@ -66,10 +66,14 @@ def test_divergence_is_a_window_mean_over_its_threshold():
     for q in (100.0, 119.0):  # the map-cycle run that diverged: q_mean 5 -> 119, grad_norm 1.6k
         w.add({"charts/q_mean": q, "losses/td_loss": 0.5, "losses/grad_norm": 1600.0})
     assert w.row()["diverged"] == ["q_mean", "grad_norm"]
-    # --q-limit: CartPole's healthy Q (~100 at gamma 0.99) is under a limit of 150; the others stay
+    # --q-limit: CartPole's healthy Q (~100 at gamma 0.99) is under a limit of 150, and the other bounds
+    # scale with it (x3: grad norms of 1,600 are CartPole's healthy scale, 3,500 are not)
     w = recipe._Window(q_limit=150.0)
     for q in (100.0, 119.0):
         w.add({"charts/q_mean": q, "losses/td_loss": 0.5, "losses/grad_norm": 1600.0})
+    assert w.row()["diverged"] == []
+    for q in (100.0, 119.0):
+        w.add({"charts/q_mean": q, "losses/td_loss": 0.5, "losses/grad_norm": 3500.0})
     assert w.row()["diverged"] == ["grad_norm"]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import bench.__main__ as bench_main
+from bench.study import recipe
 from bench.study import runs as seeds
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -291,3 +292,55 @@ def test_a_longer_run_is_judged_against_where_it_stood_at_the_readme_runs_length
     assert "at_minutes" not in seeds.arm_summary([_run(20.0, 21.0, [])], "default")  # a run without the point
     with pytest.raises(SystemExit):  # a point inside the budget only
         seeds.main(["--config", "configs/sim_iqn.yaml", "--minutes", "20", "--at-minutes", "20"])
+
+
+HISTORY = BENCH / "history" / "run_studies.json"
+
+
+def _recorded_study(name: str, date: str) -> dict:
+    studies = json.loads(HISTORY.read_text(encoding="utf-8"))["studies"]
+    return next(s for s in studies if s.get("name") == name and s.get("date") == date)
+
+
+def test_cartpole_health_bounds_scale_with_its_q_bound_and_flag_only_the_unstable_runs():
+    # the simulator's bounds when no q bound is given; CartPole's (150) scales every one by 3
+    assert recipe.divergence_limits() == recipe.DIVERGENCE
+    assert recipe.divergence_limits(150) == {"q_mean": 150.0, "td_loss": 30.0, "grad_norm": 3000.0}
+    # the recorded 2026-11-27 study: under the simulator's td_loss/grad_norm bounds every as-shipped run was
+    # flagged though all 10 balanced 500 steps; judged by CartPole's own bounds none is
+    study = _recorded_study("cartpole_iqn_runs", "2026-11-27 07:50 UTC")
+    shipped = next(a for a in study["arms"] if a["arm"] == "as_shipped")
+    assert shipped["summary"]["diverged"] == 10
+    judged = seeds.rejudge_health(study, 150)
+    arm = next(a for a in judged["arms"] if a["arm"] == "as_shipped")
+    assert arm["summary"]["diverged"] == 0
+    assert judged["health_limits"] == recipe.divergence_limits(150)
+    # the unstable arm of the earlier study (gamma 0.995: Q ceiling 200, so a bound of 300): only seed 0,
+    # whose td_loss window mean reached 135 (its final weights 413.6), is flagged
+    earlier = seeds.rejudge_health(_recorded_study("cartpole_iqn_runs", "2026-11-26 03:53 UTC"), 300)
+    gamma = next(a for a in earlier["arms"] if a["arm"] == "gamma_0995")
+    assert [r["seed"] for r in gamma["runs"] if r["health"]["diverged"]] == [0]
+    assert gamma["runs"][0]["health"]["diverged"] == ["td_loss"]
+    # a run that blows up is still flagged: a window of td_loss at 40 against CartPole's 30
+    blown = [{"step": i, "metrics": {"charts/q_mean": 100.0, "losses/td_loss": 40.0, "losses/grad_norm": 1500.0}}
+             for i in range(4)]
+    assert seeds.health(blown, window=2, q_limit=150)["diverged"] == ["td_loss"]
+
+
+def test_the_health_command_rewrites_only_the_named_study(tmp_path, capsys):
+    path = tmp_path / "run_studies.json"
+    run = {"seed": 0, "health": {"q_mean_worst_window_mean": 100.0, "td_loss_worst_window_mean": 14.7,
+                                 "grad_norm_worst_window_mean": 1312.0, "diverged": ["td_loss", "grad_norm"]}}
+    other = {"name": "readme_main_command", "date": "d0", "arms": [{"arm": "as_shipped", "runs": [run],
+                                                                    "summary": {"diverged": 1}}]}
+    cart = {"name": "cartpole_iqn_runs", "date": "d1", "arms": [{"arm": "as_shipped", "runs": [run],
+                                                                 "summary": {"runs": 1, "diverged": 1}}]}
+    path.write_text(json.dumps({"studies": [other, cart]}))
+    seeds.rejudge_main(["--name", "cartpole_iqn_runs", "--q-limit", "150", "--path", str(path), "--write"])
+    data = json.loads(path.read_text())
+    assert data["studies"][0] == other
+    assert data["studies"][1]["arms"][0]["summary"] == {"runs": 1, "diverged": 0}
+    assert data["studies"][1]["arms"][0]["runs"][0]["health"]["diverged"] == []
+    assert '"diverged": 0' in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no study"):
+        seeds.rejudge_main(["--name", "nope", "--path", str(path)])

@@ -1,4 +1,4 @@
-"""``python -m bench.study {runs,recipe,tracks} ...``: the seed-study tool (see ``bench.study``)."""
+"""``python -m bench.study {runs,recipe,tracks,health} ...``: the seed-study tool (see ``bench.study``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 from bench.study import recipe, runs, tracks
 
-KINDS = {"runs": runs.main, "recipe": recipe.main, "tracks": tracks.main}
+KINDS = {"runs": runs.main, "recipe": recipe.main, "tracks": tracks.main, "health": runs.rejudge_main}
 
 
 def main(argv: list[str] | None = None) -> None:

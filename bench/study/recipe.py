@@ -96,9 +96,18 @@ DIVERGENCE = {"q_mean": 50.0, "td_loss": 10.0, "grad_norm": 1000.0}
 
 
 def divergence_limits(q_limit: float | None = None) -> dict[str, float]:
-    """DIVERGENCE with ``q_limit`` (when given) as its q_mean bound: the default is sized for the
-    simulator's returns, and CartPole's healthy Q approaches 1 / (1 - gamma) = 100 at gamma 0.99."""
-    return {**DIVERGENCE, **({"q_mean": float(q_limit)} if q_limit is not None else {})}
+    """The bounds a run's health is judged by: DIVERGENCE (the simulator's) or, with ``q_limit``
+    (an environment's q_mean bound, about 1.5x its largest healthy Q: CartPole at gamma 0.99
+    approaches 1 / (1 - 0.99) = 100, so 150), every bound scaled by ``q_limit / DIVERGENCE['q_mean']``.
+
+    The td_loss and grad_norm bounds scale with the q_mean one: the quantile Huber loss (kappa 1) and
+    its gradient grow linearly with the size of the TD errors, which grow with the return's scale.
+    With the simulator's td_loss and grad_norm bounds kept, every healthy CartPole run counted as
+    diverged (grad norms 800-1,700 at Q near 100: all 10 runs of the 2026-11-27 study)."""
+    if q_limit is None:
+        return dict(DIVERGENCE)
+    scale = float(q_limit) / DIVERGENCE["q_mean"]
+    return {name: bound * scale for name, bound in DIVERGENCE.items()}
 
 
 class _Window:
@@ -348,7 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     p.add_argument("--q-limit", type=float, default=None,
                    help=f"the q_mean over which a seed counts as diverged (default {DIVERGENCE['q_mean']:g}, sized "
-                        "for the simulator; a gym env with returns of hundreds needs more: CartPole at gamma 0.99, 150)")
+                        "for the simulator; a gym env with returns of hundreds needs more: CartPole at gamma 0.99, "
+                        "150); the td_loss and grad_norm bounds scale with it")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--save", metavar="DIR", help="write each seed's best and final policy under DIR/seed<N>/ "

@@ -88,8 +88,9 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
 
 def health(records: list[dict[str, Any]], window: int, q_limit: float | None = None) -> dict[str, Any]:
     """Worst window mean of each health metric (absolute values) and the ones over the thresholds
-    (recipe.py's; ``q_limit`` replaces its q_mean bound, which is sized for the simulator's
-    rewards: CartPole's Q reaches 1 / (1 - 0.99) = 100 when it balances)."""
+    (recipe.py's ``divergence_limits``: sized for the simulator's rewards; ``q_limit`` is another
+    environment's q_mean bound, and the other bounds scale with it: CartPole's Q reaches
+    1 / (1 - 0.99) = 100 when it balances)."""
     from bench.study.recipe import divergence_limits
 
     limits = divergence_limits(q_limit)
@@ -371,6 +372,61 @@ def _no_slower(outcome: dict[str, Any] | None, then: dict[str, Any]) -> bool:
     return then.get("median_s") is None or float(outcome["race_time_s"]) <= float(then["median_s"])
 
 
+def rejudge_health(study: dict[str, Any], q_limit: float | None) -> dict[str, Any]:
+    """``study`` with every run's health flags judged anew by ``divergence_limits(q_limit)`` from the
+    worst window means it recorded (the flag is exactly "worst window mean over the bound", so this is
+    the judgement the run would have had), each arm's ``diverged`` count redone and the bounds kept
+    in ``health_limits``. A run that recorded no worst mean of a metric keeps no flag for it."""
+    from bench.study.recipe import divergence_limits
+
+    limits = divergence_limits(q_limit)
+    out = {**study, "health_limits": limits, "arms": []}
+    for arm in study.get("arms", []):
+        runs = []
+        for run in arm.get("runs", []):
+            h = dict(run.get("health") or {})
+            h["diverged"] = [name for name, bound in limits.items()
+                             if isinstance(h.get(f"{name}_worst_window_mean"), int | float)
+                             and h[f"{name}_worst_window_mean"] > bound]
+            runs.append({**run, "health": h})
+        summary = {**(arm.get("summary") or {}), "diverged": sum(bool(r["health"]["diverged"]) for r in runs)}
+        out["arms"].append({**arm, "runs": runs, "summary": summary})
+    return out
+
+
+def rejudge_main(argv: list[str] | None = None) -> None:
+    """``python -m bench.study health --name NAME [--date DATE] [--q-limit Q] [--write]``: the recorded
+    study's divergence flags judged anew (``rejudge_health``); prints each run's flags as JSON lines
+    and, with ``--write``, replaces the study in ``bench/history/run_studies.json``."""
+    p = argparse.ArgumentParser(description=rejudge_main.__doc__.splitlines()[0])
+    p.add_argument("--name", required=True, help="the study's name (bench/study/runs.py --name)")
+    p.add_argument("--date", help="the study's date as recorded (default: the latest study of that name)")
+    p.add_argument("--q-limit", type=float, default=None,
+                   help="the environment's q_mean bound (CartPole at gamma 0.99: 150); the other bounds scale with it")
+    p.add_argument("--write", action="store_true", help="replace the study in the history file")
+    p.add_argument("--path", type=Path, default=RUN_STUDIES)
+    args = p.parse_args(argv)
+    try:
+        data = json.loads(args.path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"bench.study health: cannot read {args.path}: {e}") from None
+    studies = data.get("studies", []) if isinstance(data, dict) else []
+    found = [i for i, s in enumerate(studies) if isinstance(s, dict) and s.get("name") == args.name
+             and (args.date is None or s.get("date") == args.date)]
+    if not found:
+        raise SystemExit(f"bench.study health: no study {args.name!r}" + (f" dated {args.date!r}" if args.date else ""))
+    i = max(found, key=lambda k: str(studies[k].get("date", "")))
+    judged = rejudge_health(studies[i], args.q_limit)
+    for arm in judged["arms"]:
+        for run in arm["runs"]:
+            print(json.dumps({"arm": arm.get("arm"), "seed": run.get("seed"), **run["health"]}))
+        print(json.dumps({"arm": arm.get("arm"), "diverged": arm["summary"]["diverged"],
+                          "runs": len(arm["runs"]), "limits": judged["health_limits"]}))
+    if args.write:
+        studies[i] = judged
+        args.path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def record(study: dict[str, Any], path: Path = RUN_STUDIES) -> None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -413,7 +469,8 @@ def main(argv: list[str] | None = None) -> None:
                         "(the in-run greedy races of the last fifth of its frames by then) and whether its final "
                         "weights race no slower (issue 32: run 4x longer, final no slower than at 20 minutes)")
     p.add_argument("--q-limit", type=float, default=None,
-                   help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator)")
+                   help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator); "
+                        "td_loss's and grad_norm's bounds scale with it (CartPole at gamma 0.99: 150)")
     args = p.parse_args(argv)
     if args.minutes is None and args.frames is None:
         p.error("give --minutes and/or --frames (a run's budget)")
@@ -438,6 +495,7 @@ def main(argv: list[str] | None = None) -> None:
     cycle = bool(cfg.map_cycle.entries) and gym is None
     if (args.gen_random or args.gen_seeds) and not cycle:
         p.error("--gen-random / --gen-seeds: map-cycle configs only (map_cycle.entries)")
+    from bench.study.recipe import divergence_limits
     from bench.study.tracks import draw_gen_seeds
 
     gen_seeds = [*args.gen_seeds, *draw_gen_seeds(args.gen_random)] if cycle else None
@@ -451,6 +509,7 @@ def main(argv: list[str] | None = None) -> None:
         "budget": {"minutes": args.minutes, "frames": args.frames, "workers": args.workers},
         **({"target_return": args.target_return, "eval_episodes": args.eval_episodes} if gym else {}),
         **({"map_cycle": True, "gen_seeds": gen_seeds} if cycle else {}),
+        "health_limits": divergence_limits(args.q_limit),  # what "diverged" was judged by
         "command": "python -m bench.study runs " + " ".join(argv if argv is not None else sys.argv[1:]),
         "arms": [],
     }
