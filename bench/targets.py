@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 Measured = tuple[str, bool | None]  # (the figure as shown, holds: True / False / None = not measured)
+Row = tuple[str, str, str, str, bool | None]  # (source, goal, last measured, date, holds)
 
 
 def dig(obj: Any, path: str) -> Any:
@@ -239,11 +240,11 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
-def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
+def extended_targets(path: Path, superseded: list[Row] | None = None) -> list[Row]:
     """Each extended learning test's latest run that measured something (rows whose outcome is
     'not run' are skipped): (source, goal, last measured, date, holds). A row may name in
     ``supersedes`` the recorded runs it replaces (a recipe's "(no test yet)" runs, once a test runs
-    that recipe): those older than it leave the table (they stay in the extended runs' section)."""
+    that recipe): those older than it go to ``superseded`` (listed under the table, not counted)."""
     latest: dict[str, dict[str, Any]] = {}
     replaced: dict[str, str] = {}  # test name -> the date of the newest row that supersedes it
     for row in _read_rows(path):
@@ -256,7 +257,7 @@ def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]
         if row.get("supersedes"):
             name = str(row["supersedes"])
             replaced[name] = max(replaced.get(name, ""), _date(row))
-    latest = {test: row for test, row in latest.items() if not (test in replaced and _date(row) <= replaced[test])}
+    gone = {test for test, row in latest.items() if test in replaced and _date(row) <= replaced[test]}
     out = []
     for test, row in sorted(latest.items()):
         if "::" in test:
@@ -264,7 +265,13 @@ def extended_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]
         else:  # a recorded run of a recipe without a test yet: "configs/x.yaml (no test yet)"
             source, goal = test.partition(" (")[0], "recorded learning run (no test yet)"
         outcome = str(row.get("outcome", ""))
-        out.append((f"`{source}`", goal, _short(outcome), _date(row), outcome.startswith("pass")))
+        shown = _short(outcome)
+        if test in gone:
+            if superseded is not None:
+                superseded.append((f"`{source}`", goal, f"superseded by a test of the recipe ({replaced[test]}): "
+                                   + shown, _date(row), outcome.startswith("pass")))
+            continue
+        out.append((f"`{source}`", goal, shown, _date(row), outcome.startswith("pass")))
     return out
 
 
@@ -283,8 +290,46 @@ def cuda_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
     return out
 
 
-def recipe_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
-    """Each shipped recipe's latest seed study (no overrides): reached in every seed or not."""
+def adoptions(path: Path) -> dict[str, tuple[str, str]]:
+    """Per config file name, the last time a study's arm became the shipped file
+    (``bench/history/run_studies.json`` studies with ``shipped_arm``): (the earliest date a study names
+    that arm as shipped, the arm). A row judging that config on runs from before then, of another
+    arm, judges a recipe since replaced."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    named = [s for s in (data.get("studies", []) if isinstance(data, dict) else [])
+             if isinstance(s, dict) and s.get("shipped_arm") and _shipped_arm(s) is not None]
+    out: dict[str, tuple[str, str]] = {}
+    for study in sorted(named, key=_date):
+        config, arm = Path(str(study.get("config", ""))).name, str(study["shipped_arm"])
+        if config not in out or out[config][1] != arm:
+            out[config] = (_date(study), arm)
+    return out
+
+
+def _replaced_by(adopted: dict[str, tuple[str, str]], config: str, date: str, arm: str | None) -> str | None:
+    """The words that say a row is superseded (its recipe was replaced after ``date``), or None."""
+    since = adopted.get(Path(config).name)
+    if since is None or date >= since[0] or arm == since[1]:
+        return None
+    return f"superseded: `{Path(config).name}` took the arm `{since[1]}` from {since[0]}"
+
+
+def _sort(row: Row, gone: str | None, out: list[Row], superseded: list[Row] | None) -> None:
+    """``row`` into ``out``, or, when ``gone`` says why it is superseded, into ``superseded`` with why."""
+    if not gone:
+        out.append(row)
+    elif superseded is not None:
+        superseded.append((*row[:2], f"{gone}; {row[2]}", *row[3:]))
+
+
+def recipe_targets(path: Path, adopted: dict[str, tuple[str, str]] | None = None,
+                   superseded: list[Row] | None = None) -> list[Row]:
+    """Each shipped recipe's latest seed study (no overrides): reached in every seed or not; with
+    ``adopted`` (``adoptions``), a study from before its config took other settings goes to
+    ``superseded``."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for row in _read_rows(path):
         if str(row.get("overrides", "-")).strip() not in ("", "-"):
@@ -297,9 +342,11 @@ def recipe_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         reached = str(row.get("reached", ""))
         got, _, of = reached.partition(" ")[0].partition("/")
         holds = got.isdigit() and of.isdigit() and got == of
-        out.append(("`bench/study/recipe.py`", f"`{config}` greedy reaches {target} in every seed within "
-                    f"{_num(int(row['frames'])) if str(row.get('frames', '')).isdigit() else row.get('frames', '?')} frames",
-                    f"{reached} seeds", _date(row), holds))
+        seeds = f"each of {of} seeds" if of.isdigit() else "every seed"
+        line = ("`bench/study/recipe.py`", f"`{config}` greedy reaches {target} in {seeds} within "
+                f"{_num(int(row['frames'])) if str(row.get('frames', '')).isdigit() else row.get('frames', '?')} frames",
+                f"{reached} seeds", _date(row), holds)
+        _sort(line, _replaced_by(adopted or {}, config, _date(row), None), out, superseded)
     return out
 
 
@@ -340,29 +387,118 @@ def _shipped_arm(study: dict[str, Any]) -> dict[str, Any] | None:
     return next((a for a in study.get("arms", []) if a.get("arm") == name), None)
 
 
-def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
+def _seeds(runs: Sequence[dict[str, Any]]) -> str:
+    """`` [seeds 0-4]`` / `` [seeds 0, 2, 7]``: the seeds of a study's runs (empty when none is recorded)."""
+    seeds = sorted({int(r["seed"]) for r in runs if isinstance(r.get("seed"), int)})
+    if not seeds:
+        return ""
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f" [seeds {seeds[0]}-{seeds[-1]}]"
+    return f" [seeds {', '.join(map(str, seeds))}]"
+
+
+def _pooled_runs(studies: list[Any], study: dict[str, Any], arm: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs a row is judged on: the arm's, and those of the studies it pools (``same_recipe_as``)."""
+    dates = {str(d) for d in study.get("same_recipe_as") or []}
+    runs = list(arm.get("runs") or [])
+    for other in studies:
+        if isinstance(other, dict) and other is not study and other.get("name") == study.get("name") \
+                and _date(other) in dates and (o := _shipped_arm(other)) is not None:
+            runs += o.get("runs") or []
+    return [r for r in runs if isinstance(r, dict)]
+
+
+def _cycle_pooled(studies: list[Any], study: dict[str, Any], arm: dict[str, Any]
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """A map-cycle study whose arm the file took (``shipped_arm``) is judged with every earlier study
+    of its name that names the same arm as shipped (runs of the same settings): per-run counts join.
+    Returns (summary, runs, the words naming the studies pooled)."""
+    s = dict(arm.get("summary") or {})
+    runs = list(arm.get("runs") or [])
+    if not study.get("shipped_arm"):
+        return s, runs, ""
+    used = []
+    for other in studies:
+        if (not isinstance(other, dict) or other is study or other.get("name") != study.get("name")
+                or other.get("shipped_arm") != study.get("shipped_arm") or _date(other) > _date(study)):
+            continue
+        o_arm = _shipped_arm(other)
+        o = (o_arm or {}).get("summary") or {}
+        if not o.get("map_cycle"):
+            continue
+        used.append(_date(other))
+        runs = list(o_arm.get("runs") or []) + runs
+        for key in ("best_beats_scripted", "best_gen_finished"):
+            s[key] = list(o.get(key) or []) + list(s.get(key) or [])
+        s["runs"] = int(s.get("runs", 0)) + int(o.get("runs", 0))
+        s["diverged"] = int(s.get("diverged", 0)) + int(o.get("diverged", 0))
+        s["gen"] = min(int(s.get("gen") or 0), int(o.get("gen") or 0)) or s.get("gen")
+    if not used:
+        return s, runs, ""
+    return s, runs, f" (pooled: the runs of {', '.join(sorted(used))} and {_date(study)}, the arm the file took)"
+
+
+def run_targets(path: Path, superseded: list[Row] | None = None) -> list[Row]:
     """The latest study of each name in ``RUN_TARGETS`` that ran the config as shipped (its
     ``as_shipped`` arm; a later study of other arms alone compares, it does not judge): in how many
-    runs the best policy and the final weights beat the scripted driver on the run's track."""
+    runs the best policy and the final weights beat the scripted driver on the run's track. A study
+    from before its config took another arm's settings (``adoptions``) goes to ``superseded``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
+    adopted = adoptions(path)
+    rows = _run_rows(data)
+    out = []
+    for row, study in rows:
+        _sort(row, _replaced_by(adopted, str(study.get("config", "")), _date(study), study.get("shipped_arm")),
+              out, superseded)
+    return out
+
+
+def _latest_judged(data: Any) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Per study name with a goal, the latest study that ran the config as shipped and that arm."""
     latest: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # name -> (study, its as_shipped arm)
     for study in data.get("studies", []) if isinstance(data, dict) else []:
         name = str(study.get("name", "")) if isinstance(study, dict) else ""
         arm = _shipped_arm(study) if name in RUN_TARGETS or name in LONG_RUN_TARGETS else None
         if arm is not None and (name not in latest or _date(study) >= _date(latest[name][0])):
             latest[name] = (study, arm)
-    out = []
+    return latest
+
+
+def judged_runs(path: Path) -> dict[str, tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]]:
+    """Per study name with a goal: (the study its row reads, its shipped arm, every run the row judges:
+    the arm's and those of the studies it pools). What the README's solver ratios are read from."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for name, (study, arm) in _latest_judged(data).items():
+        if (arm.get("summary") or {}).get("map_cycle"):
+            runs = _cycle_pooled(data["studies"], study, arm)[1]
+        else:
+            runs = _pooled_runs(data["studies"], study, arm)
+        out[name] = (study, arm, runs)
+    return out
+
+
+def _run_rows(data: Any) -> list[tuple[Row, dict[str, Any]]]:
+    """``run_targets``'s rows, each with the study it judges."""
+    latest = _latest_judged(data)
+    out: list[tuple[Row, dict[str, Any]]] = []
     for name, (study, arm) in latest.items():
         s = arm.get("summary") or {}
         if name in LONG_RUN_TARGETS:
-            out.append(_long_target(study, arm, s, *LONG_RUN_TARGETS[name]))
+            out.append((_long_target(study, arm, s, *LONG_RUN_TARGETS[name]), study))
             continue
         if s.get("map_cycle"):
-            out.append(_cycle_target(study, s, *RUN_TARGETS[name], runs=arm.get("runs") or []))
+            s, runs, pooled = _cycle_pooled(data["studies"], study, arm)
+            row = _cycle_target(study, s, *RUN_TARGETS[name], runs=runs)
+            out.append(((*row[:2], row[2] + pooled + _seeds(runs), *row[3:]), study))
             continue
+        seeds = _seeds(_pooled_runs(data["studies"], study, arm))
         s, pooled = _pooled(data["studies"], study, s)
         runs_needed, best_needed, final_needed = RUN_TARGETS[name]
         made = f" ({int(s.get('runs', 0))} of {runs_needed} runs made)" if int(s.get("runs", 0)) < runs_needed else ""
@@ -371,7 +507,13 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             target = study["target_return"]
             goal = (f"`{study.get('config', '')}` run with `rulka run`: over {runs_needed} seeds the best policy reaches a "
                     f"greedy {target:g} in {best_needed}" + (f", the final weights in {final_needed}" if final_needed else ""))
-            shown = f"best {best}/{runs}, final {final}/{runs} seeds reach {target:g}" + made + pooled
+            # judged by the environment's own bounds where the study recorded them (health_limits; before,
+            # by the simulator's, which flag every healthy CartPole run: `python -m bench.study health` rejudges)
+            bounds = ("" if study.get("health_limits") else
+                      " (flags judged by the simulator's bounds; the study recorded no health_limits)")
+            shown = (f"best {best}/{runs}, final {final}/{runs} seeds reach {target:g}, diverged "
+                     f"{s.get('diverged', 0)}{bounds}" + made + pooled)
+            goal += ", no divergence"
         else:
             runs, best, final = int(s.get("runs", 0)), int(s.get("best_beats_scripted", 0)), int(s.get("final_beats_scripted", 0))
             goal = (f"`{study.get('config', '')}` as the README runs it: over {runs_needed} runs the best policy beats the "
@@ -391,11 +533,11 @@ def run_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
         # decided once the runs that are missing could no longer change the verdict; more runs than the
         # goal names are held to its shares (best in 5 of 5 runs: in every run of 7)
         missing = max(runs_needed - runs, 0)
-        diverged = int(s.get("diverged", 0)) > 0 and study.get("target_return") is None  # the sim goal says no divergence
+        diverged = int(s.get("diverged", 0)) > 0  # every goal says no divergence (Gymnasium's by its own bounds)
         fails = (_short_of(best, best_needed, runs, runs_needed) or _short_of(final, final_needed, runs, runs_needed)
                  or diverged)
         holds: bool | None = False if fails else (True if missing == 0 else None)
-        out.append(("`bench/study/runs.py`", goal, shown, _date(study), holds))
+        out.append((("`bench/study/runs.py`", goal, shown + seeds, _date(study), holds), study))
     return out
 
 
@@ -511,10 +653,28 @@ def _cycle_target(study: dict[str, Any], s: dict[str, Any], runs_needed: int, be
     return ("`bench/study/runs.py`", goal, shown, _date(study), holds)
 
 
-def target_rows(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path
-                ) -> list[tuple[str, str, str, str, bool | None]]:
+def issue_goal_targets(path: Path) -> list[Row]:
+    """The goals an issue study answered (``bench/history/issue_studies.json`` studies that carry
+    ``goal``, ``measured`` and ``holds``: a study judged by its table, not by a script), one row each."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    out = []
+    for study in data.get("studies", []) if isinstance(data, dict) else []:
+        if isinstance(study, dict) and study.get("goal"):
+            holds = study.get("holds")
+            out.append(("`bench/history/issue_studies.json`", str(study["goal"]),
+                        _short(str(study.get("measured", ""))), _date(study), holds if isinstance(holds, bool) else None))
+    return out
+
+
+def target_rows(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path,
+                superseded: list[Row] | None = None) -> list[Row]:
     """Every target as (source, goal, last measured, date, holds): the benchmarks' from
-    ``last_ok(name)``, the learning runs' from the records in ``bench_dir``."""
+    ``last_ok(name)``, the learning runs' from the records in ``bench_dir``. No row leaves because it
+    fails: the learner-fix comparisons and the issue studies' goals are rows too. A row that judges a
+    recipe since replaced goes to ``superseded`` (shown under the table, not counted)."""
     rows: list[tuple[str, str, str, str, bool | None]] = []
     for target in TARGETS:
         res = last_ok(target.script)
@@ -523,9 +683,11 @@ def target_rows(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path
             continue
         shown, holds = target.measure(res.get("figures", {}))
         rows.append((f"`{target.script}`", target.goal, shown, str(res.get("date", "")), holds))
-    rows += extended_targets(bench_dir / "extended_runs.json")
-    rows += recipe_targets(bench_dir / "recipe_studies.json")
-    rows += run_targets(bench_dir / "run_studies.json")
+    rows += extended_targets(bench_dir / "extended_runs.json", superseded)
+    rows += recipe_targets(bench_dir / "recipe_studies.json", adoptions(bench_dir / "run_studies.json"), superseded)
+    rows += run_targets(bench_dir / "run_studies.json", superseded)
+    rows += issue_goal_targets(bench_dir / "issue_studies.json")
+    rows += study_targets(bench_dir / "learner_fix_studies.json")
     rows += cuda_targets(bench_dir / "cuda_runs.json")
     return rows
 
@@ -535,19 +697,29 @@ def targets_table(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Pa
     """The Markdown lines of the targets table. ``last_ok(name)`` gives a script's latest finished
     result (``figures``, ``date``) or None; ``described`` names every script, for the line under the
     table listing the scripts that have figures but no target."""
-    rows = target_rows(last_ok, bench_dir)
-    # the learner-fix studies are comparisons between arms at small budgets, not goals: their rows
-    # (study_targets) are in their own section below, never counted as targets that fail
+    superseded: list[Row] = []
+    rows = target_rows(last_ok, bench_dir, superseded)
     held = sum(1 for r in rows if r[4] is True)
+    failing = sum(1 for r in rows if r[4] is False)
     lines = ["", "## Targets", "",
              f"Every goal a benchmark or a learning run is held to, with the figure last measured: "
-             f"{held} of {len(rows)} hold. A benchmark's row reads its latest finished run (its section "
-             "below); a learning row reads the latest recorded run of that test or recipe (its study in "
-             "`bench/history/README.md`).", "",
+             f"{held} of {len(rows)} hold, {failing} do not, {len(rows) - held - failing} are not measured or not "
+             f"decided; {len(superseded)} more rows judge recipes since replaced: they are listed under the table, "
+             "marked superseded, and not counted. No row leaves the table because it fails (the learner-fix "
+             "comparisons and the goals an issue study answered are rows too). A benchmark's row reads its "
+             "latest finished run (its section below); a learning row reads the latest recorded run of that "
+             "test or recipe (its study in `bench/history/README.md`); a seed study's goal names the runs it "
+             "asks for, fixed before the study, and its row the seeds it ran.", "",
              "| source | goal | last measured | date | holds |", "|---|---|---|---|---|"]
+    verdicts = {True: "yes", False: "**no**", None: "-"}
     for source, goal, shown, date, holds in rows:
-        verdict = {True: "yes", False: "**no**", None: "-"}[holds]
-        lines.append(f"| {source} | {goal} | {shown.replace('|', '/')} | {date} | {verdict} |")
+        lines.append(f"| {source} | {goal} | {shown.replace('|', '/')} | {date} | {verdicts[holds]} |")
+    if superseded:
+        lines += ["", f"Superseded, not counted ({len(superseded)} rows: their recipe has since been replaced; "
+                  "each says by what):", "", "| source | goal | last measured | date | held then |",
+                  "|---|---|---|---|---|"]
+        for source, goal, shown, date, holds in superseded:
+            lines.append(f"| {source} | {goal} | {shown.replace('|', '/')} | {date} | {verdicts[holds]} |")
     with_target = {t.script for t in TARGETS}
     free = [name for name in described if name not in with_target]
     if free:
@@ -604,7 +776,8 @@ def study_targets(path: Path) -> list[tuple[str, str, str, str, bool | None]]:
             shown += f" (at {', '.join(_num(r) for r in reached)} steps)"
         frames = arm["frames"]
         out.append(("`bench/history/learner_fix_studies.json`",
-                    f"{arm['study']}, {arm['arm']}: greedy reaches 475 in every seed, budget "
+                    f"learner-fix comparison (issue 31) {arm['study']}, {arm['arm']}: greedy reaches 475 in each of "
+                    f"{len(arm['reached'])} seeds, budget "
                     f"{_num(frames) if isinstance(frames, int | float) else '?'} frames (the last update "
                     "may pass it)",
                     shown, arm["date"], bool(arm["reached"]) and len(reached) == len(arm["reached"])))

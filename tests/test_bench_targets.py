@@ -6,7 +6,14 @@ import json
 from pathlib import Path
 
 from bench.__main__ import learner_fix_studies, main, previous_machine
-from bench.targets import extended_targets, recipe_targets, run_targets, study_targets, targets_table
+from bench.targets import (
+    extended_targets,
+    recipe_targets,
+    run_targets,
+    study_targets,
+    target_rows,
+    targets_table,
+)
 
 RESULTS = {
     "transport": {"date": "2026-01-02 03:04 UTC", "figures": {
@@ -79,8 +86,10 @@ def test_learning_rows_take_each_tests_latest_measured_run(tmp_path: Path) -> No
         {"config": "s.yaml", "overrides": "-", "target": "finish", "reached": "2/2", "frames": "200000", "date": "3"},
     ]))
     assert recipe_targets(studies) == [
-        ("`bench/study/recipe.py`", "`c.yaml` greedy reaches 475 in every seed within 200,000 frames", "3/4 seeds", "1", False),
-        ("`bench/study/recipe.py`", "`s.yaml` greedy reaches finish in every seed within 200,000 frames", "2/2 seeds", "3", True),
+        ("`bench/study/recipe.py`", "`c.yaml` greedy reaches 475 in each of 4 seeds within 200,000 frames", "3/4 seeds", "1",
+         False),
+        ("`bench/study/recipe.py`", "`s.yaml` greedy reaches finish in each of 2 seeds within 200,000 frames", "2/2 seeds", "3",
+         True),
     ]
 
 
@@ -110,19 +119,20 @@ def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_p
                                 "runs": [{"seed": 3, "reached_475_at_frames": None, "best_greedy": 9.9}]}]},
         {"name": "once", "date": "2026-01-07 00:00 UTC", "command": "rulka run x", "result": {"frames": 5}},
     ]}))
+    fix = "`bench/history/learner_fix_studies.json`", "learner-fix comparison (issue 31) "
     assert study_targets(path) == [
-        ("`bench/history/learner_fix_studies.json`", "g, reinforce: greedy reaches 475 in every seed, budget 1,000 frames "
+        (fix[0], fix[1] + "g, reinforce: greedy reaches 475 in each of 2 seeds, budget 1,000 frames "
          "(the last update may pass it)", "2/2 seeds (at 900, 700 steps)", "2026-01-05 00:00 UTC", True),
-        ("`bench/history/learner_fix_studies.json`", "g, clipped: greedy reaches 475 in every seed, budget 1,000 frames "
+        (fix[0], fix[1] + "g, clipped: greedy reaches 475 in each of 2 seeds, budget 1,000 frames "
          "(the last update may pass it)", "1/2 seeds (at 800 steps)", "2026-01-05 00:00 UTC", False),
-        ("`bench/history/learner_fix_studies.json`", "n, eps 0: greedy reaches 475 in every seed, budget 2,000 frames "
+        (fix[0], fix[1] + "n, eps 0: greedy reaches 475 in each of 1 seeds, budget 2,000 frames "
          "(the last update may pass it)", "0/1 seeds", "2026-01-06 00:00 UTC", False),
     ]
     (tmp_path / "extended_runs.json").write_text("[]")
     text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
-    # comparisons between arms are not goals: they stay out of the targets table and its count
-    assert "1/2 seeds (at 800 steps)" not in text
-    assert "0 of 21 hold" in text  # the 21 unmeasured benchmark targets only
+    # comparisons between arms are rows of the table, marked, and counted: a failing arm is never left out
+    assert "| 1/2 seeds (at 800 steps) | 2026-01-05 00:00 UTC | **no** |" in text
+    assert "1 of 24 hold, 2 do not, 21 are not measured or not decided; 0 more rows" in text
     section = "\n".join(learner_fix_studies(path))
     assert ("| g | clipped | 0, 1 | 1,000 | -, 800 | 300.5, 476 | 2026-01-05 00:00 UTC "
             "| `python bench/learner_fix_studies.py grpo` |") in section
@@ -173,8 +183,13 @@ def test_repeated_run_targets_are_decided_only_when_missing_runs_cannot_change_t
     gym = {"name": "cartpole_iqn_runs", "date": "2026-11-26", "config": "configs/cartpole_iqn.yaml", "target_return": 475,
            "arms": [{"arm": "as_shipped", "summary": {"runs": 5, "best_reaches_target": 4, "final_reaches_target": 1,
                                                       "diverged": 1}}]}
+    assert verdict(gym) == [False]  # a divergence fails a Gymnasium goal too
+    assert ("best 4/5, final 1/5 seeds reach 475, diverged 1 (flags judged by the simulator's bounds; the study "
+            "recorded no health_limits) (5 of 10 runs made)") in run_targets(path)[0][2]
+    gym["arms"][0]["summary"].update(diverged=0)
+    gym["health_limits"] = {"q_mean": 150.0, "td_loss": 30.0, "grad_norm": 3000.0}
     assert verdict(gym) == [None]  # 5 more seeds may still make 9 of 10
-    assert "best 4/5, final 1/5 seeds reach 475 (5 of 10 runs made)" in run_targets(path)[0][2]
+    assert "best 4/5, final 1/5 seeds reach 475, diverged 0 (5 of 10 runs made)" in run_targets(path)[0][2]
     gym["arms"][0]["summary"].update(runs=10, best_reaches_target=9)
     assert verdict(gym) == [True]
     gym["arms"][0]["summary"].update(best_reaches_target=8)
@@ -299,7 +314,7 @@ def test_a_map_cycle_row_names_the_tracks_each_run_lost_and_by_how_much(tmp_path
                                                                              "summary": summary}]}]}))
     (row,) = run_targets(path)
     # a generated track is not a bundled one; a run that beat every bundled track names none
-    assert row[2].endswith("diverged 0; lost: seed 0: hairpins +2.27 s; seed 1: default not finished")
+    assert row[2].endswith("diverged 0; lost: seed 0: hairpins +2.27 s; seed 1: default not finished [seeds 0-2]")
     assert row[4] is False
 
 
@@ -364,3 +379,68 @@ def test_actor_rows_judge_the_fastest_exact_cpu_path_and_leave_gpu_rows_unmeasur
     assert rows[0].endswith("| 250 decisions/s | 2026-01-05 00:00 UTC | yes |")
     assert rows[1].endswith("| 2,500 decisions/s | 2026-01-05 00:00 UTC | **no** |")
     assert "| - | 2026-01-05 00:00 UTC |" in rows[2] and "yes" not in rows[2]
+
+
+HISTORY = Path(__file__).resolve().parents[1] / "bench" / "history"
+
+
+def _history_copy(tmp_path: Path) -> Path:
+    """The real history files, in a folder a test may change."""
+    for path in HISTORY.glob("*.json"):
+        (tmp_path / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    return tmp_path
+
+
+def test_the_real_history_loses_no_row_and_the_heading_counts_every_one() -> None:
+    from bench.targets import adoptions, issue_goal_targets, study_arms
+
+    superseded: list = []
+    rows = target_rows(lambda name: None, HISTORY, superseded)
+    # every learner-fix arm is a row (the eight taken out once), marked as a comparison
+    fix_rows = [r for r in rows if r[0] == "`bench/history/learner_fix_studies.json`"]
+    assert len(fix_rows) == len(study_arms(HISTORY / "learner_fix_studies.json")) >= 8
+    assert all(r[1].startswith("learner-fix comparison (issue 31)") for r in fix_rows)
+    assert sum(r[4] is False for r in fix_rows) >= 6
+    # the pretraining goal has its row, and it does not hold
+    (pretrain,) = [r for r in issue_goal_targets(HISTORY / "issue_studies.json") if r[1].startswith("pretraining")]
+    assert pretrain in rows and pretrain[4] is False
+    # the recipe rows of a single seed judge files since replaced: listed as superseded, not counted
+    assert adoptions(HISTORY / "run_studies.json")["sim_iqn.yaml"][1] == "ez_greedy"
+    gone = [r for r in superseded if r[0] == "`bench/study/recipe.py`"]
+    assert {r[1].split("`")[1] for r in gone} == {"sim_iqn.yaml", "sim_iqn_cycle.yaml"}
+    assert all(r[2].startswith("superseded: ") and "1/1 seeds" in r[2] for r in gone)
+    assert not any("1/1 seeds" in r[2] for r in rows if r[0] == "`bench/study/recipe.py`")
+    # the 80-minute run was judged on the file before εz-greedy: superseded too
+    assert any("run longer (80 minutes)" in r[1] for r in superseded)
+    assert not any("run longer" in r[1] for r in rows)
+    # the heading's count is every row of the table; the superseded ones are said and listed apart
+    text = "\n".join(targets_table(lambda name: None, HISTORY, {}))
+    held, failing = sum(r[4] is True for r in rows), sum(r[4] is False for r in rows)
+    assert (f"{held} of {len(rows)} hold, {failing} do not, {len(rows) - held - failing} are not measured or not "
+            f"decided; {len(superseded)} more rows judge recipes since replaced") in text
+    table, _, below = text.partition("Superseded, not counted")
+    assert table.count("\n| `") == len(rows) and below.count("\n| `") == len(superseded)
+
+
+def test_the_real_seed_studies_state_their_seeds_and_their_divergence(tmp_path: Path) -> None:
+    from bench.study.runs import rejudge_health
+
+    rows = run_targets(HISTORY / "run_studies.json")
+    assert rows and all(" [seeds " in r[2] for r in rows)
+    # the map cycle is judged on every run of the arm the file took (seeds 0-4), not the last study's 2-4:
+    # seed 1 lost hairpins
+    (cycle,) = [r for r in rows if "sim_iqn_cycle.yaml" in r[1]]
+    assert "[seeds 0-4]" in cycle[2] and "seed 1: hairpins +" in cycle[2] and cycle[4] is False
+    # CartPole's goal says no divergence: the flags count, and say which bounds judged them
+    (cart,) = [r for r in rows if "cartpole_iqn.yaml" in r[1]]
+    assert cart[1].endswith("no divergence") and "diverged 10 (flags judged by the simulator's bounds" in cart[2]
+    assert cart[4] is False
+    # the same runs judged by CartPole's own bounds (python -m bench.study health --q-limit 150)
+    folder = _history_copy(tmp_path)
+    data = json.loads((folder / "run_studies.json").read_text(encoding="utf-8"))
+    i = max((k for k, s in enumerate(data["studies"]) if s["name"] == "cartpole_iqn_runs"),
+            key=lambda k: data["studies"][k]["date"])
+    data["studies"][i] = rejudge_health(data["studies"][i], 150)
+    (folder / "run_studies.json").write_text(json.dumps(data), encoding="utf-8")
+    (cart,) = [r for r in run_targets(folder / "run_studies.json") if "cartpole_iqn.yaml" in r[1]]
+    assert "diverged 0 [seeds 0-9]" in cart[2] and cart[4] is True

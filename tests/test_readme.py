@@ -3,6 +3,7 @@ is kept by a check; one source of numbers)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bench.__main__ import REPO_ROOT, current_rows, previous_results
@@ -33,3 +34,41 @@ def test_a_changed_figure_changes_the_readme_block(tmp_path: Path):
     assert updated.startswith("a\n") and updated.endswith("b\n")
     assert "no target yet" in render_blocks(rows)["learners"]  # a learner none of the rows name
     assert update_readme(updated, [(*rows[0][:2], "best 4/5", rows[0][3], False)]) != updated
+
+
+def test_what_it_got_states_the_solver_ratios_of_the_latest_studies():
+    """The README command's best and end weights on the default track, and the map cycle's per track,
+    as ratios to the solver's time, beside the scripted driver's: read from the runs the targets judge."""
+    from bench.readme import HISTORY, solver_ratios
+    from bench.targets import judged_runs
+    from rulka.envs.sim.optimal import solver_time_ms
+
+    text = solver_ratios(HISTORY)
+    _, _, runs = judged_runs(HISTORY / "run_studies.json")["readme_main_command"]
+    solver = solver_time_ms("default", 50)
+    best = [r["best"]["tracks"]["default"]["race_time_s"] * 1000 / solver for r in runs]
+    assert f"The README command ({len(runs)} runs of " in text
+    assert f"default (solver {solver / 1000:.2f} s): best {min(best):.2f}-{max(best):.2f}x" in text
+    assert f"scripted driver {22.84 * 1000 / solver:.2f}x" in text
+    cycle = text.partition("The map cycle")[2]
+    assert all(f"{track} (solver " in cycle for track in ("default", "dirt_mix", "hairpins", "slalom", "turbo_straight"))
+    assert text in render_blocks([])["what-it-got"]
+
+
+def test_solver_ratios_say_how_many_runs_finished(tmp_path: Path):
+    from bench.readme import solver_ratios
+
+    def run(seed: int, best: float | None) -> dict:
+        race = {"finished": best is not None, "race_time_s": best, "scripted_s": 22.84}
+        return {"seed": seed, "best": {"tracks": {"default": race}},
+                "final": {"tracks": {"default": {"finished": True, "race_time_s": 21.24}}}}
+
+    study = {"name": "readme_main_command", "date": "2026-12-01 10:00 UTC", "config": "configs/sim_iqn.yaml",
+             "arms": [{"arm": "as_shipped", "runs": [run(0, 19.31), run(1, None)],
+                       "summary": {"track": "default", "runs": 2}}]}
+    (tmp_path / "run_studies.json").write_text(json.dumps({"studies": [study]}))
+    text = solver_ratios(tmp_path)
+    assert ("The README command (2 runs of 2026-12-01, 50 ms decisions): default (solver 19.31 s): best 1.00x "
+            "(1 of 2 runs finished), end weights 1.10x; scripted driver 1.18x.") in text
+    assert "map cycle" not in text
+    assert solver_ratios(tmp_path / "nothing") == ""
