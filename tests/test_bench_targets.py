@@ -444,3 +444,16 @@ def test_the_real_seed_studies_state_their_seeds_and_their_divergence(tmp_path: 
     (folder / "run_studies.json").write_text(json.dumps(data), encoding="utf-8")
     (cart,) = [r for r in run_targets(folder / "run_studies.json") if "cartpole_iqn.yaml" in r[1]]
     assert "diverged 0 [seeds 0-9]" in cart[2] and cart[4] is True
+
+
+def test_a_recorded_outcome_of_a_test_no_longer_in_its_file_is_superseded(tmp_path: Path) -> None:
+    path = tmp_path / "extended_runs.json"
+    path.write_text(json.dumps([
+        {"test": "tests/test_learning_bench.py::test_cycle_policy_beats_the_scripted_driver_on_three_tracks",
+         "outcome": "pass (4 of the 3 needed)", "date": "2026-11-24 22:48 UTC"},
+        {"test": "tests/test_learning_sim.py::test_default_run_finishes_the_default_track", "outcome": "pass: 23.07 s",
+         "date": "2026-11-27 15:32 UTC"}]))
+    superseded: list = []
+    rows = extended_targets(path, superseded)
+    assert [r[0] for r in rows] == ["`tests/test_learning_sim.py`"]
+    assert len(superseded) == 1 and superseded[0][2].startswith("superseded: the test is no longer in its file")

@@ -46,32 +46,51 @@ def test_scripted_driver_time_is_the_reference_the_bench_compares_with():
     assert learning.scripted_time_s("default") == pytest.approx(22.84, abs=0.01)
 
 
+# the map cycle's goal (bench/targets.py RUN_TARGETS["map_cycle_runs"]): the best policy beats the scripted driver
+# on 5 of 5 bundled tracks and finishes 8 of 10 generated ones. Recorded on the shipped recipe (the arm
+# finish_100ms, 30 minutes, seeds 0-4, 2026-11-29/30): 5 of 5 in 4 runs, 4 of 5 in one (hairpins +0.22 s);
+# generated 9-10 of 10 in every run; from moved starts the median race within 1.08x the driver on every
+# track of seeds 2-4 (the moved starts of seeds 0-1 were not raced). So this fails in about one run of five.
+BUNDLED_NEEDED, GEN_NEEDED, GEN_SEEDS = 5, 8, [str(s) for s in range(1, 11)]
+MOVED_BAR = 1.10  # x the scripted driver, the median race from moved starts on each bundled track
+
+
 @pytest.mark.extended
 @pytest.mark.timeout(3600)
-def test_cycle_policy_beats_the_scripted_driver_on_three_tracks(tmp_path, capsys):
-    """Issue 17's goal: 30 minutes, 2 workers, one policy: finishes all 5 bundled tracks, beats
-    the scripted driver on at least 3. The policy is the run's best (``<run>/best``: the weights
-    version whose in-run greedy races ranked best by finishes, then maps under their reference
-    time, which on the simulator is the scripted driver's, then total time), driven again here on
-    every track: so this asks whether training produced one version that does it, and hands that
-    version over. Outcome recorded in BENCHMARKS.md."""
-    learning.main(["run", "--minutes", "30", "--run-dir", str(tmp_path / "run"), "--gen-seeds", "1", "2", "3"])
+def test_cycle_policy_beats_the_scripted_driver_on_every_track(tmp_path, capsys):
+    """The map cycle's goal as the targets table holds it: 30 minutes, 2 workers, one policy (the run's
+    best, ``<run>/best``, driven again here) beats the scripted driver on all 5 bundled tracks from the
+    start line, races within 1.10x of it from moved starts (the median of 5) on each, and finishes 8 of
+    10 generated tracks it never saw. Outcome recorded in bench/history/extended_runs.json."""
+    learning.main(["run", "--minutes", "30", "--run-dir", str(tmp_path / "run"), "--perturbed-races", "5",
+                   "--gen-seeds", *GEN_SEEDS])
     result = json.loads(capsys.readouterr().out)
     summary = result["summary"]
     assert result["policy"] == "best", "the run wrote no best policy (map_cycle.keep_best_policy)"
-    assert summary["bundled_finished"] == 5, summary
-    assert summary["bundled_beats_scripted"] >= 3, summary
+    bundled = [r for r in result["tracks"] if not r["track"].startswith("gen:")]
+    gen = [r for r in result["tracks"] if r["track"].startswith("gen:")]
+    assert summary["bundled_beats_scripted"] >= BUNDLED_NEEDED, summary
+    for row in bundled:
+        moved = row["perturbed"]
+        assert moved["finished"] and moved["race_time_s"] <= MOVED_BAR * row["scripted_s"], (row["track"], moved)
+    assert sum(r["greedy"]["finished"] for r in gen) >= GEN_NEEDED, [(r["track"], r["greedy"]) for r in gen]
+
+
+IMAGE_BAR = 1.20  # x the scripted driver; the one recorded run: 25.1 s (1.10x, 2026-11-24)
 
 
 @pytest.mark.extended
 @pytest.mark.timeout(3600)
 def test_image_policy_finishes_the_default_track(tmp_path, capsys):
-    """The 48x36 camera + floats recipe: its greedy policy must finish the default track."""
+    """The 48x36 camera + floats recipe: its greedy policy finishes the default track within 1.20x the
+    scripted driver, from the start line and (the median of 5) from moved starts."""
     learning.main(["run", "--config", str(REPO / "configs" / "sim_iqn.yaml"), "--minutes", "20",
-                   "--run-dir", str(tmp_path / "run"), "--set", "nn.vis.no_image=false", "--gen-seeds"])
+                   "--run-dir", str(tmp_path / "run"), "--set", "nn.vis.no_image=false", "--perturbed-races", "5",
+                   "--gen-seeds"])
     rows = json.loads(capsys.readouterr().out)["tracks"]
     default = next(r for r in rows if r["track"] == "default")
-    assert default["greedy"]["finished"], default
+    for race in (default["greedy"], default["perturbed"]):
+        assert race["finished"] and race["race_time_s"] <= IMAGE_BAR * default["scripted_s"], default
 
 
 class _ScriptedRaces:
@@ -173,3 +192,18 @@ def test_perturbed_races_start_from_different_places_and_give_their_median():
     assert out["race_time_s"] == sorted(times)[2] and out["best_s"] == min(times)
     # the same seeds give the same starts: a study can be raced again
     assert learning.perturbed_races(env, actor, 5, 120.0, noise=2.0)["times_s"] == times
+
+
+def test_a_race_time_bar_holds_the_start_line_and_the_median_of_the_moved_starts():
+    from roles_helpers import assert_race_time_within
+
+    # the scripted driver takes 22.84 s on the default track: bar 1.0 is 22.84 s
+    line, moved = (True, 22_000, 617.0), [(True, 30_000, 617.0), (True, 21_000, 617.0), (False, None, 300.0),
+                                          (True, 22_500, 617.0)]
+    assert_race_time_within([line, *moved], 1.0)  # moved median (lower middle): 22.5 s
+    with pytest.raises(AssertionError, match="from the start line"):
+        assert_race_time_within([(True, 23_000, 617.0), *moved], 1.0)
+    with pytest.raises(AssertionError, match="median from moved starts"):
+        assert_race_time_within([line, *moved[:3], (False, None, 200.0)], 1.0)  # median: 30 s
+    with pytest.raises(AssertionError, match="no race from a moved start"):
+        assert_race_time_within([line], 1.0)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from roles_helpers import greedy_sim_results
+from roles_helpers import assert_race_time_within, greedy_sim_results
 
 REPO = Path(__file__).resolve().parents[1]
 PENDULUM_MINUTES = 8
@@ -70,7 +70,9 @@ def test_sac_pendulum_through_rulka_run(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(SIM_MINUTES * 60 + 900)
 def test_sac_analog_finishes_the_default_track(tmp_path):
-    _saved_policy_finishes_the_default_track(tmp_path, "sim_sac.yaml")
+    # bar 1.30x (29.69 s): the one passing run (2026-11-24) recorded no greedy time; its exploring races
+    # were 25.4 s at 17 minutes and 21.3 s at the end
+    _saved_policy_finishes_the_default_track(tmp_path, "sim_sac.yaml", 1.30)
 
 
 @pytest.mark.extended
@@ -78,10 +80,12 @@ def test_sac_analog_finishes_the_default_track(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(SIM_MINUTES * 60 + 900)
 def test_redq_analog_finishes_the_default_track(tmp_path):
-    _saved_policy_finishes_the_default_track(tmp_path, "sim_redq.yaml")
+    # bar 1.20x (27.41 s): the end weights raced 25.95 s (1.14x) and 23.89 s (1.05x), from moved starts 25.97 s
+    _saved_policy_finishes_the_default_track(tmp_path, "sim_redq.yaml", 1.20)
 
 
-def _saved_policy_finishes_the_default_track(tmp_path: Path, config: str) -> None:
+def _saved_policy_finishes_the_default_track(tmp_path: Path, config: str, bar: float) -> None:
+    """The run's end weights race the default track from the start line and from 4 moved starts: each
+    of the start line's race and the moved starts' median within ``bar`` x the scripted driver."""
     run_dir = _rulka_run(tmp_path, config, 2, SIM_MINUTES)
-    results = greedy_sim_results(run_dir)
-    assert any(finished for finished, _, _ in results), f"greedy episodes (finished, race ms, metres): {results}"
+    assert_race_time_within(greedy_sim_results(run_dir), bar)

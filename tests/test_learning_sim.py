@@ -2,7 +2,8 @@
 
 `rulka run configs/sim_iqn.yaml` (server, trainer and two unpaced workers as real processes over
 TLS on loopback) for 200,000 env frames; then the final weights the trainer saved (weights/, not best/) drive
-the default track greedily and must finish it. The budget is in frames, not minutes: the trainer's
+the default track greedily, from the start line and from four moved starts, and the start line's race and the
+moved starts' median race must each finish within ``BAR`` x the scripted driver's time. The budget is in frames, not minutes: the trainer's
 rate limiter holds the replay ratio, so the learning per frame is the same on a busy machine, only
 slower. The minutes cap is a safety net for a very slow machine.
 
@@ -21,11 +22,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from roles_helpers import greedy_sim_results
+from roles_helpers import assert_race_time_within, greedy_sim_results
 
 REPO = Path(__file__).resolve().parents[1]
 FRAMES = 200_000
 MINUTES = 30  # cap only
+# the recorded end-weights races of this test on the current recipe: 24.66 s (1.08x, 2026-11-27 12:38, before
+# lr_cooldown_from_best) and 23.07 s (1.01x, 15:32): 1.6 s of margin at the start line. No race from moved starts
+# is recorded at this budget (200k frames); the end weights of the README study's 20-minute runs raced them at
+# 0.89-1.01x (median of 5 each, seeds 10-14)
+BAR = 1.15
 
 
 @pytest.mark.slow
@@ -43,7 +49,4 @@ def test_default_run_finishes_the_default_track(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    results = greedy_sim_results(run_dir)
-    shown = f"greedy episodes of the final weights (finished, race ms, metres): {results}"
-    print(shown)
-    assert any(finished for finished, _, _ in results), shown
+    assert_race_time_within(greedy_sim_results(run_dir), BAR)

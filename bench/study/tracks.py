@@ -290,6 +290,9 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--max-seconds", type=float, default=120.0)
         p.add_argument("--races", type=int, default=1,
                        help="greedy races per track, the median decides (for policies that sample)")
+        p.add_argument("--perturbed-races", type=int, default=0, metavar="K",
+                       help="also race the policy K times from starts moved up to 0.3 m and 0.3 degrees on the "
+                            "tracks it trained on; the median race is the row's `perturbed` (0: off)")
         p.add_argument("--policy", choices=("best", "final", "average"), default="best",
                        help="best: the map cycle's best policy (<run>/best) when the run wrote one, and the final "
                             "weights' summary beside it; final: the weights at the end of the run (<run>/weights)")
@@ -307,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         subprocess.run(cmd, check=True)
     drawn = draw_gen_seeds(args.gen_random)
     gen_seeds = [*args.gen_seeds, *drawn]
-    result = evaluate(args.run_dir, gen_seeds, args.max_seconds, args.races, args.policy)
+    result = evaluate(args.run_dir, gen_seeds, args.max_seconds, args.races, args.policy, args.perturbed_races)
     result["gen_seeds_drawn"] = drawn
     if result["policy"] == "best":  # what the weights at the end would have driven, for comparison
         final = evaluate(args.run_dir, gen_seeds, args.max_seconds, args.races, "final")
