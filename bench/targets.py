@@ -556,6 +556,13 @@ def _run_rows(data: Any) -> list[tuple[Row, dict[str, Any]]]:
         fails = (_short_of(best, best_needed, runs, runs_needed) or _short_of(final, final_needed, runs, runs_needed)
                  or diverged)
         holds: bool | None = False if fails else (True if missing == 0 else None)
+        # a study that compared arms chose the one it shipped on these very seeds: it cannot also judge
+        # it (issue 68); the row waits for a study of that arm alone on seeds drawn after the choice
+        compared = [str(a.get("arm", "")) for a in study.get("arms") or [] if isinstance(a, dict)]
+        if len(compared) > 1 and holds is not False:
+            holds = None
+            shown += (f"; not decided: chosen among {len(compared)} arms ({', '.join(compared)}) on these seeds, "
+                      "which cannot also judge it: a study of that arm alone on fresh seeds decides")
         out.append((("`bench/study/runs.py`", goal, shown + seeds, _date(study), holds), study))
     return out
 

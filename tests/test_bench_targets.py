@@ -252,9 +252,11 @@ def test_a_study_whose_other_arm_the_file_took_is_judged_on_that_arm_and_its_ear
     assert holds is False and shown.startswith("best 3/3, final 2/3 runs on `default`, diverged 1")
     shown, holds = judged(shipped_arm="ez_greedy")
     assert holds is None and shown.startswith("best 3/3, final 3/3 runs on `default`, diverged 0 (3 of 5 runs made)")
-    assert shown.endswith("; arm `ez_greedy`, the settings the file took after these runs")
+    assert "; arm `ez_greedy`, the settings the file took after these runs" in shown
     shown, holds = judged(shipped_arm="ez_greedy", same_recipe_as=["2026-11-28 21:24 UTC"])
-    assert holds is True and shown.startswith("best 8/8, final 8/8 runs on `default`, diverged 0")
+    # every count holds, but the study that chose the arm on its seeds cannot decide it (a later study does)
+    assert holds is None and shown.startswith("best 8/8, final 8/8 runs on `default`, diverged 0")
+    assert "not decided: chosen among 2 arms (as_shipped, ez_greedy) on these seeds" in shown
     assert "(pooled: the runs of 2026-11-28 21:24 UTC and 2026-11-29 07:00 UTC, the same recipe)" in shown
     earlier["arms"][0]["summary"].update(diverged=1)
     assert judged(shipped_arm="ez_greedy", same_recipe_as=["2026-11-28 21:24 UTC"])[1] is False
@@ -433,14 +435,23 @@ def test_the_real_seed_studies_state_their_seeds_and_their_divergence(tmp_path: 
     assert "[seeds 0-4]" in cycle[2] and "seed 1: hairpins +" in cycle[2] and cycle[4] is False
     # CartPole's goal says no divergence: the flags count, and say which bounds judged them
     (cart,) = [r for r in rows if "cartpole_iqn.yaml" in r[1]]
-    assert cart[1].endswith("no divergence") and "diverged 10 (flags judged by the simulator's bounds" in cart[2]
-    assert cart[4] is False
-    # the same runs judged by CartPole's own bounds (python -m bench.study health --q-limit 150)
+    assert cart[1].endswith("no divergence")
+    # judged by CartPole's own bounds (python -m bench.study health --q-limit 150, recorded): no flags;
+    # but its arm was chosen among three on these seeds, so the row is not decided, never "holds"
+    assert "diverged 0" in cart[2] and "[seeds 0-9]" in cart[2] and "health_limits" not in cart[2]
+    assert "not decided: chosen among 3 arms" in cart[2] and cart[4] is None
+    # the same study judged by the simulator's bounds (as recorded before the rejudge) fails on its flags
     folder = _history_copy(tmp_path)
     data = json.loads((folder / "run_studies.json").read_text(encoding="utf-8"))
     i = max((k for k, s in enumerate(data["studies"]) if s["name"] == "cartpole_iqn_runs"),
             key=lambda k: data["studies"][k]["date"])
+    data["studies"][i] = rejudge_health(data["studies"][i], None)
+    (folder / "run_studies.json").write_text(json.dumps(data), encoding="utf-8")
+    (cart,) = [r for r in run_targets(folder / "run_studies.json") if "cartpole_iqn.yaml" in r[1]]
+    assert "diverged 10" in cart[2] and cart[4] is False
+    # a study of that arm alone decides: its seeds judge it
     data["studies"][i] = rejudge_health(data["studies"][i], 150)
+    data["studies"][i]["arms"] = [a for a in data["studies"][i]["arms"] if a["arm"] == "as_shipped"]
     (folder / "run_studies.json").write_text(json.dumps(data), encoding="utf-8")
     (cart,) = [r for r in run_targets(folder / "run_studies.json") if "cartpole_iqn.yaml" in r[1]]
     assert "diverged 0 [seeds 0-9]" in cart[2] and cart[4] is True
