@@ -47,9 +47,9 @@ class NetworkConfig(Section):
     heartbeat_s: PositiveFloat = 1.0
     """How often links check that the relay answers, seconds."""
     weights_streams: NonNegativeInt = 4
-    """Workers the relay sends a weights version to at once (0 = all at once). The others wait
-    their turn and then get the newest version: on a slow uplink each version arrives fresh
-    instead of every worker getting the same one late (docs/operations.md, sizing)."""
+    """Workers the relay sends a weights version to at once (0 = all at once); the others wait their turn for the newest.
+    On a slow uplink each version then arrives fresh instead of every worker getting the same one
+    late (docs/operations.md, sizing)."""
 
     @property
     def credentials_path(self) -> Path:
