@@ -309,8 +309,8 @@ def test_cartpole_health_bounds_scale_with_its_q_bound_and_flag_only_the_unstabl
     # the recorded 2026-11-27 study: under the simulator's td_loss/grad_norm bounds every as-shipped run was
     # flagged though all 10 balanced 500 steps; judged by CartPole's own bounds none is
     study = _recorded_study("cartpole_iqn_runs", "2026-11-27 07:50 UTC")
-    shipped = next(a for a in study["arms"] if a["arm"] == "as_shipped")
-    assert shipped["summary"]["diverged"] == 10
+    simulator = next(a for a in seeds.rejudge_health(study, None)["arms"] if a["arm"] == "as_shipped")
+    assert simulator["summary"]["diverged"] == 10
     judged = seeds.rejudge_health(study, 150)
     arm = next(a for a in judged["arms"] if a["arm"] == "as_shipped")
     assert arm["summary"]["diverged"] == 0
