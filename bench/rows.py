@@ -50,3 +50,34 @@ def _sort(row: Row, gone: str | None, out: list[Row], superseded: list[Row] | No
         out.append(row)
     elif superseded is not None:
         superseded.append((*row[:2], f"{gone}; {row[2]}", *row[3:]))
+
+
+def flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts/lists -> ``[("a.b", value), ...]`` in their original order."""
+    if isinstance(obj, dict):
+        rows: list[tuple[str, Any]] = []
+        for key, value in obj.items():
+            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return rows
+    if isinstance(obj, list) and any(isinstance(v, dict | list) for v in obj):
+        rows = []
+        for i, value in enumerate(obj):
+            rows += flatten(value, f"{prefix}[{i}]")
+        return rows
+    return [(prefix, obj)]
+
+
+def format_number(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if isinstance(value, bool) else "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(format_number(v) for v in value)
+    return str(value).replace("|", "\\|").replace("\n", " ")
