@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.history_tables import (  # noqa: F401  (re-exported: their home before the split)
+    HISTORY_DIR,
     cuda_runs,
     extended_runs,
     learner_fix_studies,
@@ -41,7 +42,6 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 # the studies' records (seed studies, learning runs, GPU runs) and their tables: kept out of
 # BENCHMARKS.md, which holds the targets and each script's latest figures (not in sdist or wheel)
-HISTORY_DIR = BENCH_DIR / "history"
 HISTORY_MD = HISTORY_DIR / "README.md"
 
 # name -> what it measures (in run order)
