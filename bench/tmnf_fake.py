@@ -17,7 +17,10 @@ For the same seeded action sequence on the default track it measures:
   an in-process link) driving the fake at 160x120 with an actor that costs nothing (the same
   seeded actions), ms per action over the simulator alone: everything but the game and the policy
   forward, with the game in the worker's process and in its own; ``loop_ms_per_action`` is the
-  part of it the worker's loop adds over the bare env;
+  part of it the worker's loop adds over the bare env; ``cpu_ms_per_action_process`` is the
+  worker process's own CPU time per action with the game in its own process (the wall figures
+  also count the fake's side of the socket, Python here and the plugin in the real game, and the
+  waits for its replies);
 - instances (``instances``): 1, 2 and 4 processes at once, each a TMNF fake at 160x120 (in its
   process) acted on by the guide-size network (``IQNActor.accelerate`` on the device:
   ``worker.device``; on CPU with int8 heads and ONNX Runtime where it is installed, as
@@ -124,8 +127,9 @@ class FreeActor:
         pass
 
 
-def run_worker(acts: list[int], process: bool) -> float:
-    """Actions/s of a ``Worker`` (free actor, in-process link, no credit pauses) on the fake at 160x120."""
+def run_worker(acts: list[int], process: bool) -> tuple[float, float]:
+    """Actions/s of a ``Worker`` (free actor, in-process link, no credit pauses) on the fake at 160x120,
+    and the worker's CPU ms per action: this process's, less the game thread's when the game runs in it."""
     from rulka.net.local import LocalHub
     from rulka.worker.worker import Worker
 
@@ -137,9 +141,15 @@ def run_worker(acts: list[int], process: bool) -> float:
                     state_dir=tempfile.mkdtemp(), wait_for_welcome=False)
     try:
         worker.run(max_steps=20, drain_timeout_s=0)  # connect, build the track, first segment
-        t0 = time.perf_counter()
+        games = [] if process else env.launcher.games
+
+        def game_cpu() -> float:
+            return sum(g.thread_cpu_s for g in games)
+
+        t0, c0, g0 = time.perf_counter(), time.process_time(), game_cpu()
         stats = worker.run(max_steps=len(acts), drain_timeout_s=0)
-        return stats.steps / (time.perf_counter() - t0) if stats.steps else 0.0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0 - (game_cpu() - g0)
+        return (stats.steps / wall, cpu / stats.steps * 1000) if stats.steps else (0.0, float("nan"))
     finally:
         worker.close()
         env.close()
@@ -169,18 +179,28 @@ def worker_own(acts: list[int]) -> dict:
     from rulka.envs.sim.env import SimTrackEnv
 
     ms = lambda rate: 1000.0 / rate  # noqa: E731
-    sim, bare, inproc, proc = [], [], [], []
+    sim, bare, inproc, proc, inproc_cpu, proc_cpu = [], [], [], [], [], []
     for _ in range(2):
         env = SimTrackEnv(config=cfg(True), image=True)
         sim.append(len(acts) / drive(env, acts)[0])
         bare.append(run_tmnf(acts, image=True, process=False)[0])
-        inproc.append(run_worker(acts, process=False))
-        proc.append(run_worker(acts, process=True))
+        rate, cpu_ms = run_worker(acts, process=False)
+        inproc.append(rate)
+        inproc_cpu.append(cpu_ms)
+        rate, cpu_ms = run_worker(acts, process=True)
+        proc.append(rate)
+        proc_cpu.append(cpu_ms)
     s, b, i, p = max(sim), max(bare), max(inproc), max(proc)
     return {"sim_image_actions_per_s": round(s, 1), "tmnf_image_bare_actions_per_s": round(b, 1),
             "worker_inproc_actions_per_s": round(i, 1), "worker_process_actions_per_s": round(p, 1),
             "ms_per_action_inproc": round(ms(i) - ms(s), 3), "ms_per_action_process": round(ms(p) - ms(s), 3),
-            "loop_ms_per_action": round(ms(i) - ms(b), 3)}
+            "loop_ms_per_action": round(ms(i) - ms(b), 3),
+            # the worker process's own CPU per action with the game in another process: the client's
+            # side of the protocol, the frame conversion, the loop, packing and compression; not the
+            # game's side of the socket (the wall figures above count it, and the waits for replies)
+            "cpu_ms_per_action_process": round(min(proc_cpu), 3),
+            # the same with the game in this process, less its thread's CPU (as of its last message)
+            "cpu_ms_per_action_inproc": round(min(inproc_cpu), 3)}
 
 
 def _instance(device: str, seconds: float, out) -> None:

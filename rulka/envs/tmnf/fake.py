@@ -191,6 +191,7 @@ class FakeGame:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self.thread_cpu_s = 0.0  # CPU seconds of the game's thread, as of its last message sent
         self._rng = np.random.default_rng(0)
         self.map_name: str | None = None
 
@@ -491,6 +492,7 @@ class FakeGame:
 
     # ------------------------------------------------------------------ the blocking callback
     def _send(self, data: bytes) -> bool:
+        self.thread_cpu_s = time.thread_time()  # the game thread's CPU so far (benchmarks subtract it)
         if self._client is None:
             return False
         try:
