@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench.__main__ import learner_fix_studies, main, previous_machine
 from bench.targets import (
+    TARGETS,
     extended_targets,
     recipe_targets,
     run_targets,
@@ -45,8 +46,8 @@ def test_benchmark_targets_judge_the_latest_figures(tmp_path: Path) -> None:
     assert "| 77 MB | 2026-01-04 00:00 UTC | yes |" in text
     # a script never run is shown, not dropped
     assert "| `sim` | simulator >= 5,000 actions/s with the image on one core | not measured |  | - |" in text
-    # 4 hold of the 21 rows (3 of transport's and trainer_loop's and soak's 6 rows; the rest not measured)
-    assert "4 of 21 hold" in text
+    # 4 hold of all the rows (3 of transport's and trainer_loop's and soak's 6 rows; the rest not measured)
+    assert f"4 of {len(TARGETS)} hold" in text
     assert "Figures without a target (they describe rather than judge): `pipeline`." in text
 
 
@@ -132,7 +133,8 @@ def test_learner_fix_studies_give_one_target_per_arm_and_their_own_section(tmp_p
     text = "\n".join(targets_table(lambda name: None, tmp_path, {}))
     # comparisons between arms are rows of the table, marked, and counted: a failing arm is never left out
     assert "| 1/2 seeds (at 800 steps) | 2026-01-05 00:00 UTC | **no** |" in text
-    assert "1 of 24 hold, 2 do not, 21 are not measured or not decided; 0 more rows" in text
+    rows = len(TARGETS) + 3  # the benchmark rows and the three arms
+    assert f"1 of {rows} hold, 2 do not, {rows - 3} are not measured or not decided; 0 more rows" in text
     section = "\n".join(learner_fix_studies(path))
     assert ("| g | clipped | 0, 1 | 1,000 | -, 800 | 300.5, 476 | 2026-01-05 00:00 UTC "
             "| `python bench/learner_fix_studies.py grpo` |") in section
