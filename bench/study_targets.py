@@ -24,6 +24,11 @@ def adoptions(path: Path) -> dict[str, tuple[str, str]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return adoptions_in(data)
+
+
+def adoptions_in(data: Any) -> dict[str, tuple[str, str]]:
+    """``adoptions`` of the studies already read."""
     named = [s for s in (data.get("studies", []) if isinstance(data, dict) else [])
              if isinstance(s, dict) and s.get("shipped_arm") and _shipped_arm(s) is not None]
     out: dict[str, tuple[str, str]] = {}

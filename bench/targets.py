@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.rows import Measured, Row, _date, _num, _read_rows, _short, dig
+from bench.solver_targets import solver_targets
 from bench.study_targets import (  # noqa: F401  (re-exported: the study rows' home before the split)
     LONG_RUN_TARGETS,
     RUN_TARGETS,
@@ -308,6 +309,7 @@ def target_rows(last_ok: Callable[[str], dict[str, Any] | None], bench_dir: Path
     rows += extended_targets(bench_dir / "extended_runs.json", superseded)
     rows += recipe_targets(bench_dir / "recipe_studies.json", adoptions(bench_dir / "run_studies.json"), superseded)
     rows += run_targets(bench_dir / "run_studies.json", superseded)
+    rows += solver_targets(bench_dir / "run_studies.json")
     rows += issue_goal_targets(bench_dir / "issue_studies.json")
     rows += study_targets(bench_dir / "learner_fix_studies.json")
     rows += cuda_targets(bench_dir / "cuda_runs.json")

@@ -436,11 +436,29 @@ def record(study: dict[str, Any], path: Path = RUN_STUDIES) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _first_seed(text: str) -> int | str:
+    if text == "draw":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an integer or 'draw', got {text!r}") from None
+
+
+def draw_first_seed() -> int:
+    """A first seed nobody chose: 1,000 to 1,000,999, from the operating system's randomness."""
+    import secrets
+
+    return 1000 + secrets.randbelow(1_000_000)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, required=True)
     p.add_argument("--runs", type=int, default=3, help="runs per arm")
-    p.add_argument("--first-seed", type=int, default=0, help="run i sets training.seed=i from this one (to extend a study)")
+    p.add_argument("--first-seed", type=_first_seed, default=0,
+                   help="run i sets training.seed=i from this one (to extend a study); 'draw': drawn now with "
+                        "secrets and recorded as such (seeds_drawn: issue 68's fresh seeds)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--minutes", type=float, default=None)
     p.add_argument("--frames", type=int, default=None)
@@ -472,6 +490,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator); "
                         "td_loss's and grad_norm's bounds scale with it (CartPole at gamma 0.99: 150)")
     args = p.parse_args(argv)
+    drawn = args.first_seed == "draw"
+    if drawn:
+        args.first_seed = draw_first_seed()
+        print(f"first seed drawn: {args.first_seed}", flush=True)
     if args.minutes is None and args.frames is None:
         p.error("give --minutes and/or --frames (a run's budget)")
     if args.at_minutes is not None and (args.minutes is None or args.at_minutes >= args.minutes):
@@ -510,6 +532,7 @@ def main(argv: list[str] | None = None) -> None:
         **({"target_return": args.target_return, "eval_episodes": args.eval_episodes} if gym else {}),
         **({"map_cycle": True, "gen_seeds": gen_seeds} if cycle else {}),
         "health_limits": divergence_limits(args.q_limit),  # what "diverged" was judged by
+        **({"seeds_drawn": f"first seed {args.first_seed} drawn with secrets when the study started"} if drawn else {}),
         "command": "python -m bench.study runs " + " ".join(argv if argv is not None else sys.argv[1:]),
         "arms": [],
     }
