@@ -235,18 +235,22 @@ def cpu_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float,
     # (where the int8 heads apply) its features under torch's int8 heads
     ort_actors: dict[str, IQNActor] = {}
     missing = onnxruntime_missing()
-    for path, kw in (("ort", {}), ("ort_int8", {"int8": True})):
+    # ort_int8: ONNX Runtime's features and int8 heads (what ships); ort_torch_int8: its features under
+    # torch's int8 heads (what shipped before, kept to pair the two in one run)
+    for path, kw in (("ort", {}), ("ort_int8", {"int8": True}), ("ort_torch_int8", {"int8": True})):
         if missing:
             steps[path] = missing
             continue
         t0 = time.perf_counter()
         a = accelerated(runtime="onnxruntime", **kw)
+        if path == "ort_torch_int8" and a._fast is not None:
+            a._fast.ort_heads_ok = False
         a.act(frames[0], True)  # the first observation fixes the graph's shapes
         fast = a._fast
         if fast is None or not fast.wait_built(300) or fast._ort_step is None:
             steps[path] = "not built (see the log)"
             continue
-        if path == "ort_int8" and not fast.int8:
+        if path in ("ort_int8", "ort_torch_int8") and not fast.int8:
             steps[path] = "as ort (int8 heads do not apply to this network)"
             continue
         setup_s[path] = time.perf_counter() - t0
@@ -268,7 +272,7 @@ def cpu_paths(name: str, net: dict[str, Any], frames: list[Any], seconds: float,
             row.update(measured[p])
             if p in setup_s:
                 row["setup_s"] = round(setup_s[p], 1)
-            if p in ("int8", "ort_int8"):
+            if p in ("int8", "ort_int8", "ort_torch_int8"):
                 fast = (int8 if p == "int8" else ort_actors[p])._fast
                 if fast is not None:
                     row["float32_rechecks"] = f"{fast.int8_rechecks}/{fast.calls}"

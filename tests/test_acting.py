@@ -198,8 +198,8 @@ def test_onnxruntime_path_acts_as_eager_on_1000_recorded_frames_before_and_after
 @ort
 @pytest.mark.parametrize("n", [120, pytest.param(1000, marks=pytest.mark.extended)])
 def test_onnxruntime_features_with_int8_heads_act_as_eager(n: int) -> None:
-    """The guide-size network with cpu_int8 and ONNX Runtime: ONNX Runtime computes the features,
-    the int8 heads (float32 deciding near ties) the rest; every greedy action is eager's."""
+    """The guide-size network with cpu_int8 and ONNX Runtime: ONNX Runtime computes the features
+    and the int8 heads (its float32 heads deciding near ties); every greedy action is eager's."""
     obs, net = frames(n, GUIDE)
     eager = actor(net, SEED)
     fast = ort_actor(net, eager.get_weights(), int8=True)
@@ -208,6 +208,15 @@ def test_onnxruntime_features_with_int8_heads_act_as_eager(n: int) -> None:
     assert (got == want).all(), f"{int((got != want).sum())} of {n} greedy actions differ"
     f = fast._fast
     assert f is not None and f.int8 and f._head8 is not None and f.int8_rechecks < f.calls
+    assert f._ort_heads is not None  # ONNX Runtime's int8 heads decided, not torch's
+    heads = f._ort_heads
+    new = actor(net, 3).get_weights()  # a new version: the heads are built again from it
+    eager.load_weights(new)
+    fast.load_weights(new)
+    want = eager_greedy(eager, obs)
+    got = ort_greedy(fast, obs)
+    assert (got == want).all(), f"{int((got != want).sum())} of {n} greedy actions differ after new weights"
+    assert f._ort_heads is not None and f._ort_heads is not heads
 
 
 def test_weights_faster_than_builds_take_a_bounded_share_of_a_core(monkeypatch) -> None:

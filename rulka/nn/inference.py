@@ -17,7 +17,8 @@ offers an actor (``rulka.agents.iqn.actor`` uses it):
   against float32 (it is not exact).
 - ``OrtStep``: a module's forward exported to ONNX in memory (from the module itself: nothing is
   read from a file) and run by ONNX Runtime on one CPU thread (``worker.cpu_runtime``, the
-  optional ``rulka[onnx]`` extra); ``onnxruntime_missing`` says why it cannot run here.
+  optional ``rulka[onnx]`` extra), with ``int8`` its matrix products in int8 (``ort_int8``);
+  ``onnxruntime_missing`` says why it cannot run here.
 """
 
 from __future__ import annotations
@@ -118,13 +119,46 @@ def onnxruntime_missing() -> str | None:
     return f"{' and '.join(missing)} not installed (pip install 'rulka[onnx]')" if missing else None
 
 
+class _DropPreprocessAdvice(logging.Filter):
+    """ONNX Runtime's quantiser advises pre-processing on the root logger at every call; the graphs
+    quantised here are small exports of our own modules, already constant-folded."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+def ort_int8(model: bytes) -> bytes:
+    """``model`` (ONNX) with the weights of its matrix products in int8, one scale per output
+    channel, and their inputs quantised per call (ONNX Runtime's dynamic quantisation, the
+    counterpart of ``int8_linears``). The quantiser writes a file: it goes to a temporary folder
+    of its own, read back and removed."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    advice = _DropPreprocessAdvice()
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rulka-int8-") as tmp:
+            out = Path(tmp) / "int8.onnx"
+            quantize_dynamic(onnx.load_from_string(model), out, op_types_to_quantize=["MatMul", "Gemm"],
+                             per_channel=True, weight_type=QuantType.QInt8)
+            return out.read_bytes()
+    finally:
+        root.removeFilter(advice)
+
+
 class OrtStep:
     """``module(*inputs)`` exported to ONNX (in memory, with the inputs' shapes fixed) and run by
     ONNX Runtime with one thread. ``__call__`` takes numpy arrays of the example inputs' shapes
     and dtypes and returns the first output as float32 numpy. The weights are constants of the
-    graph: new weights need a new ``OrtStep``."""
+    graph: new weights need a new ``OrtStep``. ``int8``: its matrix products in int8 (``ort_int8``;
+    not exact: the caller checks what it decides)."""
 
-    def __init__(self, module: nn.Module, inputs: Sequence[torch.Tensor], threads: int = 1) -> None:
+    def __init__(self, module: nn.Module, inputs: Sequence[torch.Tensor], threads: int = 1, int8: bool = False) -> None:
         import onnxruntime as ort
 
         self.names = [f"in{i}" for i in range(len(inputs))]
@@ -137,8 +171,9 @@ class OrtStep:
         opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
-        self.session = ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
-        self.bytes = buf.getbuffer().nbytes
+        model = ort_int8(buf.getvalue()) if int8 else buf.getvalue()
+        self.session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        self.bytes = len(model)
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
         out = self.session.run(None, dict(zip(self.names, arrays)))[0]

@@ -125,6 +125,18 @@ class _ExportedStep(nn.Module):
         return self.net.head(feats * emb).mean(dim=0)
 
 
+class _AdvantageStep(nn.Module):
+    """The dueling heads' centred advantages averaged over the taus, of the features already
+    multiplied by the taus' embedding (``(k, width)``): what ONNX Runtime's int8 heads run."""
+
+    def __init__(self, head: DuelingHead) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _centred(self.head.advantage(x)).mean(dim=0)
+
+
 class _TorchMeanQ:
     """``mean_q`` of one observation in torch, the worker's batch-1 path (``IQNActor.accelerate``).
 
@@ -147,9 +159,11 @@ class _TorchMeanQ:
 
     On CPU, ``runtime="onnxruntime"`` (``worker.cpu_runtime``; networks without noisy layers):
     ONNX Runtime runs the whole step (features, tau embedding, heads, mean over the taus; float32)
-    where the heads stay float32, and only the features (CNN and float MLP) where the int8 heads
-    apply, which then take over as above (``rulka.nn.inference.OrtStep``; bench/actor.py measures
-    both). The graph is exported from a copy of this network at the first observation's shapes and
+    where the heads stay float32; where the int8 heads apply it runs the features (CNN and float
+    MLP) and the advantages in int8 (``rulka.nn.inference.ort_int8``: at most 3.0% of the spread
+    on the frames above, against torch's 4.4%), its float32 advantages deciding the near ties as
+    above, and torch's int8 heads act until those graphs are built (``OrtStep``; bench/actor.py
+    measures each path). The graph is exported from a copy of this network at the first observation's shapes and
     again for each weights version, on a thread of its own like the int8 heads; the actor acts
     with torch until the new version's graph is in place. An export that fails is logged once and
     torch acts from then on."""
@@ -177,6 +191,9 @@ class _TorchMeanQ:
         self._greedy_emb: torch.Tensor | None = None
         self._head8: nn.Module | None = None
         self._ort_step: Any = None  # the OrtStep of the current weights, once built
+        # with int8 and ONNX Runtime: the advantages in int8 and in float32 (the near ties' check)
+        self._ort_heads: tuple[Any, Any] | None = None
+        self.ort_heads_ok = True  # False once they could not be built (torch's int8 heads act)
         self._shapes: tuple[tuple[int, ...], ...] | None = None  # the observations' ([img,] float) shapes
         self._lock = threading.Lock()
         self._version = 0  # weights versions seen (``invalidate``)
@@ -194,6 +211,7 @@ class _TorchMeanQ:
             self._version += 1
             self._head8 = None
             self._ort_step = None
+            self._ort_heads = None
             self._greedy_emb = None
 
     def refresh(self, background: bool = True) -> None:
@@ -228,10 +246,11 @@ class _TorchMeanQ:
             t0 = time.monotonic()
             head8 = self._build_int8() if self.int8 else None
             ort_step = self._build_ort() if self.ort and self._shapes is not None else None
+            ort_heads = self._build_ort_heads() if ort_step is not None and self.int8 and self.ort_heads_ok else None
             self._next_build_t = time.monotonic() + (time.monotonic() - t0) * (1 / BUILD_DUTY - 1)
             with self._lock:
                 if self._version == version:  # else newer weights came meanwhile: the next pass has them
-                    self._head8, self._ort_step = head8, ort_step
+                    self._head8, self._ort_step, self._ort_heads = head8, ort_step, ort_heads
                 if self._target == version:
                     self._building = False
                     return
@@ -269,12 +288,34 @@ class _TorchMeanQ:
         self.ort_builds += 1
         return step
 
+    def _build_ort_heads(self) -> tuple[Any, Any] | None:
+        """ONNX Runtime's advantages of a copy of the current heads: int8 (``ort_int8``) and float32
+        (what decides a near tie). ONNX Runtime's int8 heads measured 1.3x torch's on the guide-size
+        network (bench/actor.py ``ort_int8``); torch's int8 heads act until these are built, and
+        instead of them if they cannot be."""
+        import copy
+
+        from rulka.nn.inference import OrtStep
+
+        try:
+            head = copy.deepcopy(self.net.head).eval()
+            width = next(m for m in head.advantage.modules() if isinstance(m, nn.Linear)).in_features
+            example = [torch.zeros(self.k, width)]
+            threads = torch.get_num_threads()
+            return (OrtStep(_AdvantageStep(head), example, threads=threads, int8=True),
+                    OrtStep(_AdvantageStep(head), example, threads=threads))
+        except Exception as exc:  # noqa: BLE001 - torch's int8 heads act instead
+            log.warning("ONNX Runtime int8 heads not built, torch's act: %s", str(exc)[:200])
+            self.ort_heads_ok = False
+            return None
+
     def wait_built(self, timeout: float | None = None) -> bool:
         """Wait for the int8 heads and the ONNX Runtime graph of the current weights (tests,
         benchmarks); whether all that applies is in use."""
         if self._builder is not None:
             self._builder.join(timeout)
-        return (not self.int8 or self._head8 is not None) and (not self.ort or self._ort_step is not None)
+        return ((not self.int8 or self._head8 is not None) and (not self.ort or self._ort_step is not None)
+                and (not (self.ort and self.int8 and self.ort_heads_ok) or self._ort_heads is not None))
 
     def _embed(self, taus: torch.Tensor) -> torch.Tensor:
         return self.net.iqn_fc(cosine_embedding(taus, self.net.embedding_dimension))
@@ -309,6 +350,17 @@ class _TorchMeanQ:
         else:
             emb = self._embed(taus)
         x = feats * emb  # (k, width): the features broadcast over the taus
+        ort_heads = self._ort_heads
+        if ort_heads is not None and x.shape[0] == self.k:
+            xn = x.numpy()
+            q8 = ort_heads[0](xn)
+            top2 = np.partition(q8, len(q8) - 2)[-2:]
+            if float(top2[1] - top2[0]) >= self.int8_guard * float(q8.max() - q8.min()):
+                return torch.from_numpy(q8)
+            self.int8_rechecks += 1
+            exact = ort_heads[1](xn)
+            self.int8_overruled += int(exact.argmax() != q8.argmax())
+            return torch.from_numpy(exact)
         head8 = self._head8
         if head8 is not None:
             # the value stream adds the same to every action: a choice (greedy, Boltzmann) needs only
