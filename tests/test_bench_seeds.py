@@ -344,3 +344,21 @@ def test_the_health_command_rewrites_only_the_named_study(tmp_path, capsys):
     assert '"diverged": 0' in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no study"):
         seeds.rejudge_main(["--name", "nope", "--path", str(path)])
+
+
+def test_a_study_waits_for_an_idle_machine_and_records_the_load_it_ran_beside(monkeypatch):
+    from bench.study import runs
+
+    loads = iter([3.0, 2.0, 0.4, 0.3, 0.2, 0.2, 0.2, 0.2])
+    monkeypatch.setattr(runs.os, "getloadavg", lambda: (next(loads, 0.2), 0.0, 0.0), raising=False)
+    clock = {"t": 0.0}
+    monkeypatch.setattr(runs.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(runs.time, "sleep", lambda s: clock.__setitem__("t", clock["t"] + s))
+    # busy at 0 and 10 s, calm from 20 s: the wait ends 2 minutes after the last busy sample
+    assert runs.wait_idle(0.5, calm_s=120, check_s=10) == 130
+    monkeypatch.undo()
+    monkeypatch.setattr(runs.os, "getloadavg", lambda: (1.5, 0.0, 0.0), raising=False)
+    with runs.LoadSampler(every_s=0.01) as load:
+        while len(load.samples) < 3:
+            pass
+    assert load.summary()["mean"] == 1.5 and load.summary()["samples"] >= 3

@@ -23,7 +23,10 @@ one more run of the same command. Each run is ``rulka run CONFIG --workers W [--
   against ``--target-return``.
 
 Run i of every arm sets ``training.seed=i`` (unless the arm sets it; ``--first-seed K`` starts at K,
-to extend a study): a seed table, not one seed run again. ``--parallel N`` runs N at a time, for frame
+to extend a study; ``--first-seed draw`` draws K when the study starts and records ``seeds_drawn``,
+what issue 68's "fresh seeds" rows ask for): a seed table, not one seed run again. Each run records
+the machine's 1-minute load average while it ran (``machine_load_1m``); ``--wait-idle LOAD`` holds
+each run of a minute-budgeted study until the machine has been at most that busy for 2 minutes. ``--parallel N`` runs N at a time, for frame
 budgets only (a frame budget learns the same whatever the machine's speed: the rate limiter holds
 the samples per insert). BENCHMARKS.md's ``readme_frames_budget`` study ran three side by side (its
 table gives each run's frames and minutes); how much sooner N side by side finish than N one after
@@ -39,6 +42,8 @@ another has not been measured in one run.
     python -m bench.study runs --config configs/cartpole_iqn.yaml --runs 10 --frames 200000 --target-return 475 --q-limit 150
     python -m bench.study runs --config configs/sim_iqn.yaml --runs 3 --frames 2000000 --parallel 3
     python -m bench.study runs --config configs/sim_iqn.yaml --runs 1 --minutes 80 --at-minutes 20 --name sim_iqn_long
+    python -m bench.study runs --config configs/sim_iqn.yaml --runs 5 --first-seed draw --minutes 20 \
+        --name readme_main_command --wait-idle 0.5
 
 ``--record NOTE`` appends the study to ``bench/history/run_studies.json`` (BENCHMARKS.md after ``python -m
 bench --rewrite``).
@@ -261,6 +266,56 @@ def with_seed(overrides: list[str], i: int) -> list[str]:
 # the greedy races run in this process and seed torch's global generator (learning.evaluate): runs
 # side by side (--parallel) race one at a time so that a policy drives the races it would alone
 _EVAL_LOCK = threading.Lock()
+
+
+class LoadSampler:
+    """The machine's 1-minute load average every ``every_s`` seconds while a run lasts (``with``): a
+    minute-budgeted run measures the machine it shared; the study records what it shared it with.
+    None where the platform has no load average."""
+
+    def __init__(self, every_s: float = 20.0) -> None:
+        self.every_s, self.samples = every_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="load-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        if hasattr(os, "getloadavg"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.samples:
+            return None
+        return {"mean": round(sum(self.samples) / len(self.samples), 2), "max": round(max(self.samples), 2),
+                "samples": len(self.samples)}
+
+
+def wait_idle(bound: float, calm_s: float = 120.0, check_s: float = 10.0, limit_s: float = 12 * 3600.0) -> float:
+    """Wait until the 1-minute load average has stayed at most ``bound`` for ``calm_s`` seconds (a
+    minute-budgeted run started beside other work would measure a slower machine); the seconds
+    waited. Gives up waiting after ``limit_s`` (the run then starts, and its load shows it)."""
+    if not hasattr(os, "getloadavg"):
+        return 0.0
+    t0 = calm_since = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        now = time.monotonic()
+        if os.getloadavg()[0] > bound:
+            calm_since = now
+        elif now - calm_since >= calm_s:
+            break
+        time.sleep(check_s)
+    return time.monotonic() - t0
 
 
 def one_run(config: Path, overrides: list[str], run_dir: Path, workers: int, minutes: float | None,
@@ -489,6 +544,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--q-limit", type=float, default=None,
                    help="the q_mean over which a run counts as diverged (default recipe.py's, sized for the simulator); "
                         "td_loss's and grad_norm's bounds scale with it (CartPole at gamma 0.99: 150)")
+    p.add_argument("--wait-idle", type=float, default=None, metavar="LOAD",
+                   help="before each run, wait until the 1-minute load average has stayed at most LOAD for 2 "
+                        "minutes (a minute-budgeted study started beside other work; each run records its load)")
     args = p.parse_args(argv)
     drawn = args.first_seed == "draw"
     if drawn:
@@ -541,10 +599,18 @@ def main(argv: list[str] | None = None) -> None:
 
     def run_one(i: int, name: str, overrides: list[str]) -> None:
         run_dir = (args.out_dir / f"{args.config.stem}-{name}-{stamp}-{i}").resolve()
-        r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
-                    args.window, args.max_seconds, gym, args.q_limit, gen_seeds, args.perturbed_races,
-                    args.at_minutes)
+        waited = None
+        if args.wait_idle is not None:
+            print(f"waiting for a 1-minute load average <= {args.wait_idle:g} for 2 minutes", flush=True)
+            waited = round(wait_idle(args.wait_idle))
+        with LoadSampler() as load:
+            r = one_run(args.config, with_seed(overrides, i), run_dir, args.workers, args.minutes, args.frames,
+                        args.window, args.max_seconds, gym, args.q_limit, gen_seeds, args.perturbed_races,
+                        args.at_minutes)
         r["seed"] = i
+        r["machine_load_1m"] = load.summary()  # the run's own processes count too (about its workers + 1)
+        if waited is not None:
+            r["waited_for_idle_s"] = waited
         with done:
             by_arm[name].append(r)
             by_arm[name].sort(key=lambda run: run["seed"])
