@@ -8,7 +8,10 @@ Keys the status table knows (others are kept and shown as they are):
 - worker: ``episodes`` (int, finished so far), ``samples_per_s`` (float, env steps per second
   over the last interval), ``weights_version`` (int, loaded now), ``segments_sent`` (int),
   ``unacked`` (int, segments waiting for an ack), ``dropped`` (int), ``quarantined`` (int, spill
-  files moved to ``<state dir>/quarantine/``), ``map`` (str).
+  files moved to ``<state dir>/quarantine/``), ``map`` (str), ``instances`` (int, game instances
+  the worker process drives; its counts are their sums and ``weights_version`` the oldest any of
+  them runs), ``weights_received`` (int, verified weights messages: one per version per worker
+  process, whatever its instances).
 - trainer: ``weights_version`` (int, latest published), ``updates`` (int, gradient steps),
   ``samples`` (int, transitions stored), ``memory_size`` (int), ``updates_per_s`` (float).
 

@@ -54,7 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run config to use instead of the one the trainer sends (optional)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a config value (repeatable; implies a local config)")
-    parser.add_argument("--episodes", type=int, default=None, help="stop after this many episodes")
+    parser.add_argument("--instances", type=_positive_int, default=1, metavar="N",
+                        help="game instances this process drives (default 1), each with its own env and copy of "
+                             "the network on a thread of its own, sharing one connection: each weights version "
+                             "crosses the relay's uplink once per PC, not once per instance. One failing instance "
+                             "stops them all. TMNF: each claims its own instance slot; TM2020: 1 only")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="stop after this many episodes (over all instances)")
     parser.add_argument("--test", action="store_true",
                         help="evaluation only: greedy actions, episodes marked as evaluation")
     parser.add_argument("--state-dir", default=None, metavar="DIR",
@@ -79,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     add_trust_arguments(parser)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def log_file_path(option: str | None, state_dir: Path) -> Path | None:
@@ -136,6 +149,9 @@ def _run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.overrides)
         check_startable(cfg, replay=False)  # the replay memory lives on the trainer
         cfg.worker.check_acting()  # worker.device: cuda without a GPU stops here, not at the first weights
+        from rulka.worker.episodes import check_instances
+
+        check_instances(cfg, args.instances)  # tm2020 with --instances 2 stops here, before connecting
     creds = load_credentials(args.keys, "worker")
     name = args.name or creds.identity
     if name != creds.identity:
@@ -168,14 +184,16 @@ def _work(args: argparse.Namespace, cfg: RulkaConfig | None, local: RulkaConfig,
         worker = Worker(cfg, link, state_dir=state_dir, test=args.test,
                         act_before_weights="random" if args.random_until_weights else "wait",
                         produced_log=args.produced_log, max_steps_per_s=args.max_steps_per_s,
-                        weights_decoder=lambda data: decode_weights(data, creds.trainer_public))
+                        weights_decoder=lambda data: decode_weights(data, creds.trainer_public),
+                        instances=args.instances)
     except BaseException:
         link.close()  # a worker that cannot start must not stay connected in its name
         raise
     fatal: list[str] = []
     monitor = threading.Thread(target=_show_progress, args=(worker, stop, local.logging.progress, fatal), daemon=True)
     monitor.start()
-    log.info("worker %s -> %s:%d (state in %s)", name, host, port, state_dir)
+    log.info("worker %s -> %s:%d (state in %s%s)", name, host, port, state_dir,
+             f", {args.instances} game instances" if args.instances > 1 else "")
     try:
         stats = worker.run(max_episodes=args.episodes, stop_event=stop, drain_timeout_s=30.0)
     finally:
@@ -184,7 +202,9 @@ def _work(args: argparse.Namespace, cfg: RulkaConfig | None, local: RulkaConfig,
     if fatal:
         raise UserError(f"worker {name} stopped: {fatal[0]}")
     left = len(worker.outbox)
-    return (f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}"
+    shared = (f" ({args.instances} instances; {stats.weights_received} weights messages received, "
+              f"{stats.weights_stale} of them stale, {stats.weights_loaded} loads)" if args.instances > 1 else "")
+    return (f"worker {name}: {stats.episodes} episodes, {stats.steps} steps, weights v{stats.weights_version}{shared}"
             + (f", {left} segments kept for the next run in {state_dir}" if left else ""))
 
 

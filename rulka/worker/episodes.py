@@ -25,7 +25,7 @@ from rulka.errors import BadInput, UserError
 from rulka.plugins import build_plugin, make_env, obs_to_arrays
 from rulka.segment import Segment
 from rulka.worker.buffer import EpisodeBuffer
-from rulka.worker.network import CreditGate, WeightsInbox
+from rulka.worker.network import CreditGate, InboxReader, WeightsInbox
 from rulka.worker.outbox import Outbox, WorkerCounters
 from rulka.worker.packer import SegmentPacker
 from rulka.worker.policy import EpisodePlan, Policies
@@ -39,13 +39,22 @@ _EPISODE_INFO = ("race_time_ms", "finished", "map_name", "track", "progress_m", 
 
 class EpisodeRunner:
     """The env half of a worker: ``cfg`` None until the first weights carry one (the built-in
-    defaults until then); ``env`` and ``compressor`` built from it when not given."""
+    defaults until then); ``env`` and ``compressor`` built from it when not given.
+
+    A worker driving several game instances (``rulka-worker --instances N``) has one runner per
+    instance, each on its own thread with its own env, policies, stats and inbox reader; they share
+    the counters, gate, packer and outbox. ``instance`` (0..N-1, None for a single-instance worker)
+    goes into every segment's info; ``produce_lock`` (shared) keeps sequence numbers reaching the
+    packer in order."""
 
     def __init__(self, name: str, cfg: RulkaConfig | None, env: Any, compressor: Any, policies: Policies, *,
-                 inbox: WeightsInbox, gate: CreditGate, outbox: Outbox, counters: WorkerCounters, stats: Any,
-                 test: bool, act_before_weights: str, max_steps_per_s: float | None,
-                 wait_for_welcome: bool, packer: SegmentPacker) -> None:
+                 inbox: WeightsInbox | InboxReader, gate: CreditGate, outbox: Outbox, counters: WorkerCounters,
+                 stats: Any, test: bool, act_before_weights: str, max_steps_per_s: float | None,
+                 wait_for_welcome: bool, packer: SegmentPacker, instance: int | None = None, instances: int = 1,
+                 produce_lock: threading.Lock | None = None) -> None:
         self.name = name
+        self.instance, self.instances = instance, int(instances)
+        self.produce_lock = produce_lock if produce_lock is not None else threading.Lock()
         self.packer = packer
         self.cfg = cfg
         self._defaults = cfg if cfg is not None else as_config(None)
@@ -128,7 +137,7 @@ class EpisodeRunner:
         while not stop_event.is_set():
             self.swap_weights()
             if self.env is None and self.cfg is not None:
-                self.env = make_env(self.cfg)
+                self.env = make_env(instance_config(self.cfg, self.instances))
             if self.compressor is None and (self.cfg is not None or self.policies.actor is not None):
                 cfg = self.settings()
                 name = cfg.worker.compressor
@@ -302,7 +311,6 @@ class EpisodeRunner:
                  stop_event: threading.Event, plan: EpisodePlan) -> bool:
         """Number the finished segment ``buf`` and hand it to the packer (stacked, compressed and
         kept in the outbox on its thread; ``rulka.worker.packer``); False when a stop came first."""
-        seq = self.counters.take_seq()
         version = plan.version  # the version that chose the actions: the evaluation version on its entries
         policy_version = self.stats.weights_version if version is None else version
         map_name = str(info.get("map_name") or info.get("track") or "")
@@ -313,6 +321,30 @@ class EpisodeRunner:
                 first_step=buf.first_step, policy_version=policy_version, arrays=buf.arrays(), episode_done=done,
                 map_name=map_name, evaluation=plan.greedy, info=info)
 
-        kept = self.packer.submit(seq, segment, self.compressor, self.codec, stop_event)
+        if self.instance is not None:
+            info["instance"] = self.instance
+        with self.produce_lock:  # several instances: numbers reach the packer (and the outbox) in order
+            seq = self.counters.take_seq()
+            kept = self.packer.submit(seq, segment, self.compressor, self.codec, stop_event)
         self.stats.pack_waits, self.stats.pack_wait_s = self.packer.waits, self.packer.wait_s
         return kept
+
+
+def instance_config(cfg: RulkaConfig, instances: int) -> RulkaConfig:
+    """The config one of ``instances`` game instances of one worker builds its env from: one
+    PC drives one TM2020 window and gamepad, so the tm2020 backend takes one instance only
+    (UserError); a TMNF game claims a free instance slot (``rulka.envs.tmnf.game.InstanceSlot``)
+    among at least ``instances`` (``worker.num_envs`` raised to it when lower)."""
+    if instances <= 1:
+        return cfg
+    check_instances(cfg, instances)
+    if cfg.worker.num_envs >= instances:
+        return cfg
+    return cfg.model_copy(update={"worker": cfg.worker.model_copy(update={"num_envs": instances})})
+
+
+def check_instances(cfg: RulkaConfig, instances: int) -> None:
+    """UserError (one line) when the run's env cannot run ``instances`` games in one worker."""
+    if instances > 1 and cfg.environment.backend == "tm2020":
+        raise UserError(f"--instances {instances}: environment.backend tm2020 drives one game window and one "
+                        "gamepad per PC; run one TM2020 worker per PC (--instances 1)")

@@ -27,32 +27,77 @@ HELLO_RESEND_S = 2.0  # a hello without a welcome is sent again this often (the 
 
 
 class WeightsInbox:
-    """Verified weights from the I/O thread to the env thread: the newest version not loaded yet,
-    and apart from it the newest evaluation version (a newer plain version may replace it in the
-    first slot; the env thread loads it between episodes only). Items are ``(blob, header)``."""
+    """Verified weights from the I/O thread to the env thread(s): for each reader (one per game
+    instance, ``rulka-worker --instances``), the newest version it has not loaded yet, and apart
+    from it the newest evaluation version (a newer plain version may replace it in the first slot;
+    the env thread loads it between episodes only). Items are ``(blob, header)``; every reader
+    holds the same decoded blob, so a version is received and verified once and loaded N times.
 
-    def __init__(self) -> None:
+    The methods without a reader (``take``, ``take_eval``, ``loaded``, ``arrived``) are reader 0's,
+    the only one of a single-instance worker."""
+
+    def __init__(self, readers: int = 1) -> None:
+        if readers < 1:
+            raise ValueError("a WeightsInbox needs at least one reader")
         self._lock = threading.Lock()
-        self._pending: tuple[Any, WeightsHeader] | None = None
-        self._eval: tuple[Any, WeightsHeader] | None = None
-        self._loaded = 0  # the version the env thread runs
-        self.arrived = threading.Event()
+        self.readers = [InboxReader(self._lock) for _ in range(readers)]
 
     def offer(self, blob: Any, header: WeightsHeader) -> bool:
-        """Keep ``blob`` when it is newer than what is loaded or pending; False if it is not."""
+        """Keep ``blob`` for every reader that has loaded nothing as new and holds nothing as new;
+        False if it is new to none of them (stale)."""
+        kept = False
         with self._lock:
-            newest = max(self._loaded, self._pending[0].version if self._pending is not None else 0)
-            if blob.version <= newest:
-                return False
-            self._pending = (blob, header)
-            if header.candidate:
-                self._eval = (blob, header)
-        self.arrived.set()
+            for reader in self.readers:
+                kept = reader._offer(blob, header) or kept
+        if kept:
+            for reader in self.readers:
+                reader.arrived.set()
+        return kept
+
+    def reader(self, index: int) -> InboxReader:
+        return self.readers[index]
+
+    def take(self) -> tuple[Any, WeightsHeader] | None:
+        return self.readers[0].take()
+
+    def take_eval(self) -> tuple[Any, WeightsHeader] | None:
+        return self.readers[0].take_eval()
+
+    def loaded(self, version: int) -> None:
+        self.readers[0].loaded(version)
+
+    @property
+    def arrived(self) -> threading.Event:
+        return self.readers[0].arrived
+
+
+class InboxReader:
+    """One env thread's slots in a ``WeightsInbox`` (``take``, ``take_eval``, ``loaded``, and
+    ``arrived``, set when something new is kept for it)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._pending: tuple[Any, WeightsHeader] | None = None
+        self._eval: tuple[Any, WeightsHeader] | None = None
+        self._loaded = 0  # the version this reader's env thread runs
+        self.arrived = threading.Event()
+
+    def _offer(self, blob: Any, header: WeightsHeader) -> bool:  # under the inbox's lock
+        newest = max(self._loaded, self._pending[0].version if self._pending is not None else 0)
+        if blob.version <= newest:
+            return False
+        self._pending = (blob, header)
+        if header.candidate:
+            self._eval = (blob, header)
         return True
 
     def take(self) -> tuple[Any, WeightsHeader] | None:
+        """The newest version not loaded yet; from here on a copy of it (a re-send after a
+        reconnect) is stale, even before its load ends (an actor's first load takes a while)."""
         with self._lock:
             item, self._pending = self._pending, None
+            if item is not None:
+                self._loaded = max(self._loaded, int(item[0].version))
         return item
 
     def take_eval(self) -> tuple[Any, WeightsHeader] | None:
@@ -154,6 +199,7 @@ class Network:
             self.stats.weights_rejected += 1
             log.warning("refused weights: %s", str(exc)[:200])
             return
+        self.stats.weights_received += 1  # one decode per version, whatever the instances
         if not self.inbox.offer(blob, header):
             self.stats.weights_stale += 1
 
@@ -218,7 +264,8 @@ class Network:
         s = self.stats
         out: dict[str, Any] = {
             "episodes": s.episodes, "samples_per_s": round((steps - steps0) / (now - t0), 2) if now > t0 else 0.0,
-            "weights_version": s.weights_version, "segments_sent": self.outbox.sends,
+            "weights_version": s.weights_version, "weights_received": s.weights_received,
+            "instances": getattr(s, "instances", 1), "segments_sent": self.outbox.sends,
             "unacked": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resends,
             "quarantined": self.outbox.quarantined, "steps": steps, "test": self.test,
             "next_seq": self.counters.next_seq, "paused_s": round(s.paused_s, 1),

@@ -59,11 +59,14 @@ class Policies:
     """``actor`` (given, or built from the first weights) and ``eval_actor`` with the trainer's
     newest evaluation version (``rulka.trainer.best``; swapped only between episodes, so one
     greedy race is one version); ``eval_pending`` test episodes and ``eval_policy_pending``
-    candidate episodes asked of this worker."""
+    candidate episodes asked of this worker. ``takes_requests`` False: the trainer's requests are
+    left to another instance of this worker (``rulka-worker --instances``: the first one runs them,
+    so the trainer gets the episodes it asked this worker for, not N times as many)."""
 
-    def __init__(self, name: str, actor: Any = None) -> None:
+    def __init__(self, name: str, actor: Any = None, *, takes_requests: bool = True) -> None:
         self.name = name
         self.actor = actor
+        self.takes_requests = takes_requests
         self.eval_actor: Any = None
         self.eval_version: int | None = None
         self.eval_pending = 0  # greedy test episodes the trainer asked for (trainer.eval_every_versions)
@@ -77,7 +80,7 @@ class Policies:
         if self.actor is None:
             self.actor = build_actor(header, cfg)
         self.actor.load_weights(tensors)
-        if header.evaluation is not None:
+        if header.evaluation is not None and self.takes_requests:
             self.eval_pending = max(self.eval_pending, header.evaluation.episodes_for(self.name))
 
     def load_eval(self, version: int, tensors: Any, header: WeightsHeader, cfg: Any) -> None:
@@ -95,7 +98,7 @@ class Policies:
             return
         self.eval_version = int(version)
         # a run without greedy map-cycle entries asks one worker for the candidate's greedy episodes
-        request = header.candidate_request
+        request = header.candidate_request if self.takes_requests else None
         self.eval_policy_pending = request.episodes_for(self.name) if request is not None else 0
         self.eval_start_noise = request.start_noise if request is not None else 0.0
         self._eval_starts = {}

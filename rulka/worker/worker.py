@@ -17,6 +17,11 @@ Between the threads pass only the outbox, the packer and ``WorkerCounters`` (thr
 version; the evaluation slot between episodes), a ``CreditGate`` (credit and welcome) and the
 ``WorkerStats`` they count in.
 
+One worker process may drive several game instances (``instances``, ``rulka-worker --instances
+N``; ``rulka.worker.instances``): one network side, inbox, outbox, packer and numbering, and an
+``EpisodeRunner`` with its own env and policies per instance, each on a thread of its own; a
+version then crosses the relay's uplink once per PC, not once per instance.
+
 A worker needs nothing but a link: when no env or actor is given, it builds them from the run
 config and the actor that the first weights' header names (so a gaming PC needs only the server
 address and its credentials).
@@ -36,7 +41,8 @@ from rulka.config import ConfigLike, RulkaConfig, as_config
 from rulka.errors import BadInput
 from rulka.interfaces import ActorModule, SampleCompressor
 from rulka.net.link import WorkerLink
-from rulka.worker.episodes import EpisodeRunner
+from rulka.worker.episodes import EpisodeRunner, check_instances
+from rulka.worker.instances import CombinedStats, run_instances
 from rulka.worker.network import CreditGate, Network, WeightsInbox
 from rulka.worker.outbox import Outbox, WorkerCounters
 from rulka.worker.packer import SegmentPacker
@@ -53,6 +59,7 @@ class WorkerStats:
     steps: int = 0
     segments: int = 0
     weights_version: int = 0
+    weights_received: int = 0  # verified weights messages (one decode each, however many instances load them)
     weights_loaded: int = 0
     weights_rejected: int = 0
     weights_stale: int = 0
@@ -106,6 +113,11 @@ class Worker:
         produced_log: optional text file; one ``seq`` line per produced segment (audits, tests).
         max_steps_per_s: cap on env steps per second (a fast gym env would otherwise flood a
             small trainer; real-time envs pace themselves).
+        instances: game instances this process drives (``rulka-worker --instances``), each on a
+            thread of its own with its own env and actor, sharing the link, the weights (received
+            and verified once per version), the outbox and the numbers (``rulka.worker.instances``);
+            ``env`` and ``actor`` are then None or lists of that many. ``run`` drives them;
+            ``runner``/``policies``/``env``/``actor`` are the first instance's.
         wait_for_welcome: number no segment before the trainer's ``welcome`` (its highest
             accepted sequence number, ``rulka.net.messages``). None (default): wait when the numbers
             do not come from an intact ``worker_state.json`` in ``state_dir`` (first start, damaged
@@ -133,9 +145,12 @@ class Worker:
         max_in_flight: int = 64,
         max_steps_per_s: float | None = None,
         wait_for_welcome: bool | None = None,
+        instances: int = 1,
     ) -> None:
         if link is None:
             raise ValueError("Worker needs a link")
+        if instances < 1:
+            raise ValueError("instances must be at least 1")
         if act_before_weights not in ("wait", "random"):
             raise ValueError("act_before_weights must be 'wait' or 'random'")
         config: RulkaConfig | None = as_config(cfg) if cfg is not None else None
@@ -160,14 +175,27 @@ class Worker:
         # sequence numbers: the trainer's welcome says what it has accepted (see rulka.net.messages)
         self.wait_for_welcome = (self.state_dir is not None and not self.counters.intact
                                  if wait_for_welcome is None else bool(wait_for_welcome))
-        inbox, gate = WeightsInbox(), CreditGate()
-        self.policies = Policies(self.name, actor)
+        inbox, gate = WeightsInbox(instances), CreditGate()
+        envs, actors = _per_instance(env, instances, "env"), _per_instance(actor, instances, "actor")
+        if config is not None:
+            check_instances(config, instances)
+        # several instances: each counts in its own WorkerStats, read as one through CombinedStats
+        parts = [self.stats] if instances == 1 else [WorkerStats() for _ in range(instances)]
+        if instances > 1:
+            self.stats = CombinedStats(self.stats, parts)  # type: ignore[assignment]
+        self.instances = instances
         # compresses finished segments into the outbox on a thread of its own, in order (rulka.worker.packer)
         self.packer = SegmentPacker(self.outbox, self.stats, Path(produced_log) if produced_log is not None else None)
-        self.runner = EpisodeRunner(
-            self.name, config, env, compressor, self.policies, inbox=inbox, gate=gate, outbox=self.outbox,
-            counters=self.counters, stats=self.stats, test=test, act_before_weights=act_before_weights,
-            max_steps_per_s=max_steps_per_s, wait_for_welcome=self.wait_for_welcome, packer=self.packer)
+        produce_lock = threading.Lock()
+        self.runners = [EpisodeRunner(
+            self.name, config, envs[i], compressor,  # compressors run on the one packing thread
+            Policies(self.name, actors[i], takes_requests=i == 0), inbox=inbox.reader(i), gate=gate,
+            outbox=self.outbox, counters=self.counters, stats=parts[i], test=test,
+            act_before_weights=act_before_weights, max_steps_per_s=max_steps_per_s,
+            wait_for_welcome=self.wait_for_welcome, packer=self.packer,
+            instance=None if instances == 1 else i, instances=instances, produce_lock=produce_lock)
+            for i in range(instances)]
+        self.runner, self.policies = self.runners[0], self.runners[0].policies
         self.network = Network(
             link, self.outbox, self.counters, self.stats, inbox, gate,
             weights_decoder or _verifying_decoder(verify_key), test=test, resend_after_s=resend_after_s,
@@ -249,6 +277,10 @@ class Worker:
         stop_event = stop_event or threading.Event()
         self.start_io()
         try:
+            if self.instances > 1:
+                run_instances(self.runners, stop_event, max_episodes, max_steps)
+                self._drain(drain_timeout_s)
+                return self.stats
             if not self.runner.ready(stop_event):
                 return self.stats
             episodes = steps = 0
@@ -262,15 +294,19 @@ class Worker:
                     break
                 steps += n
                 episodes += 1
-            self.packer.flush(drain_timeout_s)  # what was produced, in the outbox before the drain
-            # wait for the last acknowledgements, unless the link can no longer bring any
-            deadline = time.monotonic() + drain_timeout_s
-            while time.monotonic() < deadline and not getattr(self.link, "dead", ""):
-                if self.outbox.wait_empty(min(0.5, max(0.0, deadline - time.monotonic()))):
-                    break
+            self._drain(drain_timeout_s)
             return self.stats
         finally:
             self.stop_io()
+
+    def _drain(self, timeout_s: float) -> None:
+        """Pack what was produced, then wait up to ``timeout_s`` for the trainer's last
+        acknowledgements, unless the link can no longer bring any."""
+        self.packer.flush(timeout_s)  # what was produced, in the outbox before the drain
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not getattr(self.link, "dead", ""):
+            if self.outbox.wait_empty(min(0.5, max(0.0, deadline - time.monotonic()))):
+                break
 
     def run_episode(self, stop_event: threading.Event | None = None, max_steps: int | None = None) -> int:
         """Run one episode on the calling thread and queue its segments in the outbox; returns
@@ -280,6 +316,8 @@ class Worker:
         Weights that arrived are loaded between steps; a greedy test episode the trainer asked
         for is run first. Nothing is sent from here: the I/O thread (``start_io``, which ``run``
         starts) or the caller's own ``pump()`` sends the segments."""
+        if self.instances > 1:
+            raise RuntimeError("run_episode drives one instance; a worker with several runs them with run()")
         stop_event = stop_event or threading.Event()
         if not self.runner.ready(stop_event):
             return -1
@@ -293,8 +331,21 @@ class Worker:
         self.stop_io()
         self.outbox.close()
         self.link.close()
-        if self.env is not None and hasattr(self.env, "close"):
-            self.env.close()
+        for runner in self.runners:
+            if runner.env is not None and hasattr(runner.env, "close"):
+                runner.env.close()
+
+
+def _per_instance(given: Any, instances: int, what: str) -> list[Any]:
+    """One ``env`` or ``actor`` per instance: None builds each from the config / the weights; a
+    worker with several instances takes a sequence of as many, never one object shared by threads."""
+    if instances == 1:
+        return [given]
+    if given is None:
+        return [None] * instances
+    if not isinstance(given, (list, tuple)) or len(given) != instances:
+        raise ValueError(f"a worker with {instances} instances takes None or a list of {instances} {what}s")
+    return list(given)
 
 
 def _verifying_decoder(verify_key: Any) -> Callable[[bytes], Any]:
