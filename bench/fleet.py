@@ -13,7 +13,10 @@ version it ran; ``--recorded none``: ``--segment-bytes`` random bytes instead), 
 what the relay sends, and loads every weights version it receives
 (``rulka.net.weights.decode_weights``: signature, zstd, safetensors; by default each worker checks
 the signature over its own bytes, and zstd and safetensors run once per worker process and
-version, ``--no-share-decode`` runs them per worker: ``SimWorker._decode`` says why). With ``--mbit`` the
+version, ``--no-share-decode`` runs them per worker: ``SimWorker._decode`` says why).
+``--instances-per-worker K`` makes each connection stand for one PC whose ``rulka-worker
+--instances K`` drives K games: it sends K times the segments (one every ``--segment-s / K``) and
+receives and decodes each version once, as that worker does. With ``--mbit`` the
 workers reach the relay through a throttling proxy (bench/throttle.py, its own process): the
 relay's upload is that rate, shared by all workers.
 
@@ -442,7 +445,7 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         for g in groups:
             cmd = [sys.executable, "-m", "bench.fleet", "--as-workers", "--names", ",".join(g), "--keys", str(keys),
                    "--port", str(port), "--segment-bytes", str(args.segment_bytes),
-                   "--segment-s", str(args.segment_s), "--chunk-bytes", str(args.chunk_bytes),
+                   "--segment-s", str(args.segment_s / args.instances_per_worker), "--chunk-bytes", str(args.chunk_bytes),
                    "--ramp-s", str(args.ramp_s), "--recorded", getattr(args, "recorded", None) or "none"]
             cmd += [] if args.share_decode else ["--no-share-decode"]
             procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
@@ -511,6 +514,8 @@ def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "fleet",
         "config": {k: v for k, v in vars(args).items() if k not in ("as_workers", "names", "keys", "port")},
         "machine_load_1m": [round(load_before[0], 1), round(os.getloadavg()[0], 1)],
+        # `--instances-per-worker K`: each connection stands for one PC running K game instances
+        "game_instances": args.workers * args.instances_per_worker,
         "wall_s": round(wall, 1),
         "relay": {"cpu_s": round(cpu, 2), "moved_mb": round(moved_mb, 1), "in_mb": round(in_mb, 1),
                   "out_mb": round(out_mb, 1), "to_workers_mb": round(to_workers_mb, 1),
@@ -579,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="recorded segments (bench.feed --record DIR); default: the 48x36 sim run's, recorded once "
                              "into ~/.cache/rulka/bench-segments; none: --segment-bytes random bytes")
     parser.add_argument("--segment-s", type=float, default=10.0, help="a segment every N s per worker (200 steps at 20 Hz)")
+    parser.add_argument("--instances-per-worker", type=int, default=1, metavar="K",
+                        help="game instances behind each connection, as `rulka-worker --instances K`: the "
+                             "connection sends K times the segments and receives each version once")
     parser.add_argument("--chunk-bytes", type=int, default=256 * 1024)
     parser.add_argument("--no-share-decode", dest="share_decode", action="store_false",
                         help="every simulated worker decompresses and parses every version itself "
@@ -592,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.as_workers:
         return run_workers(args)
+    if args.instances_per_worker < 1:
+        parser.error("--instances-per-worker must be at least 1")
     given = {a.dest for a in parser._actions if any(o in (argv if argv is not None else sys.argv[1:])
                                                      for o in a.option_strings)}
     if not args.recorded:
