@@ -140,3 +140,19 @@ def test_worker_cli_refuses_tm2020_with_instances_in_one_line(tmp_path, capsys):
                  "--set", "environment.backend=tm2020", "--log-file", "none"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--instances 2" in err[0] and "tm2020" in err[0], err
+
+
+def test_rulka_run_refuses_tm2020_with_instances_per_worker_before_starting(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "rulka.cli", "run", str(repo / "configs" / "tm2020_fake.yaml"), "--workers", "1",
+         "--instances-per-worker", "2", "--minutes", "0.1", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "tm2020" in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists()  # nothing started

@@ -212,8 +212,12 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
            keys: str | Path | None = None, overrides: Sequence[str] = (), resume: bool = False,
            trainer_output: Any = None, worker_args: Sequence[str] = (),
            worker_priority: str = "below_normal", pin_cores: bool = True,
-           budget_minutes: float | None = None, budget_frames: int | None = None) -> LocalRun:
+           budget_minutes: float | None = None, budget_frames: int | None = None,
+           instances_per_worker: int = 1) -> LocalRun:
     """Start server, trainer and ``workers`` workers on loopback; returns at once.
+
+    ``instances_per_worker``: envs each worker process drives (``rulka-worker --instances``); the
+    trainer's threads and the workers' cores count every instance as a worker.
 
     ``budget_minutes`` / ``budget_frames``: the run's length as the caller will stop it, told to the
     trainer (``--budget-minutes`` / ``--budget-frames``) to time its learning-rate cooldown.
@@ -235,6 +239,12 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     cfg = load_config(config, overrides)  # fail here, with the config's own message
     check_startable(cfg)
     cfg.worker.check_acting()  # the workers act on this machine: worker.device (and cpu_runtime) must exist here
+    from rulka.worker.episodes import check_instances
+
+    check_instances(cfg, instances_per_worker)
+    acting = workers * instances_per_worker  # what takes the workers' cores: every instance acts
+    if instances_per_worker > 1:
+        worker_args = [*worker_args, "--instances", str(instances_per_worker)]
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
@@ -253,11 +263,11 @@ def launch(config: str | Path, *, workers: int = 2, run_dir: str | Path | None =
     server_log = open(run_dir / "logs" / "server.log", "ab")  # noqa: SIM115 - closed by LocalRun.stop
     log_files = [server_log]
     cores = available_cores()
-    pinned = worker_cores(cfg, workers, cores) if pin_cores else None
+    pinned = worker_cores(cfg, acting, cores) if pin_cores else None
     pin_args = ["--cpu-cores", format_cores(pinned)] if pinned else []
     server = ServerProcess(keys, server_log, allow_plain_tcp=bool(cfg.network.allow_plain_tcp), extra_args=pin_args)
     address = f"127.0.0.1:{server.port}"
-    overrides = [*overrides, *role_thread_overrides(cfg, workers, len(cores))]
+    overrides = [*overrides, *role_thread_overrides(cfg, acting, len(cores))]
     sets = [a for o in overrides for a in ("--set", o)]
     started: list[subprocess.Popen] = []
     try:
@@ -307,6 +317,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("config", metavar="CONFIG", help="run configuration YAML")
     parser.add_argument("--workers", type=int, default=2, help="number of worker processes (default 2)")
+    parser.add_argument("--instances-per-worker", type=int, default=1, metavar="K",
+                        help="envs each worker process drives over its one connection (rulka-worker --instances; "
+                             "default 1)")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
     parser.add_argument("--frames", type=int, default=None, metavar="N",
                         help="stop once the trainer has received N env frames (transitions); with --minutes, "
@@ -359,6 +372,8 @@ class FramesReceived:
 def _main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
+    if args.instances_per_worker < 1:
+        raise UserError("--instances-per-worker must be at least 1")
     if args.frames is not None and args.frames < 1:
         raise UserError("--frames must be at least 1")
     from rulka.bundled import bundled_config
@@ -373,7 +388,8 @@ def _main(args: argparse.Namespace) -> int:
     try:
         run = launch(args.config, workers=args.workers, run_dir=run_dir, keys=args.keys, overrides=args.overrides,
                      resume=args.resume is not None, worker_priority=args.worker_priority,
-                     pin_cores=not args.no_pin, budget_minutes=args.minutes, budget_frames=args.frames)
+                     pin_cores=not args.no_pin, budget_minutes=args.minutes, budget_frames=args.frames,
+                     instances_per_worker=args.instances_per_worker)
     except KeyboardInterrupt:
         print("\nrulka run: interrupted while starting; the roles started so far were stopped", file=sys.stderr)
         return 130
