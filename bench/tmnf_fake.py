@@ -25,11 +25,15 @@ For the same seeded action sequence on the default track it measures:
   process) acted on by the guide-size network (``IQNActor.accelerate`` on the device:
   ``worker.device``; on CPU with int8 heads and ONNX Runtime where it is installed, as
   ``worker.cpu_runtime: auto`` runs), actions/s per instance; on CUDA with the memory each process's context
-  takes (one process per instance, each with its own CUDA context: docs/performance.md).
+  takes (one process per instance, each with its own CUDA context: docs/performance.md);
+- layouts (``layouts``, opt-in, CPU): the same instances with every game in a process of its own,
+  as N worker processes and as one process driving N threads (``rulka-worker --instances N``),
+  alternated, actions/s per instance (issue 65 item 2).
 
 Prints one JSON object.
 
     python -m bench.tmnf_fake [--quick] [--devices cpu,cuda] [--parts env,worker,instances]
+    python -m bench.tmnf_fake --parts layouts --seconds 10 --layout-counts 1,2
 """
 
 from __future__ import annotations
@@ -203,8 +207,9 @@ def worker_own(acts: list[int]) -> dict:
             "cpu_ms_per_action_inproc": round(min(inproc_cpu), 3)}
 
 
-def _instance(device: str, seconds: float, out) -> None:
-    """One instance: the fake at 160x120 in this process and the guide-size actor on ``device``."""
+def _pair(device: str, game_apart: bool = False):
+    """The guide-size actor on ``device`` (as a worker builds it, warmed and built) and a TMNF fake
+    at 160x120: in this process, or with ``game_apart`` in its own (as a real game is)."""
     import torch
 
     torch.set_num_threads(1)
@@ -217,23 +222,40 @@ def _instance(device: str, seconds: float, out) -> None:
     # what a worker runs by default there: worker.cpu_int8, and worker.cpu_runtime auto on the CPU
     runtime = "onnxruntime" if device == "cpu" and onnxruntime_missing() is None else "torch"
     actor.accelerate(device, int8=True, runtime=runtime)
-    env = TmnfEnv(cfg(True), launcher=FakeLauncher(countdown_ms=-100), port=0)
+    env = _env(cfg(True), True)[0] if game_apart else TmnfEnv(cfg(True), launcher=FakeLauncher(countdown_ms=-100),
+                                                               port=0)
+    obs, _ = env.reset()
+    actor.act(obs)
+    if actor._fast is not None:
+        actor._fast.wait_built(300)  # the int8 heads and the ONNX Runtime graph, before the clock starts
+    return actor, env, runtime
+
+
+def _timed(actor, env, seconds: float) -> float:
+    """Actions per second of ``actor`` driving ``env`` for ``seconds`` after 20 warm-up actions."""
+    obs, _ = env.reset()
+    n, t0, warm = 0, time.perf_counter(), 20
+    while True:
+        obs, _, terminated, truncated, _ = env.step(actor.act(obs))
+        if terminated or truncated:
+            obs, _ = env.reset()
+        n += 1
+        if n == warm:
+            t0 = time.perf_counter()
+        elif n > warm and time.perf_counter() - t0 >= seconds:
+            return (n - warm) / (time.perf_counter() - t0)
+
+
+def _instance(device: str, seconds: float, out, game_apart: bool = False, barrier=None) -> None:
+    """One instance: the guide-size actor on ``device`` and its TMNF fake (see ``_pair``); with
+    ``barrier``, timed only once every instance is built (a build takes the CPU the others time)."""
+    import torch
+
+    actor, env, runtime = _pair(device, game_apart)
     try:
-        obs, _ = env.reset()
-        actor.act(obs)
-        if actor._fast is not None:
-            actor._fast.wait_built(300)  # the int8 heads and the ONNX Runtime graph, before the clock starts
-        n, t0, warm = 0, time.perf_counter(), 20
-        while True:
-            obs, _, terminated, truncated, _ = env.step(actor.act(obs))
-            if terminated or truncated:
-                obs, _ = env.reset()
-            n += 1
-            if n == warm:
-                t0 = time.perf_counter()
-            elif n > warm and time.perf_counter() - t0 >= seconds:
-                break
-        row = {"actions_per_s": (n - warm) / (time.perf_counter() - t0), "runtime": runtime}
+        if barrier is not None:
+            barrier.wait(600)
+        row = {"actions_per_s": _timed(actor, env, seconds), "runtime": runtime}
         if device.startswith("cuda"):
             free, total = torch.cuda.mem_get_info()
             row.update(torch_reserved_mb=round(torch.cuda.memory_reserved() / 2**20, 1),
@@ -241,6 +263,53 @@ def _instance(device: str, seconds: float, out) -> None:
         out.put(row)
     finally:
         env.close()
+
+
+def _threads(device: str, seconds: float, out, n: int) -> None:
+    """One process driving ``n`` instances on ``n`` threads, as ``rulka-worker --instances n``
+    does: each thread its own actor and its own game (in a process of its own)."""
+    import threading
+
+    pairs = [_pair(device, game_apart=True) for _ in range(n)]
+    rates: list[float] = [0.0] * n
+    try:
+        threads = [threading.Thread(target=lambda i=i: rates.__setitem__(i, _timed(*pairs[i][:2], seconds)))
+                   for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in rates:
+            out.put({"actions_per_s": r, "runtime": pairs[0][2]})
+    finally:
+        for _, env, _ in pairs:
+            env.close()
+
+
+def layouts(device: str, seconds: float, counts: tuple[int, ...] = (1, 2)) -> list[dict]:
+    """Issue 65 item 2 on the CPU: N instances as N processes against one process with N threads
+    (``rulka-worker --instances N``), every game in its own process, the rows alternated."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # as on Windows
+    rows = []
+    for n in counts:
+        for layout in ("processes", "threads"):
+            q = ctx.Queue()
+            if layout == "processes":
+                barrier = ctx.Barrier(n)  # every process built before any is timed, as the threads are
+                procs = [ctx.Process(target=_instance, args=(device, seconds, q, True, barrier)) for _ in range(n)]
+            else:
+                procs = [ctx.Process(target=_threads, args=(device, seconds, q, n))]
+            for p in procs:
+                p.start()
+            rates = [q.get(timeout=seconds + 300)["actions_per_s"] for _ in range(n)]
+            for p in procs:
+                p.join(30)
+            rows.append({"device": device, "layout": layout, "instances": n,
+                         "actions_per_s_per_instance": round(float(np.mean(rates)), 1),
+                         "slowest": round(min(rates), 1), "total_actions_per_s": round(sum(rates), 1)})
+    return rows
 
 
 def instances(devices: list[str], seconds: float) -> list[dict]:
@@ -277,7 +346,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer actions (a smoke run)")
     parser.add_argument("--devices", default="cpu,cuda", help="instances rows: comma-separated cpu, cuda")
-    parser.add_argument("--parts", default="env,worker,instances", help="comma-separated: env, worker, instances")
+    parser.add_argument("--parts", default="env,worker,instances",
+                        help="comma-separated: env, worker, instances, layouts (opt-in: N processes against one "
+                             "process with N threads, games apart, at --layout-counts)")
+    parser.add_argument("--layout-counts", default="1,2", help="layouts rows: instance counts")
     parser.add_argument("--seconds", type=float, default=10.0, help="each instance's timed run")
     args = parser.parse_args()
     n = 300 if args.quick else 3000
@@ -295,6 +367,9 @@ def main() -> None:
         result["instances"] = instances(args.devices.split(","), 3.0 if args.quick else args.seconds)
         one_gpu = [r for r in result["instances"] if r["device"] == "cuda" and r["instances"] == 1]
         result["cuda_guide_instance_actions_per_s"] = one_gpu[0]["actions_per_s_per_instance"] if one_gpu else "not measured"
+    if "layouts" in parts:
+        counts = tuple(int(c) for c in args.layout_counts.split(","))
+        result["layouts"] = layouts("cpu", 3.0 if args.quick else args.seconds, counts)
     result["seconds"] = round(time.time() - t_start, 1)
     print(json.dumps(result))
 
