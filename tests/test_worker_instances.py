@@ -56,8 +56,8 @@ def test_instances_share_numbers_and_weights_and_keep_each_episode_in_order(tmp_
                     weights_decoder=decoder, state_dir=tmp_path / "w0", wait_for_welcome=False,
                     max_steps_per_s=400, instances=3)
     trainer = hub.trainer_link()
-    stop = threading.Event()
-    runner = threading.Thread(target=worker.run, kwargs={"stop_event": stop, "drain_timeout_s": 0})
+    # a budget of episodes (not a stop) ends the run: every instance finishes the episode it plays
+    runner = threading.Thread(target=worker.run, kwargs={"max_episodes": 150, "drain_timeout_s": 0})
     runner.start()
     try:
         for version, w in ((3, 3.0), (5, 5.0)):
@@ -65,12 +65,11 @@ def test_instances_share_numbers_and_weights_and_keep_each_episode_in_order(tmp_
             trainer.broadcast("weights", encode_weights(WeightsBlob("run1", version, {"w": torch.tensor([w])}, SPEC),
                                                         key))
             wait_until(lambda w=w: all(a.loads and a.loads[-1] == w for a in actors), 30, f"every instance on v{version}")
-        wait_until(lambda: worker.stats.episodes >= 12, 30, "episodes on the newest version")
     finally:
-        stop.set()
-        runner.join(30)
+        runner.join(60)
     assert not runner.is_alive()
     worker.packer.flush(10)
+    assert worker.stats.episodes == 150
 
     # each version crossed the link and was verified once; every instance loaded it
     assert decodes == [3, 5] and worker.stats.weights_received == 2
