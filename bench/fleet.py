@@ -37,6 +37,7 @@ reason (the relay's counters and the workers' own); the fairness of the intake a
     python -m bench.fleet                          # --scenarios quick: 16 workers, 48x36, 20 Mbit/s, 40 s
     python -m bench.fleet --scenarios fleet256     # 256 workers through 100 Mbit/s
     python -m bench.fleet --scenarios guide_50mbit # 40 workers, guide-size network, 50 Mbit/s
+    python -m bench.fleet --scenarios guide_50mbit_pc4 # the same 40 instances as 10 x --instances 4
     python -m bench.fleet --scenarios guide_unthrottled
     python -m bench.fleet --scenarios quick --workers 8 --seconds 20   # flags given win over the preset
 """
@@ -559,6 +560,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "quick": {"workers": 16, "procs": 2, "seconds": 40.0, "ramp_s": 5.0, "network": "48x36", "mbit": 20.0},
     "fleet256": {"workers": 256, "procs": 4, "seconds": 60.0, "ramp_s": 40.0, "network": "48x36", "mbit": 100.0},
     "guide_50mbit": {"workers": 40, "procs": 2, "seconds": 150.0, "ramp_s": 10.0, "network": "guide", "mbit": 50.0},
+    # the same 40 game instances as 10 PCs running `rulka-worker --instances 4`: 10 connections
+    "guide_50mbit_pc4": {"workers": 10, "instances_per_worker": 4, "procs": 2, "seconds": 150.0, "ramp_s": 10.0,
+                         "network": "guide", "mbit": 50.0},
     "guide_unthrottled": {"workers": 40, "procs": 2, "seconds": 60.0, "ramp_s": 10.0, "network": "guide",
                           "mbit": 0.0, "publish_s": 20.0},
 }
