@@ -44,7 +44,7 @@ class WorkerConfig(Section):
     on_full: Literal["block", "drop_oldest"] = "block"
     """When the resend queue is full: pause collection, or drop the oldest segment (counted)."""
     num_envs: PositiveInt = 1
-    """Environments this worker runs."""
+    """TMNF: game instance slots on this PC (ports user.base_tmi_port + 0..num_envs-1), one per game."""
     rollouts_per_start: PositiveInt = 1
     """Episodes run from one start (same reset seed) before drawing another; GRPO groups by start.
 
