@@ -435,16 +435,22 @@ def test_the_real_seed_studies_state_their_seeds_and_their_divergence(tmp_path: 
     # seed 1 lost hairpins
     (cycle,) = [r for r in rows if "sim_iqn_cycle.yaml" in r[1]]
     assert "[seeds 0-4]" in cycle[2] and "seed 1: hairpins +" in cycle[2] and cycle[4] is False
-    # CartPole's goal says no divergence: the flags count, and say which bounds judged them
+    # CartPole's goal says no divergence: the flags count, and say which bounds judged them; the latest
+    # study ran the shipped arm alone on 10 seeds drawn before it (2026-12-02): it decides
     (cart,) = [r for r in rows if "cartpole_iqn.yaml" in r[1]]
     assert cart[1].endswith("no divergence")
+    assert "diverged 0 [seeds 349928-349937]" in cart[2] and cart[4] is True
+    # the study before it (2026-11-27) compared three arms on seeds 0-9: alone, it is not decided
+    folder = _history_copy(tmp_path)
+    data = json.loads((folder / "run_studies.json").read_text(encoding="utf-8"))
+    data["studies"] = [s for s in data["studies"] if not (s["name"] == "cartpole_iqn_runs" and s["date"] > "2026-11-28")]
+    (folder / "run_studies.json").write_text(json.dumps(data), encoding="utf-8")
+    (cart,) = [r for r in run_targets(folder / "run_studies.json") if "cartpole_iqn.yaml" in r[1]]
     # judged by CartPole's own bounds (python -m bench.study health --q-limit 150, recorded): no flags;
     # but its arm was chosen among three on these seeds, so the row is not decided, never "holds"
     assert "diverged 0" in cart[2] and "[seeds 0-9]" in cart[2] and "health_limits" not in cart[2]
     assert "not decided: chosen among 3 arms" in cart[2] and cart[4] is None
     # the same study judged by the simulator's bounds (as recorded before the rejudge) fails on its flags
-    folder = _history_copy(tmp_path)
-    data = json.loads((folder / "run_studies.json").read_text(encoding="utf-8"))
     i = max((k for k, s in enumerate(data["studies"]) if s["name"] == "cartpole_iqn_runs"),
             key=lambda k: data["studies"][k]["date"])
     data["studies"][i] = rejudge_health(data["studies"][i], None)
