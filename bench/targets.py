@@ -216,7 +216,7 @@ TARGETS: list[Target] = [
     Target("tmnf_fake", "worker's own cost <= 0.8 ms per action, game in its own process (TMNF fake, 160x120)",
            _bounded("worker_own.ms_per_action_process", "targets.worker_own_ms_per_action_process_max", " ms", most=True)),
     Target("tmnf_fake", "worker's own CPU <= 0.3 ms per action, game in the worker's process, less the game thread's CPU "
-           "(the row above also counts the fake game's Python side of the socket)",
+           "(here the fake game and the worker share one interpreter lock, which a real game never does)",
            _bounded("worker_own.cpu_ms_per_action_inproc", "targets.worker_own_ms_per_action_inproc_max", " ms", most=True)),
     Target("tmnf_fake", "worker's own CPU <= 0.8 ms per action, game in its own process (the worker process's CPU time; "
            "the wall row above also counts the waits for the game's replies)",

@@ -58,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="game instances this process drives (default 1), each with its own env and copy of "
                              "the network on a thread of its own, sharing one connection: each weights version "
                              "crosses the relay's uplink once per PC, not once per instance. For uplink-limited relays: "
-                             "on a CPU each instance acts slower than as its own process (docs/performance.md), and "
-                             "one failing instance stops them all. TMNF: each claims its own instance slot; "
+                             "the instances share one interpreter lock (as fast as processes on a quiet CPU, slower "
+                             "beside other work: docs/performance.md), and one failing instance stops them all. TMNF: each claims its own instance slot; "
                              "TM2020: 1 only")
     parser.add_argument("--episodes", type=int, default=None,
                         help="stop after this many episodes (over all instances)")
