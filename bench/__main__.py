@@ -43,6 +43,7 @@ REPO_ROOT = BENCH_DIR.parent
 # the studies' records (seed studies, learning runs, GPU runs) and their tables: kept out of
 # BENCHMARKS.md, which holds the targets and each script's latest figures (not in sdist or wheel)
 HISTORY_MD = HISTORY_DIR / "README.md"
+RESULTS_JSON = HISTORY_DIR / "results.json"  # the figures behind the repository's BENCHMARKS.md
 
 # name -> what it measures (in run order)
 SCRIPTS: dict[str, str] = {
@@ -75,7 +76,6 @@ SCRIPTS: dict[str, str] = {
              "throttled uplink: relay CPU/MB and peak RSS, time until a version reaches 50/99/100%, policy lag, "
              "segments lost/duplicated, disconnects, fairness (default: the quick scenario)",
 }
-RESULTS_MARK = "<!-- bench-results:"
 DEFAULT_TIMEOUT_S = 900.0
 # scripts whose full run can pass the default limit on the 2-core machine (2026-11-24: trainer_loop
 # took 612 s for its pinned rows alone, so about twice that with the unpinned ones, and over 900 s
@@ -305,9 +305,18 @@ def _last_ok(res: dict[str, Any] | None) -> dict[str, Any] | None:
     return kept if isinstance(kept, dict) and kept.get("status") == "ok" else None
 
 
-def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str, command: str) -> str:
+def results_file(out: Path) -> Path:
+    """Where the figures behind the Markdown file ``out`` are kept, as the scripts printed them:
+    ``bench/history/results.json`` for the repository's BENCHMARKS.md, else beside ``out``."""
+    if out.resolve() == (REPO_ROOT / "BENCHMARKS.md").resolve():
+        return RESULTS_JSON
+    return out.with_name(out.stem + ".results.json")
+
+
+def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str, command: str,
+                    results_name: str = "bench/history/results.json") -> str:
     """BENCHMARKS.md: every target and whether it holds, the machine, a summary row per script,
-    then each script's figures."""
+    then each script's figures (all of them, as printed, in ``results_name``)."""
     lines = [
         "# rulka benchmarks",
         "",
@@ -349,18 +358,22 @@ def render_markdown(results: dict[str, dict[str, Any]], machine: dict[str, Any],
                           f"({kept.get('date', '')}).", ""]
             res = kept
         lines += ["| figure | value |", "|---|---|"]
-        lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"])]
+        lines += [f"| {key} | {format_number(value)} |" for key, value in flatten(res["figures"], columns=True)]
     lines += ["", "## History", "", "Every study behind the learning targets (seed tables, repeated runs, "
               "track by track, GPU runs) is in `bench/history/README.md`, written with this file from "
-              "the records in `bench/history/*.json`."]
-    lines += ["", f"{RESULTS_MARK} {json.dumps(results, sort_keys=True)} -->", ""]
+              "the records in `bench/history/*.json`; the figures above, as each script printed them, "
+              f"in `{results_name}` (what `--rewrite` and `--only` start from).", ""]
     return "\n".join(lines)
 
 
 def write_files(out: Path, results: dict[str, dict[str, Any]], machine: dict[str, Any], when: str,
                 command: str) -> None:
-    """BENCHMARKS.md (``out``) and, beside the default one, the history's tables."""
-    out.write_text(render_markdown(results, machine, when, command), encoding="utf-8")
+    """BENCHMARKS.md (``out``), the figures behind it (``results_file``) and, beside the default one,
+    the history's tables."""
+    data = results_file(out)
+    shown = data.relative_to(REPO_ROOT).as_posix() if data.is_relative_to(REPO_ROOT) else data.name
+    data.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    out.write_text(render_markdown(results, machine, when, command, shown), encoding="utf-8")
     if out.resolve() == (REPO_ROOT / "BENCHMARKS.md").resolve():
         HISTORY_MD.write_text(render_history(), encoding="utf-8")
         readme = REPO_ROOT / "README.md"
@@ -374,19 +387,11 @@ def current_rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, str
 
 
 def previous_results(path: Path) -> dict[str, dict[str, Any]]:
-    """Results embedded in an earlier BENCHMARKS.md (empty when absent or unreadable)."""
+    """The figures behind an earlier BENCHMARKS.md ``path`` (``results_file``; empty when absent or
+    unreadable)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    start = text.rfind(RESULTS_MARK)
-    if start < 0:
-        return {}
-    body = text[start + len(RESULTS_MARK):]
-    end = body.rfind("-->")
-    try:
-        data = json.loads(body[:end])
-    except ValueError:
+        data = json.loads(results_file(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 

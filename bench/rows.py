@@ -52,19 +52,34 @@ def _sort(row: Row, gone: str | None, out: list[Row], superseded: list[Row] | No
         superseded.append((*row[:2], f"{gone}; {row[2]}", *row[3:]))
 
 
-def flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested dicts/lists -> ``[("a.b", value), ...]`` in their original order."""
+def flatten(obj: Any, prefix: str = "", columns: bool = False) -> list[tuple[str, Any]]:
+    """Nested dicts/lists -> ``[("a.b", value), ...]`` in their original order. ``columns``: a list of
+    at least ``COLUMN_MIN`` records with the same keys and plain values (one per weights version,
+    say) gives one row per key, ``("a[].key", [its values])``, instead of one per record and key."""
     if isinstance(obj, dict):
         rows: list[tuple[str, Any]] = []
         for key, value in obj.items():
-            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key))
+            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key), columns)
         return rows
     if isinstance(obj, list) and any(isinstance(v, dict | list) for v in obj):
+        if columns and _records(obj):
+            return [(f"{prefix}[].{key}", [record[key] for record in obj]) for key in obj[0]]
         rows = []
         for i, value in enumerate(obj):
-            rows += flatten(value, f"{prefix}[{i}]")
+            rows += flatten(value, f"{prefix}[{i}]", columns)
         return rows
     return [(prefix, obj)]
+
+
+COLUMN_MIN = 4
+
+
+def _records(items: list[Any]) -> bool:
+    """Whether ``items`` are at least ``COLUMN_MIN`` dicts with the same keys and no nested values."""
+    if len(items) < COLUMN_MIN or not all(isinstance(v, dict) for v in items):
+        return False
+    keys = list(items[0])
+    return all(list(v) == keys and not any(isinstance(x, dict | list) for x in v.values()) for v in items)
 
 
 def format_number(value: Any) -> str:

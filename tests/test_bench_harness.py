@@ -102,6 +102,11 @@ def test_parse_json_and_flatten() -> None:
     assert parse_json_output('{"device": "cpu", "x": 1}\n{"device": "cuda", "x": 9}\n') == {
         "cpu": {"device": "cpu", "x": 1}, "cuda": {"device": "cuda", "x": 9}}
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": [{"e": 3}]}) == [("a.b", 1), ("a.c", [1, 2]), ("d[0].e", 3)]
+    # BENCHMARKS.md's sections: 4+ records with the same keys give a row per key; others stay per record
+    reach = [{"v": i, "s": i / 2} for i in range(4)]
+    assert flatten({"r": reach}, columns=True) == [("r[].v", [0, 1, 2, 3]), ("r[].s", [0.0, 0.5, 1.0, 1.5])]
+    assert flatten({"r": reach[:3]}, columns=True) == flatten({"r": reach[:3]})
+    assert flatten({"r": reach + [{"v": 9}]}, columns=True)[0] == ("r[0].v", 0)
 
 
 def test_a_missing_script_is_reported_not_raised(tmp_path: Path) -> None:

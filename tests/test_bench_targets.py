@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.__main__ import learner_fix_studies, main, previous_machine
+from bench.__main__ import learner_fix_studies, main, previous_machine, results_file
 from bench.targets import (
     TARGETS,
     extended_targets,
@@ -97,8 +97,8 @@ def test_learning_rows_take_each_tests_latest_measured_run(tmp_path: Path) -> No
 def test_rewrite_puts_targets_first_and_keeps_the_measuring_machine(tmp_path: Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     embedded = {"transport": {"status": "ok", "command": "python -m bench.transport", **RESULTS["transport"]}}
-    out.write_text("# rulka benchmarks\n\n## Machine\n\n| | |\n|---|---|\n| cpu | The Old One |\n| cores | 2 |\n\n"
-                   f"<!-- bench-results: {json.dumps(embedded)} -->\n")
+    out.write_text("# rulka benchmarks\n\n## Machine\n\n| | |\n|---|---|\n| cpu | The Old One |\n| cores | 2 |\n")
+    results_file(out).write_text(json.dumps(embedded))  # the figures behind it, beside it
     assert previous_machine(out) == {"cpu": "The Old One", "cores": "2"}
     assert main(["--rewrite", "--out", str(out)]) == 0
     text = out.read_text()
