@@ -52,12 +52,16 @@ def _race(run: dict[str, Any], which: str, track: str) -> dict[str, Any]:
 
 
 def _span(ratios: Sequence[float | None]) -> str:
+    from bench.readme import _span as span
+
     done = [r for r in ratios if r is not None]
     if not done:
         return "no finish"
-    lo, hi = min(done), max(done)
-    shown = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
-    return shown if len(done) == len(ratios) else f"{shown} ({len(ratios) - len(done)} not finished)"
+    return span(done) if len(done) == len(ratios) else f"{span(done)} ({len(ratios) - len(done)} not finished)"
+
+
+def _shown(ratio: float | None) -> str:
+    return "not finished" if ratio is None else f"{ratio:.2f}x"
 
 
 def _within(ratios: Sequence[float | None], bound: float) -> tuple[int, str]:
@@ -125,16 +129,12 @@ def cycle_row(study: dict[str, Any], arm: dict[str, Any], runs: list[dict[str, A
         gen_ok = sum(1 for t in timed if (r := _ratio(_race(run, "best", t), solver[t])) is not None and r <= g["gen_ratio"])
         worst = max(BUNDLED, key=lambda t: start[t] if start[t] is not None else 99.0)
         worst_moved = max(BUNDLED, key=lambda t: moved[t] if moved[t] is not None else 99.0)
-
-        def shown(r: float | None) -> str:
-            return "not finished" if r is None else f"{r:.2f}x"
-
         bundled_ok = all(r is not None and r <= g["bundled"] for r in (*start.values(), *moved.values()))
         needed_gen = g["gen_finished"] * len(timed) / g["gen"] if timed else g["gen_finished"]
         ok += int(bundled_ok and gen_ok >= needed_gen)
         untimed = f", {len(gen_tracks) - len(timed)} without a solver time" if len(timed) < len(gen_tracks) else ""
-        parts.append(f"seed {run.get('seed', '?')}: worst bundled {shown(start[worst])} ({worst}), from moved starts "
-                     f"{shown(moved[worst_moved])} ({worst_moved}); generated {gen_ok}/{len(timed)} within "
+        parts.append(f"seed {run.get('seed', '?')}: worst bundled {_shown(start[worst])} ({worst}), from moved starts "
+                     f"{_shown(moved[worst_moved])} ({worst_moved}); generated {gen_ok}/{len(timed)} within "
                      f"{g['gen_ratio']:.2f}x{untimed}")
     n = len(runs)
     text = "; ".join(parts) + f"; {ok} of {n} runs meet it" + _freshness(study)

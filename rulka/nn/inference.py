@@ -151,27 +151,46 @@ def ort_int8(model: bytes) -> bytes:
         root.removeFilter(advice)
 
 
+def export_onnx(module: nn.Module, inputs: Sequence[torch.Tensor]) -> bytes:
+    """``module(*inputs)`` as an ONNX model, in memory, with the inputs' shapes fixed and named
+    ``in0``, ``in1``, ..."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():  # the TorchScript exporter: deprecated, and fast
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), tuple(inputs), buf, dynamo=False,
+                          input_names=[f"in{i}" for i in range(len(inputs))], do_constant_folding=True)
+    return buf.getvalue()
+
+
 class OrtStep:
-    """``module(*inputs)`` exported to ONNX (in memory, with the inputs' shapes fixed) and run by
-    ONNX Runtime with one thread. ``__call__`` takes numpy arrays of the example inputs' shapes
-    and dtypes and returns the first output as float32 numpy. The weights are constants of the
-    graph: new weights need a new ``OrtStep``. ``int8``: its matrix products in int8 (``ort_int8``;
-    not exact: the caller checks what it decides)."""
+    """``module(*inputs)`` exported to ONNX (``export_onnx``) and run by ONNX Runtime with one
+    thread. ``__call__`` takes numpy arrays of the example inputs' shapes and dtypes and returns the
+    first output as float32 numpy. The weights are constants of the graph: new weights need a new
+    ``OrtStep``. ``int8``: its matrix products in int8 (``ort_int8``; not exact: the caller checks
+    what it decides); ``float_and_int8`` makes both from one export."""
 
     def __init__(self, module: nn.Module, inputs: Sequence[torch.Tensor], threads: int = 1, int8: bool = False) -> None:
+        model = export_onnx(module, inputs)
+        self._start(ort_int8(model) if int8 else model, len(inputs), threads)
+
+    @classmethod
+    def float_and_int8(cls, module: nn.Module, inputs: Sequence[torch.Tensor], threads: int = 1
+                       ) -> tuple[OrtStep, OrtStep]:
+        """(float32, int8) steps of ``module`` from one export."""
+        model = export_onnx(module, inputs)
+        steps = cls.__new__(cls), cls.__new__(cls)
+        steps[0]._start(model, len(inputs), threads)
+        steps[1]._start(ort_int8(model), len(inputs), threads)
+        return steps
+
+    def _start(self, model: bytes, n_inputs: int, threads: int) -> None:
         import onnxruntime as ort
 
-        self.names = [f"in{i}" for i in range(len(inputs))]
-        buf = io.BytesIO()
-        with warnings.catch_warnings(), torch.no_grad():  # the TorchScript exporter: deprecated, and fast
-            warnings.simplefilter("ignore")
-            torch.onnx.export(module.eval(), tuple(inputs), buf, dynamo=False, input_names=self.names,
-                              do_constant_folding=True)
+        self.names = [f"in{i}" for i in range(n_inputs)]
         opts = ort.SessionOptions()
         opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
-        model = ort_int8(buf.getvalue()) if int8 else buf.getvalue()
         self.session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         self.bytes = len(model)
 

@@ -25,7 +25,7 @@ from rulka.errors import BadInput, UserError
 from rulka.plugins import build_plugin, make_env, obs_to_arrays
 from rulka.segment import Segment
 from rulka.worker.buffer import EpisodeBuffer
-from rulka.worker.network import CreditGate, InboxReader, WeightsInbox
+from rulka.worker.network import CreditGate, InboxReader
 from rulka.worker.outbox import Outbox, WorkerCounters
 from rulka.worker.packer import SegmentPacker
 from rulka.worker.policy import EpisodePlan, Policies
@@ -48,7 +48,7 @@ class EpisodeRunner:
     packer in order."""
 
     def __init__(self, name: str, cfg: RulkaConfig | None, env: Any, compressor: Any, policies: Policies, *,
-                 inbox: WeightsInbox | InboxReader, gate: CreditGate, outbox: Outbox, counters: WorkerCounters,
+                 inbox: InboxReader, gate: CreditGate, outbox: Outbox, counters: WorkerCounters,
                  stats: Any, test: bool, act_before_weights: str, max_steps_per_s: float | None,
                  wait_for_welcome: bool, packer: SegmentPacker, instance: int | None = None, instances: int = 1,
                  produce_lock: threading.Lock | None = None) -> None:

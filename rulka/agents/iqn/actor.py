@@ -301,9 +301,8 @@ class _TorchMeanQ:
             head = copy.deepcopy(self.net.head).eval()
             width = next(m for m in head.advantage.modules() if isinstance(m, nn.Linear)).in_features
             example = [torch.zeros(self.k, width)]
-            threads = torch.get_num_threads()
-            return (OrtStep(_AdvantageStep(head), example, threads=threads, int8=True),
-                    OrtStep(_AdvantageStep(head), example, threads=threads))
+            exact, int8 = OrtStep.float_and_int8(_AdvantageStep(head), example, threads=torch.get_num_threads())
+            return int8, exact
         except Exception as exc:  # noqa: BLE001 - torch's int8 heads act instead
             log.warning("ONNX Runtime int8 heads not built, torch's act: %s", str(exc)[:200])
             self.ort_heads_ok = False
